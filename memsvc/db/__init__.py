@@ -1,0 +1,1 @@
+"""PostgreSQL plumbing: schema, pool, embedded server, error translation."""

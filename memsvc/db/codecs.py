@@ -1,0 +1,53 @@
+"""Binary asyncpg codecs for pgvector's ``vector``/``halfvec`` and for ``jsonb``.
+
+Vectors decode straight into numpy arrays (no per-float Python objects) and
+encode from lists or arrays; the wire format is a 2-byte dimension, 2 unused
+bytes, then big-endian floats.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+_HEADER = struct.Struct(">HH")
+
+
+def _encoder(dtype: str) -> Any:
+    def encode(value: Any) -> bytes:
+        array = np.asarray(value, dtype=dtype)
+        return _HEADER.pack(array.shape[0], 0) + array.tobytes()
+
+    return encode
+
+
+def _decoder(dtype: str) -> Any:
+    def decode(data: bytes) -> np.ndarray[Any, Any]:
+        return np.frombuffer(data, dtype=dtype, offset=4).astype(np.float32)
+
+    return decode
+
+
+def _encode_json(value: Any) -> str:
+    # Repositories validate and serialize JSON themselves (to enforce size
+    # limits), so text passes through; other values are serialized here.
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+async def register_codecs(conn: asyncpg.Connection, vector_schema: str) -> None:
+    """Install the vector and jsonb codecs on a new connection."""
+    await conn.set_type_codec(
+        "jsonb", schema="pg_catalog", encoder=_encode_json, decoder=json.loads, format="text"
+    )
+    for name, dtype in (("vector", ">f4"), ("halfvec", ">f2")):
+        await conn.set_type_codec(
+            name,
+            schema=vector_schema,
+            encoder=_encoder(dtype),
+            decoder=_decoder(dtype),
+            format="binary",
+        )

@@ -1,0 +1,58 @@
+"""Translation of driver exceptions into memsvc errors, by SQLSTATE and type."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import asyncpg
+
+from memsvc.errors import (
+    ConcurrencyError,
+    ConflictError,
+    MemsvcError,
+    SchemaError,
+    StorageError,
+    ValidationError,
+)
+
+# SQLSTATEs a retry can fix: serialization failure, deadlock, lock not available.
+RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+
+
+def translate(exc: BaseException) -> MemsvcError:
+    """Map a driver exception to the memsvc error a caller should see."""
+    if isinstance(exc, MemsvcError):
+        return exc
+    if isinstance(exc, asyncpg.PostgresError):
+        state: str = exc.sqlstate or ""
+        detail = f"{type(exc).__name__} [{state}]: {exc}"
+        if state == "23505":
+            return ConflictError(f"duplicate value violates {exc.constraint_name}")
+        if state in ("23503", "23514", "23502", "22P02", "22003", "22021", "54000"):
+            field = getattr(exc, "constraint_name", None) or getattr(exc, "column_name", None)
+            return ValidationError(field or "value", f"rejected by the database ({detail})")
+        if state in RETRYABLE_SQLSTATES:
+            return ConcurrencyError(f"concurrent transaction conflict, safe to retry ({detail})")
+        if state in ("42P01", "3F000", "42703"):
+            return SchemaError(f"schema is missing or not migrated; run `memsvc migrate` ({detail})")
+        if state == "57014":
+            return StorageError(f"statement timed out or was cancelled ({detail})", sqlstate=state)
+        return StorageError(f"database error: {detail}", sqlstate=state or None)
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return StorageError("timed out waiting for PostgreSQL")
+    if isinstance(exc, asyncpg.InterfaceError | OSError | ConnectionError):
+        return StorageError(f"PostgreSQL connection failed: {type(exc).__name__}: {exc}")
+    raise exc  # not a driver error: a bug, let it surface unchanged
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Re-raise driver exceptions inside the block as memsvc errors."""
+    try:
+        yield
+    except MemsvcError:
+        raise
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+        raise translate(exc) from exc

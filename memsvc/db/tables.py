@@ -1,0 +1,298 @@
+"""The schema: one SQLAlchemy ``MetaData``, the single source alembic migrates from.
+
+The embedding column's type, dimension and HNSW operator class depend on the
+settings, so the metadata is built by :func:`build_metadata`. Every primary
+and unique key starts with ``tenant_id`` so the tables can later be
+partitioned or distributed by tenant.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgvector.sqlalchemy import HALFVEC, VECTOR
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKeyConstraint,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB, REAL, UUID
+
+from memsvc.settings import Settings
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# HNSW operator class for each (vector type, distance) pair.
+OPCLASSES = {
+    ("vector", "cosine"): "vector_cosine_ops",
+    ("vector", "l2"): "vector_l2_ops",
+    ("vector", "ip"): "vector_ip_ops",
+    ("halfvec", "cosine"): "halfvec_cosine_ops",
+    ("halfvec", "l2"): "halfvec_l2_ops",
+    ("halfvec", "ip"): "halfvec_ip_ops",
+}
+
+SCOPE_COMMENTS = {
+    "tenant_id": "Tenant that owns the row; the first column of every key.",
+    "project_id": "Project within the tenant, or NULL.",
+    "agent_id": "Agent within the project, or NULL.",
+    "session_id": "Session of the agent, or NULL.",
+}
+
+
+def _scope_columns(session_required: bool = False) -> list[Column[Any]]:
+    return [
+        Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
+        Column("project_id", Text, nullable=True, comment=SCOPE_COMMENTS["project_id"]),
+        Column("agent_id", Text, nullable=True, comment=SCOPE_COMMENTS["agent_id"]),
+        Column(
+            "session_id",
+            Text,
+            nullable=not session_required,
+            comment="Session of the agent." if session_required else SCOPE_COMMENTS["session_id"],
+        ),
+    ]
+
+
+def vector_column_type(settings: Settings) -> Any:
+    """The SQLAlchemy type of embedding columns for these settings."""
+    if settings.vector_type == "halfvec":
+        return HALFVEC(settings.embedding_dim)
+    return VECTOR(settings.embedding_dim)
+
+
+def build_metadata(settings: Settings) -> MetaData:
+    """Build the schema for ``settings`` (schema name, vector type and dimension)."""
+    metadata = MetaData(schema=settings.db_schema, naming_convention=NAMING_CONVENTION)
+    vector_type = vector_column_type(settings)
+    opclass = OPCLASSES[(settings.vector_type, settings.distance)]
+    hnsw_with = {"m": settings.hnsw_m, "ef_construction": settings.hnsw_ef_construction}
+    scope = ("tenant_id", "project_id", "agent_id", "session_id")
+
+    Table(
+        "schema_info",
+        metadata,
+        Column("key", Text, nullable=False, comment="Setting fixed at the first migration."),
+        Column("value", Text, nullable=False, comment="Its value."),
+        PrimaryKeyConstraint("key"),
+        comment="Settings fixed when the schema was created (embedding dimension, vector type, "
+        "distance); memsvc refuses to open with different ones.",
+    )
+
+    memories = Table(
+        "memories",
+        metadata,
+        *_scope_columns(),
+        Column("id", UUID(as_uuid=True), nullable=False, comment="Memory id (client-generatable)."),
+        Column("key", Text, nullable=True, comment="Name of a keyed memory (put/get_by_key)."),
+        Column("content", Text, nullable=False, comment="The remembered text."),
+        Column("content_hash", Text, nullable=False, comment="sha256:<hex> of content."),
+        Column(
+            "metadata",
+            JSONB,
+            nullable=False,
+            server_default=text("'{}'::jsonb"),
+            comment="Free-form JSON object, filterable in search.",
+        ),
+        Column("embedding", vector_type, nullable=True, comment="Embedding of the content."),
+        Column(
+            "importance",
+            REAL,
+            nullable=False,
+            server_default=text("0.5"),
+            comment="Importance in [0, 1].",
+        ),
+        Column(
+            "version",
+            Integer,
+            nullable=False,
+            server_default=text("1"),
+            comment="Incremented by every change (optimistic locking).",
+        ),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()"),
+               comment="When the memory was first written."),
+        Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()"),
+               comment="When the memory last changed."),
+        Column("expires_at", DateTime(timezone=True), nullable=True,
+               comment="After this moment the memory is invisible and gc deletes it."),
+        Column("access_count", BigInteger, nullable=False, server_default=text("0"),
+               comment="How many times the memory was returned by get."),
+        Column("last_accessed_at", DateTime(timezone=True), nullable=True,
+               comment="When the memory was last returned by get."),
+        PrimaryKeyConstraint("tenant_id", "id"),
+        CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
+        CheckConstraint("content_hash LIKE 'sha256:%'", name="content_hash_format"),
+        comment="Long-term agent memories, one row each.",
+    )
+    Index("ix_memories_id", memories.c.id)
+    Index("ix_memories_scope", *(memories.c[c] for c in scope), memories.c.id)
+    Index(
+        "uq_memories_content",
+        *(memories.c[c] for c in scope),
+        memories.c.content_hash,
+        unique=True,
+        postgresql_nulls_not_distinct=True,
+        postgresql_where=text("key IS NULL"),
+    )
+    Index(
+        "uq_memories_key",
+        *(memories.c[c] for c in scope),
+        memories.c.key,
+        unique=True,
+        postgresql_nulls_not_distinct=True,
+        postgresql_where=text("key IS NOT NULL"),
+    )
+    Index(
+        "ix_memories_expires_at",
+        memories.c.expires_at,
+        postgresql_where=text("expires_at IS NOT NULL"),
+    )
+    Index("ix_memories_metadata", memories.c.metadata, postgresql_using="gin")
+    Index(
+        "ix_memories_embedding_hnsw",
+        memories.c.embedding,
+        postgresql_using="hnsw",
+        postgresql_with=hnsw_with,
+        postgresql_ops={"embedding": opclass},
+    )
+
+    events = Table(
+        "memory_events",
+        metadata,
+        Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
+        Column("event_id", BigInteger, Identity(always=False), nullable=False,
+               comment="Increasing event number."),
+        Column("memory_id", UUID(as_uuid=True), nullable=False, comment="The memory changed."),
+        Column("kind", Text, nullable=False, comment="created, updated or deleted."),
+        Column("version", Integer, nullable=False, comment="The memory's version after the event."),
+        Column("prior", JSONB, nullable=True,
+               comment="The values before the change (NULL for created)."),
+        Column("at", DateTime(timezone=True), nullable=False, server_default=text("now()"),
+               comment="When the change committed its statement."),
+        PrimaryKeyConstraint("tenant_id", "event_id"),
+        CheckConstraint("kind IN ('created', 'updated', 'deleted')", name="kind"),
+        comment="Append-only history of memories, written in the same transaction as each change.",
+    )
+    Index("ix_memory_events_memory", events.c.tenant_id, events.c.memory_id, events.c.event_id)
+
+    _add_assembly_tables(metadata, settings, opclass, hnsw_with)
+    _add_checkpoint_table(metadata)
+    return metadata
+
+
+def _add_assembly_tables(
+    metadata: MetaData, settings: Settings, opclass: str, hnsw_with: dict[str, int]
+) -> None:
+    scope = ("tenant_id", "project_id", "agent_id", "session_id")
+    assemblies = Table(
+        "assemblies",
+        metadata,
+        *_scope_columns(),
+        Column("id", UUID(as_uuid=True), nullable=False, comment="Assembly id."),
+        Column("name", Text, nullable=False, comment="Name, unique within the scope."),
+        Column("description", Text, nullable=False, server_default=text("''"),
+               comment="What the group is for."),
+        Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb"),
+               comment="Free-form JSON object."),
+        Column("member_count", Integer, nullable=False, server_default=text("0"),
+               comment="Number of rows in assembly_members for this assembly."),
+        Column("embedded_count", Integer, nullable=False, server_default=text("0"),
+               comment="Members that have an embedding (the centroid's denominator)."),
+        Column("embedding_sum", ARRAY(DOUBLE_PRECISION), nullable=True,
+               comment="Sum of the members' embeddings, kept in double precision."),
+        Column("centroid", vector_column_type(settings), nullable=True,
+               comment="Mean of the members' embeddings (NULL when none has one)."),
+        Column("version", Integer, nullable=False, server_default=text("1"),
+               comment="Incremented by every change."),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()"),
+               comment="When the assembly was created."),
+        Column("updated_at", DateTime(timezone=True), nullable=False, server_default=text("now()"),
+               comment="When the assembly or its membership last changed."),
+        PrimaryKeyConstraint("tenant_id", "id"),
+        CheckConstraint("member_count >= 0", name="member_count_nonnegative"),
+        CheckConstraint(
+            "embedded_count >= 0 AND embedded_count <= member_count", name="embedded_count_range"
+        ),
+        comment="Named groups of memories.",
+    )
+    Index("ix_assemblies_id", assemblies.c.id)
+    Index(
+        "uq_assemblies_name",
+        *(assemblies.c[c] for c in scope),
+        assemblies.c.name,
+        unique=True,
+        postgresql_nulls_not_distinct=True,
+    )
+    Index(
+        "ix_assemblies_centroid_hnsw",
+        assemblies.c.centroid,
+        postgresql_using="hnsw",
+        postgresql_with=hnsw_with,
+        postgresql_ops={"centroid": opclass},
+    )
+
+    members = Table(
+        "assembly_members",
+        metadata,
+        Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
+        Column("assembly_id", UUID(as_uuid=True), nullable=False, comment="The assembly."),
+        Column("memory_id", UUID(as_uuid=True), nullable=False, comment="The member memory."),
+        Column("added_at", DateTime(timezone=True), nullable=False, server_default=text("now()"),
+               comment="When the memory joined the assembly."),
+        PrimaryKeyConstraint("tenant_id", "assembly_id", "memory_id"),
+        ForeignKeyConstraint(
+            ["tenant_id", "assembly_id"],
+            [assemblies.c.tenant_id, assemblies.c.id],
+            ondelete="CASCADE",
+        ),
+        ForeignKeyConstraint(
+            ["tenant_id", "memory_id"],
+            [f"{settings.db_schema}.memories.tenant_id", f"{settings.db_schema}.memories.id"],
+            ondelete="CASCADE",
+        ),
+        comment="Which memories belong to which assembly (one row per membership).",
+    )
+    Index("ix_assembly_members_memory", members.c.tenant_id, members.c.memory_id)
+
+
+def _add_checkpoint_table(metadata: MetaData) -> None:
+    checkpoints = Table(
+        "session_checkpoints",
+        metadata,
+        *_scope_columns(session_required=True),
+        Column("id", UUID(as_uuid=True), nullable=False, comment="Checkpoint id (a full uuid)."),
+        Column("description", Text, nullable=False, server_default=text("''"),
+               comment="What the checkpoint marks."),
+        Column("data", JSONB, nullable=False, comment="The saved session state."),
+        Column("size_bytes", Integer, nullable=False, comment="Size of data as JSON text."),
+        Column("created_at", DateTime(timezone=True), nullable=False,
+               server_default=text("clock_timestamp()"), comment="When it was taken."),
+        PrimaryKeyConstraint("tenant_id", "id"),
+        comment="Durable snapshots of session state; the newest N per session are kept.",
+    )
+    Index("ix_session_checkpoints_id", checkpoints.c.id)
+    Index(
+        "ix_session_checkpoints_session",
+        checkpoints.c.tenant_id,
+        checkpoints.c.project_id,
+        checkpoints.c.agent_id,
+        checkpoints.c.session_id,
+        checkpoints.c.created_at.desc(),
+        checkpoints.c.id.desc(),
+    )

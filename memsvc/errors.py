@@ -1,0 +1,57 @@
+"""Errors raised by memsvc.
+
+Every failure a caller can see is a :class:`MemsvcError`. Driver exceptions
+(asyncpg, redis-py, SQLAlchemy) are translated at the edge, by SQLSTATE or
+exception type, never by message text; the original is kept as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class MemsvcError(Exception):
+    """Something went wrong in memsvc."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ValidationError(MemsvcError, ValueError):
+    """Input was rejected before anything was written."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.reason = message
+        super().__init__(f"{field}: {message}")
+
+
+class NotFoundError(MemsvcError, LookupError):
+    """The requested row does not exist (or is not visible to this scope)."""
+
+
+class ConflictError(MemsvcError):
+    """The write conflicts with existing data (duplicate key or stale version)."""
+
+
+class ConcurrencyError(MemsvcError):
+    """A concurrent transaction got in the way; retrying the call is safe."""
+
+    retryable = True
+
+
+class StorageError(MemsvcError):
+    """The database failed to carry out the operation.
+
+    ``sqlstate`` holds the PostgreSQL error code when the server sent one.
+    """
+
+    def __init__(self, message: str | None = None, *, sqlstate: str | None = None) -> None:
+        self.sqlstate = sqlstate
+        super().__init__(message)
+
+
+class SchemaError(MemsvcError):
+    """The database schema is missing, not migrated, or does not match the settings."""
+
+
+class WorkingMemoryError(MemsvcError):
+    """The working-memory store (Redis) failed or is unreachable."""

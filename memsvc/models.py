@@ -1,0 +1,178 @@
+"""Value types returned by memsvc: plain frozen dataclasses, no database handles."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from memsvc.scope import Scope
+
+
+def scope_from_row(row: Mapping[str, Any]) -> Scope:
+    """Build a Scope from a row's scope columns."""
+    return Scope(row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"])
+
+
+def _json(value: Any) -> Any:
+    # jsonb columns arrive as text from asyncpg unless a codec is set; the pool
+    # sets one, but rows built by hand (tests, imports) may still carry text.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """A long-term memory."""
+
+    id: uuid.UUID
+    scope: Scope
+    content: str
+    content_hash: str
+    metadata: dict[str, Any]
+    embedding: list[float] | None
+    importance: float
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    key: str | None = None
+    expires_at: datetime | None = None
+    access_count: int = 0
+    last_accessed_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Memory:
+        """Build a Memory from a ``memories`` row."""
+        embedding = row["embedding"]
+        return cls(
+            id=row["id"],
+            scope=scope_from_row(row),
+            content=row["content"],
+            content_hash=row["content_hash"],
+            metadata=_json(row["metadata"]),
+            embedding=None if embedding is None else embedding.tolist(),
+            importance=row["importance"],
+            version=row["version"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            key=row["key"],
+            expires_at=row["expires_at"],
+            access_count=row["access_count"],
+            last_accessed_at=row["last_accessed_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A search result: the memory and its score (higher is better)."""
+
+    memory: Memory
+    score: float
+    similarity: float
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEvent:
+    """One entry of a memory's history (created, updated, deleted)."""
+
+    event_id: int
+    memory_id: uuid.UUID
+    kind: str
+    version: int
+    prior: dict[str, Any] | None
+    at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> MemoryEvent:
+        """Build an event from a ``memory_events`` row."""
+        return cls(
+            event_id=row["event_id"],
+            memory_id=row["memory_id"],
+            kind=row["kind"],
+            version=row["version"],
+            prior=_json(row["prior"]),
+            at=row["at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    """A named group of memories with a centroid of their embeddings."""
+
+    id: uuid.UUID
+    scope: Scope
+    name: str
+    description: str
+    metadata: dict[str, Any]
+    member_count: int
+    centroid: list[float] | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Assembly:
+        """Build an Assembly from an ``assemblies`` row."""
+        centroid = row["centroid"]
+        return cls(
+            id=row["id"],
+            scope=scope_from_row(row),
+            name=row["name"],
+            description=row["description"],
+            metadata=_json(row["metadata"]),
+            member_count=row["member_count"],
+            centroid=None if centroid is None else centroid.tolist(),
+            version=row["version"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AssemblyHit:
+    """An assembly search result."""
+
+    assembly: Assembly
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A durable snapshot of a session's state."""
+
+    id: uuid.UUID
+    scope: Scope
+    description: str
+    data: Any
+    size_bytes: int
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Checkpoint:
+        """Build a Checkpoint from a ``session_checkpoints`` row."""
+        return cls(
+            id=row["id"],
+            scope=scope_from_row(row),
+            description=row["description"],
+            data=_json(row.get("data")),
+            size_bytes=row["size_bytes"],
+            created_at=row["created_at"],
+        )
+
+
+@dataclass(slots=True)
+class TaskState:
+    """What an agent is doing in a session (kept in working memory)."""
+
+    task_id: str
+    task_type: str = ""
+    description: str = ""
+    status: str = "pending"
+    current_step: int = 0
+    total_steps: int = 0
+    progress_percent: float = 0.0
+    context: dict[str, Any] = field(default_factory=dict)
+    started_at: datetime | None = None
+    updated_at: datetime | None = None

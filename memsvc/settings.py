@@ -1,0 +1,103 @@
+"""Settings, read from ``MEMSVC_*`` environment variables or passed in code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+VectorType = Literal["vector", "halfvec"]
+Distance = Literal["cosine", "l2", "ip"]
+
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+class Settings(BaseSettings):
+    """Configuration of a :class:`memsvc.MemoryService`.
+
+    Every field can be set with an environment variable named ``MEMSVC_`` plus
+    the field name in upper case, e.g. ``MEMSVC_DATABASE_URL``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="MEMSVC_", frozen=True, extra="forbid")
+
+    # --- PostgreSQL -------------------------------------------------------
+    database_url: str | None = Field(
+        default=None,
+        description="postgresql:// DSN. Unset: start the embedded PostgreSQL in data_dir.",
+    )
+    data_dir: Path = Field(
+        default=Path.home() / ".memsvc",
+        description="Where the embedded PostgreSQL keeps its data (kept across runs).",
+    )
+    db_schema: str = Field(default="memsvc", description="PostgreSQL schema holding every table.")
+    auto_migrate: bool | None = Field(
+        default=None,
+        description="Run migrations at open. Unset: on for the embedded database only.",
+    )
+    pool_min_size: int = Field(default=1, ge=0)
+    pool_max_size: int = Field(default=10, ge=1)
+    statement_timeout_ms: int = Field(default=30_000, ge=0, description="0 disables it.")
+    lock_timeout_ms: int = Field(default=10_000, ge=0, description="0 disables it.")
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    pgbouncer: bool = Field(
+        default=False,
+        description="Transaction-pooling mode: no prepared statements, no session state.",
+    )
+    row_level_security: bool = Field(default=False)
+
+    # --- vectors ------------------------------------------------------------
+    embedding_dim: int = Field(default=384, ge=1, le=16_000)
+    vector_type: VectorType = "vector"
+    distance: Distance = "cosine"
+    hnsw_m: int = Field(default=16, ge=2, le=100)
+    hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
+    hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
+    hnsw_max_scan_tuples: int = Field(default=20_000, ge=1)
+    exact_search_threshold: int = Field(
+        default=2_000,
+        ge=0,
+        description="Scopes with at most this many rows are searched exactly (no index).",
+    )
+
+    # --- limits ---------------------------------------------------------------
+    max_content_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
+    max_metadata_bytes: int = Field(default=256 * 1024, ge=2)
+    max_memories_per_scope: int | None = Field(default=None, ge=1)
+    max_checkpoint_bytes: int = Field(default=16 * 1024 * 1024, ge=2)
+    checkpoint_keep_last: int = Field(default=50, ge=1)
+
+    # --- working memory ----------------------------------------------------------
+    redis_url: str | None = Field(default=None, description="Unset: in-process store.")
+    working_memory_require_redis: bool = False
+    working_memory_default_ttl_seconds: int | None = Field(default=86_400, ge=1)
+    working_memory_max_sessions: int = Field(default=1_000, ge=1)
+    working_memory_max_keys: int = Field(default=10_000, ge=1)
+    working_memory_max_value_bytes: int = Field(default=1024 * 1024, ge=1)
+    scratchpad_max_entries: int = Field(default=1_000, ge=1)
+    redis_timeout_s: float = Field(default=1.0, gt=0)
+    redis_max_connections: int = Field(default=50, ge=1)
+
+    @field_validator("db_schema")
+    @classmethod
+    def _schema_is_identifier(cls, value: str) -> str:
+        # The schema name is interpolated into SQL text, so it must be a plain
+        # lower-case identifier; anything else is refused here.
+        if not _IDENTIFIER.match(value):
+            raise ValueError("must be a lower-case identifier: [a-z_][a-z0-9_]{0,62}")
+        return value
+
+    @property
+    def uses_embedded_database(self) -> bool:
+        """True when no database_url is set and the embedded server is used."""
+        return self.database_url is None
+
+    @property
+    def should_auto_migrate(self) -> bool:
+        """Whether :meth:`MemoryService.open` runs migrations itself."""
+        if self.auto_migrate is None:
+            return self.uses_embedded_database
+        return self.auto_migrate

@@ -1,0 +1,139 @@
+"""Input checks run before anything is sent to a server.
+
+Each check raises :class:`memsvc.errors.ValidationError` naming the field, so
+a bad call writes nothing at all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from memsvc.errors import ValidationError
+
+# Largest finite values each vector type can store.
+_VECTOR_LIMITS = {"vector": float(np.finfo(np.float32).max), "halfvec": 65504.0}
+
+
+def check_text(field: str, value: str) -> None:
+    """Reject NUL bytes and lone surrogates, which PostgreSQL text cannot hold."""
+    if "\x00" in value:
+        raise ValidationError(field, "must not contain NUL bytes")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(field, "must not contain lone surrogates") from exc
+
+
+def validate_content(value: object, max_bytes: int, field: str = "content") -> str:
+    """Check memory content: a string of at most ``max_bytes`` UTF-8 bytes."""
+    if not isinstance(value, str):
+        raise ValidationError(field, f"must be a string, not {type(value).__name__}")
+    check_text(field, value)
+    size = len(value.encode("utf-8"))
+    if size > max_bytes:
+        raise ValidationError(field, f"is {size} bytes, over the limit of {max_bytes}")
+    return value
+
+
+def _check_json_value(field: str, value: object, depth: int) -> None:
+    if depth > 512:
+        raise ValidationError(field, "is nested deeper than 512 levels")
+    if value is None or isinstance(value, bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError(field, "must not contain NaN or infinity")
+        return
+    if isinstance(value, str):
+        check_text(field, value)
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError(field, f"keys must be strings, not {type(key).__name__}")
+            check_text(f"{field} key", key)
+            _check_json_value(field, item, depth + 1)
+        return
+    if isinstance(value, list | tuple):
+        for item in value:
+            _check_json_value(field, item, depth + 1)
+        return
+    raise ValidationError(field, f"is not JSON-serializable ({type(value).__name__})")
+
+
+def encode_json(field: str, value: object, max_bytes: int) -> str:
+    """Validate a JSON value and return its text, bounded by ``max_bytes``."""
+    _check_json_value(field, value, 0)
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise ValidationError(field, f"is {size} bytes, over the limit of {max_bytes}")
+    return text
+
+
+def validate_metadata(value: object, max_bytes: int, field: str = "metadata") -> str:
+    """Check metadata (a JSON object) and return it encoded as JSON text."""
+    if value is None:
+        return "{}"
+    if not isinstance(value, Mapping):
+        raise ValidationError(field, f"must be a mapping, not {type(value).__name__}")
+    return encode_json(field, value, max_bytes)
+
+
+def validate_embedding(
+    value: object, dim: int, vector_type: str = "vector", field: str = "embedding"
+) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """Check an embedding: ``dim`` finite numbers within the vector type's range."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | np.ndarray):
+        raise ValidationError(field, "must be a list of floats or a numpy array")
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(field, "must contain only numbers") from exc
+    if array.ndim != 1:
+        raise ValidationError(field, "must be one-dimensional")
+    if array.shape[0] != dim:
+        raise ValidationError(field, f"has {array.shape[0]} dimensions, expected {dim}")
+    if not np.isfinite(array).all():
+        raise ValidationError(field, "must not contain NaN or infinity")
+    limit = _VECTOR_LIMITS[vector_type]
+    if np.abs(array).max(initial=0.0) > limit:
+        raise ValidationError(field, f"has values outside the {vector_type} range (±{limit:g})")
+    return array.astype(np.float32)
+
+
+def validate_importance(value: object, field: str = "importance") -> float:
+    """Check an importance score in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(field, "must be a number")
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValidationError(field, "must be between 0 and 1")
+    return float(value)
+
+
+def validate_ttl(value: object, field: str = "ttl") -> float | None:
+    """Check a time-to-live (seconds or timedelta); returns seconds or None."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(field, "must be seconds (a number) or a timedelta")
+    if not math.isfinite(value) or value <= 0:
+        raise ValidationError(field, "must be a positive number of seconds")
+    return float(value)
+
+
+def validate_limit(value: object, field: str, maximum: int) -> int:
+    """Check a page size or ``k``: an integer in [1, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(field, "must be an integer")
+    if not 1 <= value <= maximum:
+        raise ValidationError(field, f"must be between 1 and {maximum}")
+    return value

@@ -1,0 +1,1 @@
+"""Alembic migrations of the memsvc schema (shipped as ``memsvc.migrations``)."""
