@@ -17,10 +17,24 @@ import numpy as np
 _HEADER = struct.Struct(">HH")
 
 
-def _encoder(dtype: str) -> Any:
+_WIRE_DTYPES = {"vector": ">f4", "halfvec": ">f2"}
+
+
+def vector_bytes(value: Any, vector_type: str = "vector") -> bytes:
+    """A vector in pgvector's binary wire format.
+
+    Arrays of vectors are sent pre-encoded: asyncpg would otherwise take each
+    numpy array for one more array dimension.
+    """
+    array = np.asarray(value, dtype=_WIRE_DTYPES[vector_type])
+    return _HEADER.pack(array.shape[0], 0) + array.tobytes()
+
+
+def _encoder(vector_type: str) -> Any:
     def encode(value: Any) -> bytes:
-        array = np.asarray(value, dtype=dtype)
-        return _HEADER.pack(array.shape[0], 0) + array.tobytes()
+        if isinstance(value, bytes):
+            return value
+        return vector_bytes(value, vector_type)
 
     return encode
 
@@ -43,11 +57,11 @@ async def register_codecs(conn: asyncpg.Connection, vector_schema: str) -> None:
     await conn.set_type_codec(
         "jsonb", schema="pg_catalog", encoder=_encode_json, decoder=json.loads, format="text"
     )
-    for name, dtype in (("vector", ">f4"), ("halfvec", ">f2")):
+    for name, dtype in _WIRE_DTYPES.items():
         await conn.set_type_codec(
             name,
             schema=vector_schema,
-            encoder=_encoder(dtype),
+            encoder=_encoder(name),
             decoder=_decoder(dtype),
             format="binary",
         )

@@ -1,0 +1,1 @@
+"""Repositories: every SQL statement memsvc runs lives in this package."""

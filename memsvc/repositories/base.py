@@ -1,0 +1,75 @@
+"""What every repository shares: connections, transactions, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import asyncpg
+
+from memsvc.db.errors import RETRYABLE_SQLSTATES, translate_errors
+from memsvc.settings import Settings
+
+T = TypeVar("T")
+
+MAX_ATTEMPTS = 5
+
+
+class Repository:
+    """Base of the repositories: runs statements on a pooled or caller-owned connection.
+
+    Every public method takes an optional ``conn``: an asyncpg connection the
+    caller owns, usually inside the caller's own transaction, so an app can
+    write a memory and its own rows atomically. Repositories never commit or
+    roll back a caller's transaction; they use a savepoint when they need
+    atomicity inside it.
+    """
+
+    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+        self._pool = pool
+        self._settings = settings
+        self._schema = settings.db_schema
+
+    @asynccontextmanager
+    async def _connection(
+        self, conn: asyncpg.Connection | None = None
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """The caller's connection, or one from the pool for the block's duration."""
+        if conn is not None:
+            with translate_errors():
+                yield conn
+            return
+        with translate_errors():
+            async with self._pool.acquire() as pooled:
+                yield pooled
+
+    @asynccontextmanager
+    async def _transaction(
+        self, conn: asyncpg.Connection | None = None
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """A transaction (or a savepoint inside the caller's transaction)."""
+        async with self._connection(conn) as active:
+            with translate_errors():
+                async with active.transaction():
+                    yield active
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]], owns_transaction: bool) -> T:
+        """Run ``attempt``, retrying serialization failures and deadlocks.
+
+        Only where memsvc owns the transaction: inside a caller's transaction
+        the whole transaction is doomed, so the error goes to the caller.
+        Backoff is capped and jittered so retries of colliding callers spread.
+        """
+        for tries in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return await attempt()
+            except asyncpg.PostgresError as exc:
+                retry = owns_transaction and exc.sqlstate in RETRYABLE_SQLSTATES
+                if not retry or tries == MAX_ATTEMPTS:
+                    with translate_errors():
+                        raise
+                await asyncio.sleep(min(0.5, 0.01 * 2**tries) * random.random())
+        raise AssertionError("unreachable")

@@ -1,0 +1,735 @@
+"""Long-term memories: :class:`MemoryRepository` (``svc.memories``)."""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import asyncpg
+import numpy as np
+
+from memsvc.db.codecs import vector_bytes
+from memsvc.embedding import Embedder
+from memsvc.errors import ConflictError, NotFoundError, ValidationError
+from memsvc.ids import new_id, parse_id
+from memsvc.models import Memory, MemoryEvent, SearchHit
+from memsvc.repositories import memory_queries as q
+from memsvc.repositories.base import Repository
+from memsvc.repositories.filters import compile_where
+from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.scope import Include, Scope, validate_include
+from memsvc.settings import Settings
+from memsvc.validation import (
+    check_text,
+    validate_content,
+    validate_embedding,
+    validate_importance,
+    validate_limit,
+    validate_metadata,
+    validate_ttl,
+)
+
+Rank = Literal["similarity", "recall"]
+SearchMode = Literal["auto", "exact", "index"]
+
+# Called with memory rows already locked, before they are deleted, in the
+# same transaction (assemblies use it to keep member counts and centroids).
+DeleteHook = Callable[[asyncpg.Connection, list[str], list[uuid.UUID]], Awaitable[None]]
+
+MAX_K = 1000
+MAX_PAGE = 10_000
+ADD_MANY_CHUNK = 2_000
+KEY_MAX_LENGTH = 1024
+
+# rank="recall": score = SIMILARITY_WEIGHT * similarity + IMPORTANCE_WEIGHT *
+# importance + RECENCY_WEIGHT * 0.5 ** (age / RECENCY_HALF_LIFE_S).
+SIMILARITY_WEIGHT = 0.7
+IMPORTANCE_WEIGHT = 0.2
+RECENCY_WEIGHT = 0.1
+RECENCY_HALF_LIFE_S = 30 * 86_400.0
+
+
+def content_hash(content: str) -> str:
+    """The ``sha256:<hex>`` fingerprint deduplication uses."""
+    return "sha256:" + hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def _scope_params(scope: Scope) -> list[object]:
+    return [scope.tenant, scope.project, scope.agent, scope.session]
+
+
+def _check_scope(scope: object) -> Scope:
+    if not isinstance(scope, Scope):
+        raise ValidationError("scope", "must be a memsvc.Scope")
+    return scope
+
+
+def _check_key(key: object) -> str:
+    if not isinstance(key, str) or not key:
+        raise ValidationError("key", "must be a non-empty string")
+    check_text("key", key)
+    if len(key) > KEY_MAX_LENGTH:
+        raise ValidationError("key", f"must be at most {KEY_MAX_LENGTH} characters")
+    return key
+
+
+class MemoryRepository(Repository):
+    """Store, fetch, change and search long-term memories.
+
+    Writes never lose or duplicate under concurrency: exact duplicates within a
+    scope are refused by a unique index (the existing memory is returned),
+    keyed memories are upserted through a unique index, updates take a row
+    lock and can check an expected version, and every change writes its history
+    event in the same statement.
+    """
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        settings: Settings,
+        *,
+        embedder: Embedder | None = None,
+        before_delete: DeleteHook | None = None,
+    ) -> None:
+        super().__init__(pool, settings)
+        self._embedder = embedder
+        self._before_delete = before_delete
+        self._insert_sql = q.insert_memory(self._schema)
+        self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
+
+    def set_delete_hook(self, hook: DeleteHook | None) -> None:
+        """Install the function run before memories are deleted (used by assemblies)."""
+        self._before_delete = hook
+
+    # ------------------------------------------------------------------ input
+
+    def _vector(self, value: object, field: str = "embedding") -> np.ndarray[Any, Any]:
+        return validate_embedding(
+            value, self._settings.embedding_dim, self._settings.vector_type, field
+        )
+
+    async def _embed(self, texts: Sequence[str], field: str) -> list[np.ndarray[Any, Any]]:
+        if self._embedder is None:
+            raise ValidationError(field, "no embedding given and the service has no embedder")
+        vectors = await self._embedder(list(texts))
+        if len(vectors) != len(texts):
+            raise ValidationError(field, "the embedder returned the wrong number of vectors")
+        return [self._vector(vector, field) for vector in vectors]
+
+    async def _embedding_for(self, content: str, embedding: object) -> np.ndarray[Any, Any] | None:
+        if embedding is not None:
+            return self._vector(embedding)
+        if self._embedder is None:
+            return None
+        return (await self._embed([content], "embedding"))[0]
+
+    def _prepare(
+        self, content: object, metadata: object, importance: object, ttl: object
+    ) -> tuple[str, str, str, float, float | None]:
+        text = validate_content(content, self._settings.max_content_bytes)
+        meta = validate_metadata(metadata, self._settings.max_metadata_bytes)
+        return text, content_hash(text), meta, validate_importance(importance), validate_ttl(ttl)
+
+    # ------------------------------------------------------------------ writes
+
+    async def add(
+        self,
+        scope: Scope,
+        content: str,
+        *,
+        embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        importance: float = 0.5,
+        ttl: float | Any | None = None,
+        id: uuid.UUID | str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Memory:
+        """Store a memory and return it.
+
+        Adding content that already exists in the same exact scope returns the
+        existing memory instead of a duplicate (a unique index decides, so
+        racing writers agree). Passing your own ``id`` makes a retried call
+        idempotent; reusing an id for different content is a ConflictError.
+
+        Args:
+            scope: Where the memory lives.
+            content: The text to remember.
+            embedding: Its vector; computed by the service's embedder when omitted.
+            metadata: A JSON object, filterable in :meth:`search`.
+            importance: In [0, 1].
+            ttl: Seconds (or a timedelta) until the memory expires; None keeps it.
+            id: A client-chosen UUID.
+            conn: A connection (and transaction) of your own to run on.
+        """
+        scope = _check_scope(scope)
+        text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
+        memory_id = new_id() if id is None else parse_id("id", id)
+        vector = await self._embedding_for(text, embedding)
+        args = [*_scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
+        async with self._connection(conn) as active:
+            for _ in range(3):
+                row = await active.fetchrow(self._insert_sql, *args)
+                if row is not None:
+                    return Memory.from_row(row)
+                existing = await self._find_duplicate(active, scope, memory_id, digest)
+                if existing is not None:
+                    return existing
+                # The row we collided with was deleted in between: try again.
+        raise ConflictError("memory could not be inserted: it kept colliding with a deletion")
+
+    async def _find_duplicate(
+        self, conn: asyncpg.Connection, scope: Scope, memory_id: uuid.UUID, digest: str
+    ) -> Memory | None:
+        params = Params(scope.tenant, memory_id, digest)
+        sql = q.find_duplicate(self._schema, scope_condition(scope, "exact", params))
+        rows = await conn.fetch(sql, *params.values)
+        for row in rows:
+            found = Memory.from_row(row)
+            if found.id == memory_id and (found.content_hash != digest or found.scope != scope):
+                raise ConflictError(f"id {memory_id} is already used by a different memory")
+            return found
+        return None
+
+    async def put(
+        self,
+        scope: Scope,
+        key: str,
+        content: str,
+        *,
+        embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        importance: float = 0.5,
+        ttl: float | Any | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Memory:
+        """Insert or replace the memory stored under ``key`` in this exact scope.
+
+        One atomic upsert: racing writers never create two rows for a key; each
+        replacement bumps ``version`` and records the prior value in history.
+        """
+        scope = _check_scope(scope)
+        key = _check_key(key)
+        text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
+        vector = await self._embedding_for(text, embedding)
+        params = Params(*_scope_params(scope), key, new_id(), text, digest, meta, vector)
+        params.values.extend([weight, ttl_s])
+        scope_sql = scope_condition(scope, "exact", params)
+        sql = q.upsert_by_key(self._schema, scope_sql)
+        async with self._connection(conn) as active:
+            row = await active.fetchrow(sql, *params.values)
+        assert row is not None
+        return Memory.from_row(row)
+
+    async def get_by_key(
+        self, scope: Scope, key: str, *, conn: asyncpg.Connection | None = None
+    ) -> Memory:
+        """The memory stored under ``key`` in this exact scope (NotFoundError if none)."""
+        scope = _check_scope(scope)
+        params = Params(_check_key(key))
+        sql = q.select_by_key(self._schema, scope_condition(scope, "exact", params))
+        async with self._connection(conn) as active:
+            row = await active.fetchrow(sql, *params.values)
+        if row is None:
+            raise NotFoundError(f"no memory under key {key!r} in this scope")
+        return Memory.from_row(row)
+
+    async def add_many(
+        self,
+        scope: Scope,
+        items: Iterable[str | Mapping[str, Any]],
+        *,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[Memory]:
+        """Store many memories in one transaction: all of them, or none.
+
+        Each item is a string (the content) or a mapping with ``content`` and
+        optionally ``embedding``, ``metadata``, ``importance``, ``ttl``, ``id``.
+        Every item is validated before anything is sent. Duplicates (of stored
+        memories or within the batch) come back as the existing memory, so the
+        result has one memory per item, in order.
+        """
+        scope = _check_scope(scope)
+        ids, texts, digests, metas, vectors, weights, ttls = self._prepare_batch(items)
+        missing = [i for i, vector in enumerate(vectors) if vector is None]
+        if missing and self._embedder is not None:
+            computed = await self._embed([texts[i] for i in missing], "items.embedding")
+            for i, vector in zip(missing, computed, strict=True):
+                vectors[i] = vector
+        if not ids:
+            return []
+        wire = [None if v is None else vector_bytes(v, self._settings.vector_type) for v in vectors]
+        by_id: dict[uuid.UUID, Memory] = {}
+        async with self._transaction(conn) as active:
+            for start in range(0, len(ids), ADD_MANY_CHUNK):
+                chunk = slice(start, start + ADD_MANY_CHUNK)
+                rows = await active.fetch(
+                    self._insert_many_sql,
+                    *_scope_params(scope),
+                    ids[chunk], texts[chunk], digests[chunk], metas[chunk], wire[chunk],
+                    weights[chunk], ttls[chunk],
+                )
+                for row in rows:
+                    by_id[row["id"]] = Memory.from_row(row)
+            absent = [i for i in range(len(ids)) if ids[i] not in by_id]
+            by_digest: dict[str, Memory] = {}
+            if absent:
+                params = Params(scope.tenant, [ids[i] for i in absent], [digests[i] for i in absent])
+                sql = q.find_batch_duplicates(self._schema, scope_condition(scope, "exact", params))
+                for row in await active.fetch(sql, *params.values):
+                    found = Memory.from_row(row)
+                    by_id.setdefault(found.id, found)
+                    if found.scope == scope and found.key is None:
+                        by_digest[found.content_hash] = found
+        result = []
+        for i, memory_id in enumerate(ids):
+            memory = by_id.get(memory_id)
+            if memory is not None and (memory.content_hash != digests[i] or memory.scope != scope):
+                raise ConflictError(f"items[{i}].id {memory_id} is already used by another memory")
+            memory = memory or by_digest.get(digests[i])
+            if memory is None:
+                raise ConflictError(f"items[{i}] collided with a memory deleted meanwhile; retry")
+            result.append(memory)
+        return result
+
+    def _prepare_batch(
+        self, items: Iterable[str | Mapping[str, Any]]
+    ) -> tuple[
+        builtins.list[uuid.UUID], builtins.list[str], builtins.list[str], builtins.list[str],
+        builtins.list[Any], builtins.list[float], builtins.list[float | None],
+    ]:
+        ids: builtins.list[uuid.UUID] = []
+        texts: builtins.list[str] = []
+        digests: builtins.list[str] = []
+        metas: builtins.list[str] = []
+        vectors: builtins.list[Any] = []
+        weights: builtins.list[float] = []
+        ttls: builtins.list[float | None] = []
+        for i, item in enumerate(items):
+            spec: Mapping[str, Any] = {"content": item} if isinstance(item, str) else item
+            if not isinstance(spec, Mapping) or "content" not in spec:
+                raise ValidationError(f"items[{i}]", "must be a string or a mapping with content")
+            unknown = set(spec) - {"content", "embedding", "metadata", "importance", "ttl", "id"}
+            if unknown:
+                raise ValidationError(f"items[{i}]", f"unknown fields {sorted(unknown)}")
+            try:
+                text, digest, meta, weight, ttl_s = self._prepare(
+                    spec["content"], spec.get("metadata"), spec.get("importance", 0.5),
+                    spec.get("ttl"),
+                )
+                raw_id = spec.get("id")
+                ids.append(new_id() if raw_id is None else parse_id("id", raw_id))
+                embedding = spec.get("embedding")
+                vectors.append(None if embedding is None else self._vector(embedding))
+            except ValidationError as exc:
+                raise ValidationError(f"items[{i}].{exc.field}", exc.reason) from exc
+            texts.append(text)
+            digests.append(digest)
+            metas.append(meta)
+            weights.append(weight)
+            ttls.append(ttl_s)
+        return ids, texts, digests, metas, vectors, weights, ttls
+
+    async def update(
+        self,
+        id: uuid.UUID | str,
+        *,
+        content: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        importance: float | None = None,
+        embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
+        expected_version: int | None = None,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Memory:
+        """Change a memory's fields under a row lock; None leaves a field as it is.
+
+        With ``expected_version`` the update happens only if nobody changed the
+        memory since you read it; otherwise ConflictError. New content without
+        a new embedding is re-embedded when the service has an embedder.
+        ``metadata`` replaces the whole object (see :meth:`patch_metadata`).
+        """
+        memory_id = parse_id("id", id)
+        if expected_version is not None and (
+            isinstance(expected_version, bool) or not isinstance(expected_version, int)
+        ):
+            raise ValidationError("expected_version", "must be an integer")
+        text = digest = None
+        if content is not None:
+            text = validate_content(content, self._settings.max_content_bytes)
+            digest = content_hash(text)
+        meta = (
+            None
+            if metadata is None
+            else validate_metadata(metadata, self._settings.max_metadata_bytes)
+        )
+        weight = None if importance is None else validate_importance(importance)
+        vector = None
+        if embedding is not None:
+            vector = self._vector(embedding)
+        elif text is not None and self._embedder is not None:
+            vector = (await self._embed([text], "embedding"))[0]
+        sql = q.update_memory(self._schema)
+        async with self._connection(conn) as active:
+            row = await active.fetchrow(
+                sql, memory_id, tenant, expected_version,
+                text is not None, text, digest,
+                meta is not None, meta,
+                weight is not None, weight,
+                vector is not None, vector,
+            )
+        assert row is not None
+        if row["found"] == 0:
+            raise NotFoundError(f"memory {memory_id} not found")
+        if row["found"] > 1:
+            raise ConflictError(f"memory id {memory_id} exists in several tenants; pass tenant=")
+        if row["id"] is None:
+            raise ConflictError(
+                f"memory {memory_id} is at version {row['prior_version']}, "
+                f"not the expected {expected_version}"
+            )
+        return Memory.from_row(row)
+
+    async def patch_metadata(
+        self,
+        id: uuid.UUID | str,
+        patch: Mapping[str, Any],
+        *,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Memory:
+        """Merge ``patch`` into the memory's metadata atomically (top-level keys).
+
+        The merge runs inside PostgreSQL (``metadata || patch``), so concurrent
+        patches of different keys all survive.
+        """
+        memory_id = parse_id("id", id)
+        if not isinstance(patch, Mapping):
+            raise ValidationError("patch", "must be a mapping")
+        patch_json = validate_metadata(patch, self._settings.max_metadata_bytes, "patch")
+        sql = q.patch_metadata(self._schema, tenant is not None)
+        args: builtins.list[object] = [memory_id, patch_json]
+        if tenant is not None:
+            args.append(tenant)
+        else:
+            sql = sql.replace("$4", "$3")
+        args.append(self._settings.max_metadata_bytes)
+        async with self._connection(conn) as active:
+            row = await active.fetchrow(sql, *args)
+        assert row is not None
+        if row["found"] == 0:
+            raise NotFoundError(f"memory {memory_id} not found")
+        if row["found"] > 1:
+            raise ConflictError(f"memory id {memory_id} exists in several tenants; pass tenant=")
+        if row["id"] is None:
+            raise ValidationError(
+                "patch", f"merged metadata would exceed {self._settings.max_metadata_bytes} bytes"
+            )
+        return Memory.from_row(row)
+
+    async def delete(
+        self,
+        id: uuid.UUID | str,
+        *,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> bool:
+        """Delete a memory (and its assembly memberships). False if it did not exist."""
+        memory_id = parse_id("id", id)
+        args: builtins.list[object] = [[memory_id]]
+        if tenant is not None:
+            args.append(tenant)
+        sql = q.lock_for_delete(self._schema, tenant is not None)
+
+        async def attempt() -> bool:
+            async with self._transaction(conn) as active:
+                rows = await active.fetch(sql, *args)
+                if len(rows) > 1:
+                    raise ConflictError(f"memory id {memory_id} exists in several tenants")
+                return await self._delete_locked(active, rows) > 0
+
+        return await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def _delete_locked(self, conn: asyncpg.Connection, rows: Sequence[Any]) -> int:
+        if not rows:
+            return 0
+        tenants = [row["tenant_id"] for row in rows]
+        ids = [row["id"] for row in rows]
+        if self._before_delete is not None:
+            await self._before_delete(conn, tenants, ids)
+        deleted: int = await conn.fetchval(q.delete_locked(self._schema), tenants, ids)
+        return deleted
+
+    async def delete_scope(
+        self,
+        scope: Scope,
+        *,
+        include: Include = "descendants",
+        batch_size: int = 1000,
+        conn: asyncpg.Connection | None = None,
+    ) -> int:
+        """Delete every memory of a scope (and, by default, of the scopes under it).
+
+        Works in batches, each its own transaction (unless you pass ``conn``),
+        until nothing is left, however many rows there are. Returns the count.
+        """
+        scope = _check_scope(scope)
+        include = validate_include(include)
+        batch_size = validate_limit(batch_size, "batch_size", 100_000)
+        params = Params()
+        scope_sql = scope_condition(scope, include, params)
+        sql = q.lock_scope_batch(self._schema, scope_sql, params.add(batch_size))
+        total = 0
+        while True:
+
+            async def attempt() -> int:
+                async with self._transaction(conn) as active:
+                    rows = await active.fetch(sql, *params.values)
+                    return await self._delete_locked(active, rows)
+
+            deleted = await self._retrying(attempt, owns_transaction=conn is None)
+            total += deleted
+            if deleted == 0:
+                return total
+
+    # ------------------------------------------------------------------ reads
+
+    async def get(
+        self,
+        id: uuid.UUID | str,
+        *,
+        tenant: str | None = None,
+        track_access: bool = False,
+        conn: asyncpg.Connection | None = None,
+    ) -> Memory:
+        """The memory with this id (NotFoundError if missing or expired).
+
+        With ``track_access`` the read also counts the access
+        (``access_count``, ``last_accessed_at``).
+        """
+        found = await self._by_ids([parse_id("id", id)], tenant, track_access, conn)
+        if not found:
+            raise NotFoundError(f"memory {id} not found")
+        if len(found) > 1:
+            raise ConflictError(f"memory id {id} exists in several tenants; pass tenant=")
+        return found[0]
+
+    async def get_many(
+        self,
+        ids: Iterable[uuid.UUID | str],
+        *,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[Memory]:
+        """The memories that exist among ``ids``, in the order asked for."""
+        wanted = [parse_id(f"ids[{i}]", value) for i, value in enumerate(ids)]
+        found = {m.id: m for m in await self._by_ids(wanted, tenant, False, conn)}
+        return [found[i] for i in dict.fromkeys(wanted) if i in found]
+
+    async def _by_ids(
+        self,
+        ids: builtins.list[uuid.UUID],
+        tenant: str | None,
+        track_access: bool,
+        conn: asyncpg.Connection | None,
+    ) -> builtins.list[Memory]:
+        if tenant is not None:
+            tenant = Scope(tenant).tenant
+        make = q.touch_by_ids if track_access else q.select_by_ids
+        sql = make(self._schema, tenant is not None)
+        args: builtins.list[object] = [ids] if tenant is None else [ids, tenant]
+        async with self._connection(conn) as active:
+            rows = await active.fetch(sql, *args)
+        return [Memory.from_row(row) for row in rows]
+
+    async def list(
+        self,
+        scope: Scope,
+        *,
+        limit: int = 100,
+        after: uuid.UUID | str | None = None,
+        include: Include = "exact",
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[Memory]:
+        """One page of live memories in creation order.
+
+        Pass the last id of a page as ``after`` to get the next one (keyset
+        pagination: stable and fast however deep you page).
+        """
+        scope = _check_scope(scope)
+        include = validate_include(include)
+        limit = validate_limit(limit, "limit", MAX_PAGE)
+        params = Params()
+        scope_sql = scope_condition(scope, include, params)
+        after_param = None if after is None else params.add(parse_id("after", after))
+        sql = q.list_page(self._schema, scope_sql, after_param, params.add(limit))
+        async with self._connection(conn) as active:
+            rows = await active.fetch(sql, *params.values)
+        return [Memory.from_row(row) for row in rows]
+
+    async def count(
+        self, scope: Scope, *, include: Include = "exact", conn: asyncpg.Connection | None = None
+    ) -> int:
+        """Number of live memories in a scope."""
+        scope = _check_scope(scope)
+        params = Params()
+        sql = q.count(self._schema, scope_condition(scope, validate_include(include), params))
+        async with self._connection(conn) as active:
+            result: int = await active.fetchval(sql, *params.values)
+        return result
+
+    async def history(
+        self,
+        id: uuid.UUID | str,
+        *,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[MemoryEvent]:
+        """The memory's events (created, updated, deleted), oldest first."""
+        memory_id = parse_id("id", id)
+        args: builtins.list[object] = [memory_id] if tenant is None else [memory_id, tenant]
+        async with self._connection(conn) as active:
+            rows = await active.fetch(q.history(self._schema, tenant is not None), *args)
+        return [MemoryEvent.from_row(row) for row in rows]
+
+    async def search(
+        self,
+        scope: Scope,
+        query: str | Sequence[float] | np.ndarray[Any, Any],
+        *,
+        k: int = 10,
+        include: Include = "exact",
+        where: Mapping[str, Any] | None = None,
+        min_importance: float | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        rank: Rank = "similarity",
+        mode: SearchMode = "auto",
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[SearchHit]:
+        """The ``k`` memories nearest to ``query`` within the scope.
+
+        Small scopes are scanned exactly; large ones use the HNSW index with
+        pgvector's iterative scans, falling back to an exact scan when filters
+        leave the index short, so a filtered search returns k hits whenever k
+        matching rows exist. Expired memories are never returned.
+
+        Args:
+            scope: Where to search.
+            query: An embedding, or text when the service has an embedder.
+            k: How many hits (1-1000).
+            include: ``exact`` scope only, ``ancestors`` (the scope and those
+                above it on its path), or ``descendants`` (the scope and all below).
+            where: Metadata filter (see :mod:`memsvc.repositories.filters`).
+            min_importance: Only memories at least this important.
+            created_after: Only memories created after this moment.
+            created_before: Only memories created before this moment.
+            rank: ``similarity``, or ``recall``: 0.7 x similarity + 0.2 x
+                importance + 0.1 x 0.5 ** (age / 30 days), over the 4k most similar.
+            mode: ``auto``; ``exact`` or ``index`` force a strategy (benchmarks, tests).
+            conn: A connection of your own to run on.
+
+        Returns:
+            Hits, best first; ``score`` is what they are ranked by and
+            ``similarity`` the vector similarity (1 - cosine distance for cosine).
+        """
+        scope = _check_scope(scope)
+        include = validate_include(include)
+        k = validate_limit(k, "k", MAX_K)
+        if rank not in ("similarity", "recall"):
+            raise ValidationError("rank", "must be similarity or recall")
+        if mode not in ("auto", "exact", "index"):
+            raise ValidationError("mode", "must be auto, exact or index")
+        if isinstance(query, str):
+            check_text("query", query)
+            vector = (await self._embed([query], "query"))[0]
+        else:
+            vector = self._vector(query, "query")
+        fetch = k if rank == "similarity" else min(MAX_K, max(4 * k, 40))
+
+        params = Params()
+        query_param = params.add(vector)
+        scope_sql = scope_condition(scope, include, params)
+        filters = [compile_where(where, params)]
+        if min_importance is not None:
+            weight = validate_importance(min_importance, "min_importance")
+            filters.append(f"importance >= {params.add(weight)}")
+        for name, moment, op in (
+            ("created_after", created_after, ">"),
+            ("created_before", created_before, "<"),
+        ):
+            if moment is not None:
+                if not isinstance(moment, datetime) or moment.tzinfo is None:
+                    raise ValidationError(name, "must be a timezone-aware datetime")
+                filters.append(f"created_at {op} {params.add(moment)}")
+        k_param = params.add(fetch)
+        options = {
+            "distance": self._settings.distance,
+            "scope_sql": scope_sql,
+            "filter_sql": " AND ".join(filters),
+            "query_param": query_param,
+            "k_param": k_param,
+        }
+        exact_values = builtins.list(params.values)
+        threshold_param = None
+        if mode == "auto":
+            # Bound last, so the exact fallback can reuse every other value.
+            threshold_param = params.add(self._settings.exact_search_threshold)
+        sql = q.search(self._schema, mode=mode, threshold_param=threshold_param, **options)
+        async with self._connection(conn) as active:
+            rows = await self._run_search(active, sql, params.values)
+            if len(rows) < fetch and mode == "auto" and not self._came_from_exact(rows):
+                # The index ran out (max_scan_tuples) before filters let k rows
+                # through, or the scope is empty: scan exactly to be sure.
+                exact_sql = q.search(self._schema, mode="exact", threshold_param=None, **options)
+                rows = await self._run_search(active, exact_sql, exact_values)
+        hits = [
+            SearchHit(Memory.from_row(row), float(row["similarity"]), float(row["similarity"]))
+            for row in rows
+        ]
+        if rank == "recall":
+            hits = self._rank_for_recall(hits)[:k]
+        return hits
+
+    @staticmethod
+    def _came_from_exact(rows: Sequence[Any]) -> bool:
+        # A short page from the exact branch is the whole answer; a short (or
+        # empty) page from the index may not be.
+        return bool(rows) and bool(rows[0]["via_exact"])
+
+    async def _run_search(
+        self, conn: asyncpg.Connection, sql: str, values: builtins.list[object]
+    ) -> builtins.list[Any]:
+        if not self._settings.pgbouncer:
+            rows: builtins.list[Any] = await conn.fetch(sql, *values)
+            return rows
+        # Behind pgbouncer the connection's startup settings are not ours:
+        # set the search parameters for this transaction only.
+        async with conn.transaction():
+            await conn.execute(
+                f"SET LOCAL hnsw.ef_search = {int(self._settings.hnsw_ef_search)};"
+                " SET LOCAL hnsw.iterative_scan = relaxed_order;"
+                f" SET LOCAL hnsw.max_scan_tuples = {int(self._settings.hnsw_max_scan_tuples)}"
+            )
+            rows = await conn.fetch(sql, *values)
+        return rows
+
+    @staticmethod
+    def _rank_for_recall(hits: builtins.list[SearchHit]) -> builtins.list[SearchHit]:
+        now = time.time()
+        ranked = []
+        for hit in hits:
+            age = max(0.0, now - hit.memory.created_at.timestamp())
+            recency = 0.5 ** (age / RECENCY_HALF_LIFE_S)
+            score = (
+                SIMILARITY_WEIGHT * hit.similarity
+                + IMPORTANCE_WEIGHT * hit.memory.importance
+                + RECENCY_WEIGHT * recency
+            )
+            ranked.append(SearchHit(hit.memory, score, hit.similarity))
+        ranked.sort(key=lambda hit: hit.score, reverse=True)
+        return ranked

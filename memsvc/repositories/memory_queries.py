@@ -1,0 +1,339 @@
+"""SQL of :class:`memsvc.repositories.memories.MemoryRepository`.
+
+Each function returns the text of one statement for a given schema name (a
+validated identifier). Values are always ``$n`` parameters. Every write and its
+history event happen in one statement (data-modifying CTEs), so a change and
+its event commit together in one round trip.
+"""
+
+from __future__ import annotations
+
+MEMORY_COLUMNS = (
+    "tenant_id, project_id, agent_id, session_id, id, key, content, content_hash, metadata, "
+    "embedding, importance, version, created_at, updated_at, expires_at, access_count, "
+    "last_accessed_at"
+)
+
+NOT_EXPIRED = "(expires_at IS NULL OR expires_at > now())"
+
+# What a history event records of the row before a change (not the embedding,
+# which is large and derived from the content).
+PRIOR = (
+    "jsonb_build_object('content', old.content, 'metadata', old.metadata, "
+    "'importance', old.importance, 'key', old.key, 'expires_at', old.expires_at, "
+    "'version', old.version, 'scope', jsonb_build_array(old.tenant_id, old.project_id, "
+    "old.agent_id, old.session_id))"
+)
+
+DISTANCE_OPERATORS = {"cosine": "<=>", "l2": "<->", "ip": "<#>"}
+
+# Similarity reported to users: higher is better, whatever the distance.
+SIMILARITY = {
+    "cosine": "1 - ({d})",
+    "l2": "1 / (1 + ({d}))",
+    "ip": "-({d})",
+}
+
+
+def insert_memory(schema: str) -> str:
+    """Insert one memory (no-op on a duplicate id or content) and its 'created' event."""
+    return f"""
+WITH ins AS (
+    INSERT INTO {schema}.memories
+        (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
+         metadata, embedding, importance, expires_at)
+    VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8::jsonb, $9, $10,
+            now() + $11::float8 * interval '1 second')
+    ON CONFLICT DO NOTHING
+    RETURNING {MEMORY_COLUMNS}
+), ev AS (
+    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version)
+    SELECT tenant_id, id, 'created', version FROM ins
+)
+SELECT * FROM ins"""
+
+
+def find_duplicate(schema: str, scope_sql: str) -> str:
+    """The row an insert collided with: same id, or same content in the same scope."""
+    return f"""
+SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+WHERE tenant_id = $1 AND id = $2
+UNION ALL
+SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+WHERE {scope_sql} AND key IS NULL AND content_hash = $3 AND id <> $2"""
+
+
+def insert_many(schema: str, vector_type: str) -> str:
+    """Insert a batch from parallel arrays; duplicates are skipped, events written."""
+    return f"""
+WITH batch AS (
+    SELECT * FROM unnest($5::uuid[], $6::text[], $7::text[], $8::jsonb[], $9::{vector_type}[],
+                         $10::real[], $11::float8[])
+        AS b(id, content, content_hash, metadata, embedding, importance, ttl)
+), ins AS (
+    INSERT INTO {schema}.memories
+        (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
+         metadata, embedding, importance, expires_at)
+    SELECT $1, $2, $3, $4, id, NULL, content, content_hash, metadata, embedding, importance,
+           now() + ttl * interval '1 second'
+    FROM batch
+    ON CONFLICT DO NOTHING
+    RETURNING {MEMORY_COLUMNS}
+), ev AS (
+    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version)
+    SELECT tenant_id, id, 'created', version FROM ins
+)
+SELECT * FROM ins"""
+
+
+def find_batch_duplicates(schema: str, scope_sql: str) -> str:
+    """Rows a batch collided with, by id or by content hash in the scope."""
+    return f"""
+SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+WHERE tenant_id = $1 AND id = ANY($2::uuid[])
+UNION
+SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+WHERE {scope_sql} AND key IS NULL AND content_hash = ANY($3::text[])"""
+
+
+def upsert_by_key(schema: str, scope_sql: str) -> str:
+    """Insert or replace the memory with a key in a scope, with its event.
+
+    ``old`` locks the current row (if any) so the event records what it held;
+    the unique index on the key makes racing writers update, never duplicate.
+    """
+    return f"""
+WITH old AS (
+    SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+    WHERE {scope_sql} AND key = $5
+    FOR UPDATE
+), up AS (
+    INSERT INTO {schema}.memories AS m
+        (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
+         metadata, embedding, importance, expires_at)
+    -- Reading "old" here makes it run (and lock) before the upsert; read
+    -- only by the event insert, it would run after the row was changed by
+    -- this very statement, and FOR UPDATE would skip it.
+    SELECT $1, $2, $3, $4, $6, $5, $7, $8, $9::jsonb, $10, $11,
+           now() + $12::float8 * interval '1 second'
+    WHERE (SELECT count(*) FROM old) >= 0
+    ON CONFLICT (tenant_id, project_id, agent_id, session_id, key) WHERE key IS NOT NULL
+    DO UPDATE SET content = EXCLUDED.content,
+                  content_hash = EXCLUDED.content_hash,
+                  metadata = EXCLUDED.metadata,
+                  embedding = EXCLUDED.embedding,
+                  importance = EXCLUDED.importance,
+                  expires_at = EXCLUDED.expires_at,
+                  version = m.version + 1,
+                  updated_at = now()
+    RETURNING {MEMORY_COLUMNS}, (xmax = 0) AS inserted
+), ev AS (
+    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version, prior)
+    SELECT up.tenant_id, up.id, CASE WHEN up.inserted THEN 'created' ELSE 'updated' END,
+           up.version, (SELECT {PRIOR} FROM old)
+    FROM up
+)
+SELECT * FROM up"""
+
+
+def select_by_key(schema: str, scope_sql: str) -> str:
+    """The live memory stored under a key in a scope."""
+    return f"""
+SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+WHERE {scope_sql} AND key = $1 AND {NOT_EXPIRED}"""
+
+
+def select_by_ids(schema: str, tenant_filter: bool) -> str:
+    """Live memories by id (optionally within one tenant)."""
+    tenant = "AND tenant_id = $2" if tenant_filter else ""
+    return f"""
+SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+WHERE id = ANY($1::uuid[]) {tenant} AND {NOT_EXPIRED}"""
+
+
+def touch_by_ids(schema: str, tenant_filter: bool) -> str:
+    """Like :func:`select_by_ids`, and count the access."""
+    tenant = "AND tenant_id = $2" if tenant_filter else ""
+    return f"""
+UPDATE {schema}.memories
+SET access_count = access_count + 1, last_accessed_at = now()
+WHERE id = ANY($1::uuid[]) {tenant} AND {NOT_EXPIRED}
+RETURNING {MEMORY_COLUMNS}"""
+
+
+def update_memory(schema: str) -> str:
+    """Change the given fields under a row lock, checking the expected version.
+
+    Parameters: $1 id, $2 tenant or NULL, $3 expected version or NULL, then
+    one flag and one value per field ($4/$5 content+hash as $5/$6, ...). The
+    statement returns the prior version so the caller can tell a stale version
+    (row found, not updated) from a missing row (nothing found).
+    """
+    return f"""
+WITH old AS (
+    SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+    WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2::text) AND {NOT_EXPIRED}
+    FOR UPDATE
+), upd AS (
+    UPDATE {schema}.memories AS m
+    SET content = CASE WHEN $4::bool THEN $5 ELSE m.content END,
+        content_hash = CASE WHEN $4::bool THEN $6 ELSE m.content_hash END,
+        metadata = CASE WHEN $7::bool THEN $8::jsonb ELSE m.metadata END,
+        importance = CASE WHEN $9::bool THEN $10::real ELSE m.importance END,
+        embedding = CASE WHEN $11::bool THEN $12 ELSE m.embedding END,
+        version = m.version + 1,
+        updated_at = now()
+    FROM old
+    WHERE m.tenant_id = old.tenant_id AND m.id = old.id
+      AND ($3::int IS NULL OR old.version = $3::int)
+    RETURNING {", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))}
+), ev AS (
+    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version, prior)
+    SELECT upd.tenant_id, upd.id, 'updated', upd.version, {PRIOR}
+    FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
+)
+SELECT upd.*, (SELECT version FROM old) AS prior_version,
+       (SELECT count(*) FROM old) AS found
+FROM (SELECT 1) one LEFT JOIN upd ON true"""
+
+
+def patch_metadata(schema: str, tenant_filter: bool) -> str:
+    """Merge a JSON object into metadata in place (``||``), bounded in size."""
+    tenant = "AND tenant_id = $3" if tenant_filter else ""
+    return f"""
+WITH old AS (
+    SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+    WHERE id = $1 {tenant} AND {NOT_EXPIRED}
+    FOR UPDATE
+), upd AS (
+    UPDATE {schema}.memories AS m
+    SET metadata = m.metadata || $2::jsonb, version = m.version + 1, updated_at = now()
+    FROM old
+    WHERE m.tenant_id = old.tenant_id AND m.id = old.id
+      AND octet_length((m.metadata || $2::jsonb)::text) <= $4
+    RETURNING {", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))}
+), ev AS (
+    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version, prior)
+    SELECT upd.tenant_id, upd.id, 'updated', upd.version, {PRIOR}
+    FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
+)
+SELECT upd.*, (SELECT count(*) FROM old) AS found
+FROM (SELECT 1) one LEFT JOIN upd ON true"""
+
+
+def lock_for_delete(schema: str, tenant_filter: bool) -> str:
+    """Lock memories about to be deleted (in id order, so deleters never deadlock)."""
+    tenant = "AND tenant_id = $2" if tenant_filter else ""
+    return f"""
+SELECT tenant_id, id FROM {schema}.memories
+WHERE id = ANY($1::uuid[]) {tenant}
+ORDER BY tenant_id, id
+FOR UPDATE"""
+
+
+def lock_scope_batch(schema: str, scope_sql: str, limit_param: str) -> str:
+    """Lock the next batch of a scope's memories for deletion."""
+    return f"""
+SELECT tenant_id, id FROM {schema}.memories
+WHERE {scope_sql}
+ORDER BY tenant_id, id
+LIMIT {limit_param}
+FOR UPDATE"""
+
+
+def delete_locked(schema: str) -> str:
+    """Delete locked memories (given as tenant/id arrays) and record their events."""
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.memories AS old
+    USING unnest($1::text[], $2::uuid[]) AS d(tenant_id, id)
+    WHERE old.tenant_id = d.tenant_id AND old.id = d.id
+    RETURNING old.*
+), ev AS (
+    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version, prior)
+    SELECT old.tenant_id, old.id, 'deleted', old.version, {PRIOR} FROM gone AS old
+)
+SELECT count(*) FROM gone"""
+
+
+def list_page(schema: str, scope_sql: str, after_param: str | None, limit_param: str) -> str:
+    """One page of a scope's live memories in id (creation) order."""
+    after = f"AND id > {after_param}" if after_param else ""
+    return f"""
+SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+WHERE {scope_sql} {after} AND {NOT_EXPIRED}
+ORDER BY id
+LIMIT {limit_param}"""
+
+
+def count(schema: str, scope_sql: str) -> str:
+    """Number of live memories in a scope."""
+    return f"SELECT count(*) FROM {schema}.memories WHERE {scope_sql} AND {NOT_EXPIRED}"
+
+
+def history(schema: str, tenant_filter: bool) -> str:
+    """A memory's events, oldest first."""
+    tenant = "AND tenant_id = $2" if tenant_filter else ""
+    return f"""
+SELECT event_id, memory_id, kind, version, prior, at FROM {schema}.memory_events
+WHERE memory_id = $1 {tenant}
+ORDER BY event_id"""
+
+
+def search(
+    schema: str,
+    *,
+    distance: str,
+    scope_sql: str,
+    filter_sql: str,
+    query_param: str,
+    k_param: str,
+    threshold_param: str | None,
+    mode: str,
+) -> str:
+    """Nearest neighbours of a query within a scope, in one statement.
+
+    ``mode`` is ``auto`` (exact scan when the scope holds fewer rows than the
+    threshold, else the HNSW index with iterative scans), ``exact`` (always
+    scan the scope) or ``index`` (always the HNSW index). In ``auto`` both
+    branches are planned but only one runs: each is gated by a one-time filter
+    on the size of the scope, counted through the scope index up to the
+    threshold.
+    """
+    op = DISTANCE_OPERATORS[distance]
+    where = f"{scope_sql} AND {filter_sql} AND embedding IS NOT NULL AND {NOT_EXPIRED}"
+    # "+ 0" hides the ordering from the planner so the exact branch can never
+    # be served by the (approximate) HNSW index.
+    exact = f"""
+    SELECT {MEMORY_COLUMNS}, (embedding {op} {query_param}) + 0 AS distance, true AS via_exact
+    FROM {schema}.memories
+    WHERE {{gate}} {where}
+    ORDER BY (embedding {op} {query_param}) + 0
+    LIMIT {k_param}"""
+    indexed = f"""
+    SELECT {MEMORY_COLUMNS}, embedding {op} {query_param} AS distance, false AS via_exact
+    FROM {schema}.memories
+    WHERE {{gate}} {where}
+    ORDER BY embedding {op} {query_param}
+    LIMIT {k_param}"""
+    prefix = ""
+    if mode == "exact":
+        body = exact.format(gate="")
+    elif mode == "index":
+        body = indexed.format(gate="")
+    else:
+        prefix = (
+            f"WITH scope_size AS MATERIALIZED (SELECT count(*) < {threshold_param} AS small "
+            f"FROM (SELECT 1 FROM {schema}.memories WHERE {scope_sql} "
+            f"LIMIT {threshold_param}) AS s)"
+        )
+        small = "(SELECT small FROM scope_size)"
+        body = (
+            f"({exact.format(gate=small + ' AND')})\nUNION ALL\n"
+            f"({indexed.format(gate='NOT ' + small + ' AND')})"
+        )
+    # Iterative index scans return rows in relaxed order: sort the k found.
+    similarity = SIMILARITY[distance].format(d="distance")
+    return f"""{prefix}
+SELECT *, {similarity} AS similarity FROM ({body}) AS hits
+ORDER BY distance"""

@@ -1,0 +1,181 @@
+"""The facade apps use: :class:`MemoryService`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Generator
+from types import TracebackType
+from typing import Any
+
+import asyncpg
+
+from memsvc.db import migrate
+from memsvc.db.embedded import EmbeddedPostgres
+from memsvc.db.errors import translate_errors
+from memsvc.db.pool import connect, create_pool, find_vector_schema
+from memsvc.embedding import Embedder
+from memsvc.errors import SchemaError
+from memsvc.repositories.assemblies import AssemblyRepository
+from memsvc.repositories.checkpoints import CheckpointRepository
+from memsvc.repositories.memories import MemoryRepository
+from memsvc.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class MemoryService:
+    """Long-term memories, assemblies, checkpoints and working memory, on PostgreSQL.
+
+    Open it once per process and share it::
+
+        async with MemoryService.open(Settings()) as svc:
+            await svc.memories.add(scope, "the user prefers metric units")
+
+    or ``svc = await MemoryService.open()`` ... ``await svc.close()``.
+    """
+
+    memories: MemoryRepository
+    assemblies: AssemblyRepository
+    checkpoints: CheckpointRepository
+
+    def __init__(
+        self,
+        settings: Settings,
+        pool: asyncpg.Pool,
+        *,
+        dsn: str,
+        embedder: Embedder | None = None,
+        embedded: EmbeddedPostgres | None = None,
+    ) -> None:
+        self.settings = settings
+        self.dsn = dsn
+        self.embedder = embedder
+        self._pool = pool
+        self._embedded = embedded
+        self._closed = False
+        self.assemblies = AssemblyRepository(pool, settings)
+        self.checkpoints = CheckpointRepository(pool, settings)
+        self.memories = MemoryRepository(
+            pool, settings, embedder=embedder, before_delete=self.assemblies.detach_memories
+        )
+
+    @classmethod
+    def open(
+        cls, settings: Settings | None = None, *, embedder: Embedder | None = None
+    ) -> _Opening:
+        """Connect (starting the embedded PostgreSQL if no URL is set) and check the schema.
+
+        Use as ``async with MemoryService.open(...) as svc`` or
+        ``svc = await MemoryService.open(...)``. Raises SchemaError when the
+        database is not migrated (unless ``auto_migrate``) or was created with
+        another embedding dimension, vector type or distance.
+        """
+        return _Opening(settings or Settings(), embedder)
+
+    @classmethod
+    async def _open(cls, settings: Settings, embedder: Embedder | None) -> MemoryService:
+        embedded: EmbeddedPostgres | None = None
+        if settings.database_url is None:
+            embedded = EmbeddedPostgres(settings.data_dir)
+            dsn = await asyncio.to_thread(embedded.start)
+        else:
+            dsn = settings.database_url
+        try:
+            await prepare_database(settings, dsn)
+            conn = await connect(dsn, settings)
+            try:
+                with translate_errors():
+                    vector_schema = await find_vector_schema(conn)
+            finally:
+                await conn.close()
+            pool = await create_pool(dsn, settings, vector_schema)
+        except BaseException:
+            if embedded is not None:
+                await asyncio.to_thread(embedded.close)
+            raise
+        return cls(settings, pool, dsn=dsn, embedder=embedder, embedded=embedded)
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The asyncpg pool, for apps that run their own statements alongside memsvc's."""
+        return self._pool
+
+    async def close(self) -> None:
+        """Close the pool; stop the embedded server if this process started it."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._pool.close()
+        if self._embedded is not None:
+            await asyncio.to_thread(self._embedded.close)
+
+    async def __aenter__(self) -> MemoryService:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class _Opening:
+    """What ``MemoryService.open()`` returns: awaitable, or an async context manager."""
+
+    def __init__(self, settings: Settings, embedder: Embedder | None) -> None:
+        self._settings = settings
+        self._embedder = embedder
+        self._service: MemoryService | None = None
+
+    def __await__(self) -> Generator[Any, None, MemoryService]:
+        return MemoryService._open(self._settings, self._embedder).__await__()
+
+    async def __aenter__(self) -> MemoryService:
+        self._service = await MemoryService._open(self._settings, self._embedder)
+        return self._service
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._service is not None:
+            await self._service.close()
+
+
+async def prepare_database(settings: Settings, dsn: str) -> None:
+    """Check the database is at the migrations' head (migrating if allowed) and
+    was created with the same vector settings."""
+    head = migrate.head_revision()
+    conn = await connect(dsn, settings)
+    try:
+        with translate_errors():
+            current = await migrate.current_revision(conn, settings.db_schema)
+    finally:
+        await conn.close()
+    if current != head:
+        if not settings.should_auto_migrate:
+            raise SchemaError(
+                f"database schema {settings.db_schema!r} is at revision {current or 'none'}, "
+                f"this memsvc needs {head}: run `memsvc migrate` (or `alembic upgrade head`), "
+                "or set MEMSVC_AUTO_MIGRATE=true"
+            )
+        log.info("migrating schema %s from %s to %s", settings.db_schema, current, head)
+        await migrate.upgrade_async(settings, dsn)
+    conn = await connect(dsn, settings)
+    try:
+        with translate_errors():
+            rows = await conn.fetch(f"SELECT key, value FROM {settings.db_schema}.schema_info")
+    finally:
+        await conn.close()
+    mismatches = migrate.recorded_settings_mismatch({r["key"]: r["value"] for r in rows}, settings)
+    if mismatches:
+        raise SchemaError(
+            "the database was created with other vector settings: "
+            + "; ".join(mismatches)
+            + ". Use the same settings, or a new db_schema / database."
+        )
