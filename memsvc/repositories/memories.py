@@ -7,6 +7,7 @@ import hashlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -76,6 +77,15 @@ def _check_key(key: object) -> str:
     if len(key) > KEY_MAX_LENGTH:
         raise ValidationError("key", f"must be at most {KEY_MAX_LENGTH} characters")
     return key
+
+
+@dataclass(frozen=True, slots=True)
+class _SearchStatement:
+    sql: str
+    values: builtins.list[object]
+    fetch: int
+    exact_sql: str | None  # the fallback, in auto mode
+    exact_values: builtins.list[object]
 
 
 class MemoryRepository(Repository):
@@ -637,6 +647,63 @@ class MemoryRepository(Repository):
             Hits, best first; ``score`` is what they are ranked by and
             ``similarity`` the vector similarity (1 - cosine distance for cosine).
         """
+        statement = await self._search_statement(
+            scope, query, k, include, where, min_importance, created_after, created_before,
+            rank, mode,
+        )
+        async with self._connection(conn) as active:
+            rows = await self._run_search(active, statement.sql, statement.values)
+            if (
+                len(rows) < statement.fetch
+                and statement.exact_sql is not None
+                and not self._came_from_exact(rows)
+            ):
+                # The index ran out (max_scan_tuples) before filters let k rows
+                # through, or the scope is empty: scan exactly to be sure.
+                rows = await self._run_search(active, statement.exact_sql, statement.exact_values)
+        hits = [
+            SearchHit(Memory.from_row(row), float(row["similarity"]), float(row["similarity"]))
+            for row in rows
+        ]
+        if rank == "recall":
+            hits = self._rank_for_recall(hits)[:k]
+        return hits
+
+    async def explain_search(
+        self,
+        scope: Scope,
+        query: str | Sequence[float] | np.ndarray[Any, Any],
+        *,
+        k: int = 10,
+        include: Include = "exact",
+        where: Mapping[str, Any] | None = None,
+        mode: SearchMode = "auto",
+        conn: asyncpg.Connection | None = None,
+    ) -> str:
+        """``EXPLAIN ANALYZE`` of the search statement: which index ran, and how long."""
+        statement = await self._search_statement(
+            scope, query, k, include, where, None, None, None, "similarity", mode
+        )
+        async with self._connection(conn) as active, active.transaction():
+            if not self._settings.pgbouncer:
+                rows = await active.fetch("EXPLAIN ANALYZE " + statement.sql, *statement.values)
+            else:
+                rows = []
+        return "\n".join(row[0] for row in rows)
+
+    async def _search_statement(
+        self,
+        scope: Scope,
+        query: str | Sequence[float] | np.ndarray[Any, Any],
+        k: int,
+        include: Include,
+        where: Mapping[str, Any] | None,
+        min_importance: float | None,
+        created_after: datetime | None,
+        created_before: datetime | None,
+        rank: Rank,
+        mode: SearchMode,
+    ) -> _SearchStatement:
         scope = _check_scope(scope)
         include = validate_include(include)
         k = validate_limit(k, "k", MAX_K)
@@ -666,34 +733,22 @@ class MemoryRepository(Repository):
                 if not isinstance(moment, datetime) or moment.tzinfo is None:
                     raise ValidationError(name, "must be a timezone-aware datetime")
                 filters.append(f"created_at {op} {params.add(moment)}")
-        k_param = params.add(fetch)
         options = {
             "distance": self._settings.distance,
             "scope_sql": scope_sql,
             "filter_sql": " AND ".join(filters),
             "query_param": query_param,
-            "k_param": k_param,
+            "k_param": params.add(fetch),
         }
         exact_values = builtins.list(params.values)
-        threshold_param = None
-        if mode == "auto":
-            # Bound last, so the exact fallback can reuse every other value.
-            threshold_param = params.add(self._settings.exact_search_threshold)
-        sql = q.search(self._schema, mode=mode, threshold_param=threshold_param, **options)
-        async with self._connection(conn) as active:
-            rows = await self._run_search(active, sql, params.values)
-            if len(rows) < fetch and mode == "auto" and not self._came_from_exact(rows):
-                # The index ran out (max_scan_tuples) before filters let k rows
-                # through, or the scope is empty: scan exactly to be sure.
-                exact_sql = q.search(self._schema, mode="exact", threshold_param=None, **options)
-                rows = await self._run_search(active, exact_sql, exact_values)
-        hits = [
-            SearchHit(Memory.from_row(row), float(row["similarity"]), float(row["similarity"]))
-            for row in rows
-        ]
-        if rank == "recall":
-            hits = self._rank_for_recall(hits)[:k]
-        return hits
+        if mode != "auto":
+            sql = q.search(self._schema, mode=mode, threshold_param=None, **options)
+            return _SearchStatement(sql, params.values, fetch, None, [])
+        # The threshold is bound last, so the exact fallback reuses the rest.
+        threshold_param = params.add(self._settings.exact_search_threshold)
+        sql = q.search(self._schema, mode="auto", threshold_param=threshold_param, **options)
+        exact_sql = q.search(self._schema, mode="exact", threshold_param=None, **options)
+        return _SearchStatement(sql, params.values, fetch, exact_sql, exact_values)
 
     @staticmethod
     def _came_from_exact(rows: Sequence[Any]) -> bool:

@@ -113,7 +113,7 @@ class TestPostgres:
             await conn.close()
 
 
-def test_settings(dsn: str, **overrides: Any) -> Settings:
+def settings_for_tests(dsn: str, **overrides: Any) -> Settings:
     """Settings for a test database: explicit URL, no auto-migration, small pools."""
     values: dict[str, Any] = {
         "database_url": dsn,
@@ -141,13 +141,13 @@ class MigratedTemplate:
             self.server.can_create_databases = False
             self.shared_dsn = self.server.dsn
             dsn = self.server.dsn
-        await asyncio.to_thread(migrate.upgrade, test_settings(dsn), dsn)
+        await asyncio.to_thread(migrate.upgrade, settings_for_tests(dsn), dsn)
 
     @contextlib.asynccontextmanager
     async def fresh_database(self) -> AsyncIterator[str]:
         """A clean migrated database for one test; yields its DSN."""
         if self.shared_dsn is not None:
-            await empty_tables(self.shared_dsn, test_settings(self.shared_dsn).db_schema)
+            await empty_tables(self.shared_dsn, settings_for_tests(self.shared_dsn).db_schema)
             yield self.shared_dsn
             return
         name = f"memsvc_t_{uuid.uuid4().hex[:12]}"
@@ -203,7 +203,7 @@ async def memsvc_database_url(memsvc_template: MigratedTemplate) -> AsyncIterato
 @pytest.fixture
 def memsvc_settings(memsvc_database_url: str) -> Settings:
     """Settings pointing at this test's database."""
-    return test_settings(memsvc_database_url)
+    return settings_for_tests(memsvc_database_url)
 
 
 @pytest.fixture

@@ -46,7 +46,9 @@ def upgrade() -> None:
         "distance); memsvc refuses to open with different ones.",
     )
     op.bulk_insert(
-        sa.table("schema_info", sa.column("key"), sa.column("value"), schema=schema),
+        sa.table(
+            "schema_info", sa.column("key", sa.Text()), sa.column("value", sa.Text()), schema=schema
+        ),
         [
             {"key": "embedding_dim", "value": str(settings.embedding_dim)},
             {"key": "vector_type", "value": settings.vector_type},

@@ -1,0 +1,148 @@
+"""Migrations: one head, round trip, schema equals the metadata, offline SQL, guards."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+
+import asyncpg
+import pytest
+from alembic import command
+from alembic.script import ScriptDirectory
+
+from memsvc import MemoryService, SchemaError
+from memsvc.db import migrate
+from memsvc.testing.postgres import TestPostgres, settings_for_tests
+
+
+@pytest.fixture
+async def empty_database(memsvc_postgres: TestPostgres) -> str:
+    name = f"memsvc_m_{uuid.uuid4().hex[:10]}"
+    dsn = await memsvc_postgres.create_database(name)
+    yield dsn  # type: ignore[misc]
+    await memsvc_postgres.drop_database(name)
+
+
+def test_migrations_have_a_single_head() -> None:
+    assert len(ScriptDirectory(migrate.script_location()).get_heads()) == 1
+
+
+async def test_upgrade_downgrade_upgrade_round_trip_matches_the_metadata(
+    empty_database: str,
+) -> None:
+    settings = settings_for_tests(empty_database)
+    revisions = [
+        rev.revision
+        for rev in reversed(list(ScriptDirectory(migrate.script_location()).walk_revisions()))
+    ]
+
+    def run() -> None:
+        for revision in revisions:  # one step at a time, down and up again
+            migrate.upgrade(settings, empty_database, revision)
+            migrate.downgrade(settings, empty_database, "-1")
+            migrate.upgrade(settings, empty_database, revision)
+        # alembic check raises if the migrated schema differs from the metadata
+        command.check(migrate.alembic_config(settings, empty_database))
+        migrate.downgrade(settings, empty_database, "base")
+        migrate.upgrade(settings, empty_database, "head")
+
+    await asyncio.to_thread(run)
+    conn = await asyncpg.connect(empty_database)
+    try:
+        tables = await conn.fetchval(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'memsvc'"
+        )
+        comments = await conn.fetchval(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'memsvc' AND c.relkind = 'r' AND obj_description(c.oid) IS NULL "
+            "AND c.relname <> 'alembic_version'"
+        )
+    finally:
+        await conn.close()
+    assert tables == 7  # 6 memsvc tables + alembic_version, all inside the schema
+    assert comments == 0
+
+
+def test_offline_sql_renders() -> None:
+    sql = migrate.render_sql(settings_for_tests("postgresql://nowhere/x"))
+    assert "CREATE EXTENSION IF NOT EXISTS vector" in sql
+    assert "CREATE TABLE memsvc.memories" in sql
+    assert "USING hnsw" in sql and "vector(384)" in sql.lower()
+
+
+async def test_concurrent_upgrades_run_one_at_a_time(empty_database: str) -> None:
+    """Three deploy pipelines (processes) upgrading at once: the advisory lock queues them."""
+    env = {**os.environ, "MEMSVC_DATABASE_URL": empty_database}
+    code = "from memsvc import Settings; from memsvc.db import migrate; migrate.upgrade(Settings())"
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    for process in processes:
+        _, stderr = await process.communicate()
+        assert process.returncode == 0, stderr.decode()
+    conn = await asyncpg.connect(empty_database)
+    try:
+        assert await migrate.current_revision(conn, "memsvc") == migrate.head_revision()
+    finally:
+        await conn.close()
+
+
+async def test_open_refuses_an_unmigrated_database(empty_database: str) -> None:
+    with pytest.raises(SchemaError, match="memsvc migrate"):
+        await MemoryService.open(settings_for_tests(empty_database))
+
+
+async def test_auto_migrate_brings_the_schema_to_head(empty_database: str) -> None:
+    settings = settings_for_tests(empty_database, auto_migrate=True)
+    async with MemoryService.open(settings) as service:
+        assert await service.memories.count(service_scope()) == 0
+
+
+async def test_open_refuses_other_vector_settings(memsvc_database_url: str) -> None:
+    for other in ({"embedding_dim": 768}, {"vector_type": "halfvec"}, {"distance": "l2"}):
+        with pytest.raises(SchemaError, match="other vector settings"):
+            await MemoryService.open(settings_for_tests(memsvc_database_url, **other))
+
+
+def service_scope():  # type: ignore[no-untyped-def]
+    from memsvc import Scope
+
+    return Scope("t")
+
+
+SYSTEM_POSTGRES = os.environ.get(
+    "MEMSVC_TEST_NO_PGVECTOR_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+async def test_missing_pgvector_gives_a_clear_error() -> None:
+    """A server without pgvector (the machine's system PostgreSQL, if it has none)."""
+    try:
+        conn = await asyncpg.connect(SYSTEM_POSTGRES, timeout=3)
+    except (OSError, asyncpg.PostgresError) as exc:
+        pytest.skip(f"no PostgreSQL without pgvector reachable at {SYSTEM_POSTGRES}: {exc}")
+    try:
+        available = await conn.fetchval(
+            "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"
+        )
+        if available:
+            pytest.skip("that server has pgvector; the error path cannot be shown on it")
+        name = f"memsvc_nopgv_{uuid.uuid4().hex[:8]}"
+        await conn.execute(f"CREATE DATABASE {name}")
+    finally:
+        await conn.close()
+    dsn = SYSTEM_POSTGRES.rsplit("/", 1)[0] + "/" + name
+    try:
+        settings = settings_for_tests(dsn, auto_migrate=True)
+        with pytest.raises(SchemaError, match="pgvector"):
+            await MemoryService.open(settings)
+    finally:
+        conn = await asyncpg.connect(SYSTEM_POSTGRES)
+        await conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+        await conn.close()
