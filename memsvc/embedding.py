@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -30,7 +31,7 @@ class HashingEmbedder:
         """The embedding of one text (synchronously)."""
         vector = np.zeros(self.dim, dtype=np.float32)
         words = [w.lower() for w in _TOKEN.findall(text)]
-        features = words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
+        features = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
         for feature in features:
             digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
             bucket = int.from_bytes(digest[:4], "little") % self.dim

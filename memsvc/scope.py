@@ -72,7 +72,7 @@ class Scope:
         levels = self.levels
         for cut in range(self.depth, -1, -1):
             # Truncating at an unset level repeats a shallower truncation.
-            candidate = Scope(*levels[: cut + 1], *([None] * (3 - cut)))  # type: ignore[misc]
+            candidate = Scope(*levels[: cut + 1], *([None] * (3 - cut)))  # type: ignore[arg-type]
             if candidate not in found:
                 found.append(candidate)
         return found

@@ -19,7 +19,9 @@ from memsvc.errors import SchemaError
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
+from memsvc.scope import Scope
 from memsvc.settings import Settings
+from memsvc.working import WorkingMemory, WorkingStore, open_working_store
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +49,10 @@ class MemoryService:
         dsn: str,
         embedder: Embedder | None = None,
         embedded: EmbeddedPostgres | None = None,
+        working_store: WorkingStore,
     ) -> None:
         self.settings = settings
+        self.working_store = working_store
         self.dsn = dsn
         self.embedder = embedder
         self._pool = pool
@@ -94,7 +98,24 @@ class MemoryService:
             if embedded is not None:
                 await asyncio.to_thread(embedded.close)
             raise
-        return cls(settings, pool, dsn=dsn, embedder=embedder, embedded=embedded)
+        try:
+            working_store, _ = await open_working_store(settings)
+        except BaseException:
+            await pool.close()
+            if embedded is not None:
+                await asyncio.to_thread(embedded.close)
+            raise
+        return cls(
+            settings, pool, dsn=dsn, embedder=embedder, embedded=embedded,
+            working_store=working_store,
+        )
+
+    def working(self, scope: Scope) -> WorkingMemory:
+        """The working memory of a session (``scope`` must name a session).
+
+        Its checkpoints are stored durably in PostgreSQL (``svc.checkpoints``).
+        """
+        return WorkingMemory(scope, self.working_store, self.settings, self.checkpoints)
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -106,6 +127,7 @@ class MemoryService:
         if self._closed:
             return
         self._closed = True
+        await self.working_store.close()
         await self._pool.close()
         if self._embedded is not None:
             await asyncio.to_thread(self._embedded.close)

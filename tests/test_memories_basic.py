@@ -120,9 +120,7 @@ async def test_delete_scope_removes_everything_below_it(service: MemoryService) 
     assert await service.memories.get(keep.id)
 
 
-async def test_list_pages_by_keyset_in_creation_order(
-    service: MemoryService, scope: Scope
-) -> None:
+async def test_list_pages_by_keyset_in_creation_order(service: MemoryService, scope: Scope) -> None:
     added = [await service.memories.add(scope, f"memory {i}") for i in range(25)]
     seen = []
     after = None
@@ -202,7 +200,7 @@ async def test_large_unicode_and_deep_values_round_trip(
         content = ("ünïcödé ✓ 🧠 " * (size // 20))[:size]
         memory = await service.memories.add(scope, content, embedding=np.ones(384))
         assert (await service.memories.get(memory.id)).content == content
-    nested: dict[str, object] = {"leaf": "🌍 \"quoted\" \\ back\nslash"}
+    nested: dict[str, object] = {"leaf": '🌍 "quoted" \\ back\nslash'}
     for level in range(100):
         nested = {f"level{level}": nested}
     memory = await service.memories.add(scope, "deep", metadata=nested)

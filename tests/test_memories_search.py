@@ -49,12 +49,16 @@ async def test_scopes_see_their_own_path_only(service: MemoryService) -> None:
 
     query = "fact"
     assert owners(await service.memories.search(session, query, k=10)) == {session}
-    assert owners(
-        await service.memories.search(session, query, k=10, include="ancestors")
-    ) == {session, project, tenant}
-    assert owners(
-        await service.memories.search(project, query, k=10, include="descendants")
-    ) == {project, session, sibling}
+    assert owners(await service.memories.search(session, query, k=10, include="ancestors")) == {
+        session,
+        project,
+        tenant,
+    }
+    assert owners(await service.memories.search(project, query, k=10, include="descendants")) == {
+        project,
+        session,
+        sibling,
+    }
     assert owners(
         await service.memories.search(other_tenant, query, k=10, include="ancestors")
     ) == {other_tenant}
@@ -139,7 +143,8 @@ async def large_scope(memsvc_database_url: str) -> tuple[MemoryService, np.ndarr
     ]
     await load_without_index(service, Scope("t", "big"), items)
     await service.memories.add_many(
-        Scope("t", "small"), [{"content": f"s{i}", "embedding": v} for i, v in enumerate(vectors[8000:])]
+        Scope("t", "small"),
+        [{"content": f"s{i}", "embedding": v} for i, v in enumerate(vectors[8000:])],
     )
     yield service, vectors  # type: ignore[misc]
     await service.close()

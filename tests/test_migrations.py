@@ -51,9 +51,7 @@ async def test_upgrade_downgrade_upgrade_round_trip_matches_the_metadata(
     await asyncio.to_thread(run)
     conn = await asyncpg.connect(empty_database)
     try:
-        tables = await conn.fetchval(
-            "SELECT count(*) FROM pg_tables WHERE schemaname = 'memsvc'"
-        )
+        tables = await conn.fetchval("SELECT count(*) FROM pg_tables WHERE schemaname = 'memsvc'")
         comments = await conn.fetchval(
             "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = 'memsvc' AND c.relkind = 'r' AND obj_description(c.oid) IS NULL "
@@ -78,8 +76,12 @@ async def test_concurrent_upgrades_run_one_at_a_time(empty_database: str) -> Non
     code = "from memsvc import Settings; from memsvc.db import migrate; migrate.upgrade(Settings())"
     processes = [
         await asyncio.create_subprocess_exec(
-            sys.executable, "-c", code, env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-c",
+            code,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         for _ in range(3)
     ]

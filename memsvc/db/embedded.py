@@ -68,9 +68,7 @@ class EmbeddedPostgres:
         self.started_here = not already_running
         cleanup = None if (keep_running or already_running) else "stop"
         try:
-            self._server = _pgserver().get_server(
-                pgdata_path(self.data_dir), cleanup_mode=cleanup
-            )
+            self._server = _pgserver().get_server(pgdata_path(self.data_dir), cleanup_mode=cleanup)
         except Exception as exc:  # the wheel raises plain exceptions
             raise StorageError(f"could not start the embedded PostgreSQL: {exc}") from exc
         log.info("embedded PostgreSQL ready in %s", self.data_dir)

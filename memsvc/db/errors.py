@@ -36,7 +36,9 @@ def translate(exc: BaseException) -> MemsvcError:
         if state in RETRYABLE_SQLSTATES:
             return ConcurrencyError(f"concurrent transaction conflict, safe to retry ({detail})")
         if state in ("42P01", "3F000", "42703"):
-            return SchemaError(f"schema is missing or not migrated; run `memsvc migrate` ({detail})")
+            return SchemaError(
+                f"schema is missing or not migrated; run `memsvc migrate` ({detail})"
+            )
         if state == "57014":
             return StorageError(f"statement timed out or was cancelled ({detail})", sqlstate=state)
         return StorageError(f"database error: {detail}", sqlstate=state or None)

@@ -280,15 +280,22 @@ class MemoryRepository(Repository):
                 rows = await active.fetch(
                     self._insert_many_sql,
                     *_scope_params(scope),
-                    ids[chunk], texts[chunk], digests[chunk], metas[chunk], wire[chunk],
-                    weights[chunk], ttls[chunk],
+                    ids[chunk],
+                    texts[chunk],
+                    digests[chunk],
+                    metas[chunk],
+                    wire[chunk],
+                    weights[chunk],
+                    ttls[chunk],
                 )
                 for row in rows:
                     by_id[row["id"]] = Memory.from_row(row)
             absent = [i for i in range(len(ids)) if ids[i] not in by_id]
             by_digest: dict[str, Memory] = {}
             if absent:
-                params = Params(scope.tenant, [ids[i] for i in absent], [digests[i] for i in absent])
+                params = Params(
+                    scope.tenant, [ids[i] for i in absent], [digests[i] for i in absent]
+                )
                 sql = q.find_batch_duplicates(self._schema, scope_condition(scope, "exact", params))
                 for row in await active.fetch(sql, *params.values):
                     found = Memory.from_row(row)
@@ -309,8 +316,13 @@ class MemoryRepository(Repository):
     def _prepare_batch(
         self, items: Iterable[str | Mapping[str, Any]]
     ) -> tuple[
-        builtins.list[uuid.UUID], builtins.list[str], builtins.list[str], builtins.list[str],
-        builtins.list[Any], builtins.list[float], builtins.list[float | None],
+        builtins.list[uuid.UUID],
+        builtins.list[str],
+        builtins.list[str],
+        builtins.list[str],
+        builtins.list[Any],
+        builtins.list[float],
+        builtins.list[float | None],
     ]:
         ids: builtins.list[uuid.UUID] = []
         texts: builtins.list[str] = []
@@ -328,7 +340,9 @@ class MemoryRepository(Repository):
                 raise ValidationError(f"items[{i}]", f"unknown fields {sorted(unknown)}")
             try:
                 text, digest, meta, weight, ttl_s = self._prepare(
-                    spec["content"], spec.get("metadata"), spec.get("importance", 0.5),
+                    spec["content"],
+                    spec.get("metadata"),
+                    spec.get("importance", 0.5),
                     spec.get("ttl"),
                 )
                 raw_id = spec.get("id")
@@ -386,11 +400,19 @@ class MemoryRepository(Repository):
         sql = q.update_memory(self._schema)
         async with self._connection(conn) as active:
             row = await active.fetchrow(
-                sql, memory_id, tenant, expected_version,
-                text is not None, text, digest,
-                meta is not None, meta,
-                weight is not None, weight,
-                vector is not None, vector,
+                sql,
+                memory_id,
+                tenant,
+                expected_version,
+                text is not None,
+                text,
+                digest,
+                meta is not None,
+                meta,
+                weight is not None,
+                weight,
+                vector is not None,
+                vector,
             )
         assert row is not None
         if row["found"] == 0:
@@ -648,8 +670,16 @@ class MemoryRepository(Repository):
             ``similarity`` the vector similarity (1 - cosine distance for cosine).
         """
         statement = await self._search_statement(
-            scope, query, k, include, where, min_importance, created_after, created_before,
-            rank, mode,
+            scope,
+            query,
+            k,
+            include,
+            where,
+            min_importance,
+            created_after,
+            created_before,
+            rank,
+            mode,
         )
         async with self._connection(conn) as active:
             rows = await self._run_search(active, statement.sql, statement.values)

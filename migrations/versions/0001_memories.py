@@ -38,7 +38,9 @@ def upgrade() -> None:
     schema = settings.db_schema
     op.create_table(
         "schema_info",
-        sa.Column("key", sa.Text(), nullable=False, comment="Setting fixed at the first migration."),
+        sa.Column(
+            "key", sa.Text(), nullable=False, comment="Setting fixed at the first migration."
+        ),
         sa.Column("value", sa.Text(), nullable=False, comment="Its value."),
         sa.PrimaryKeyConstraint("key", name=op.f("pk_schema_info")),
         schema=schema,
@@ -59,75 +61,161 @@ def upgrade() -> None:
         "memories",
         *_scope_columns(),
         sa.Column("id", sa.UUID(), nullable=False, comment="Memory id (client-generatable)."),
-        sa.Column("key", sa.Text(), nullable=True, comment="Name of a keyed memory (put/get_by_key)."),
+        sa.Column(
+            "key", sa.Text(), nullable=True, comment="Name of a keyed memory (put/get_by_key)."
+        ),
         sa.Column("content", sa.Text(), nullable=False, comment="The remembered text."),
         sa.Column("content_hash", sa.Text(), nullable=False, comment="sha256:<hex> of content."),
-        sa.Column("metadata", postgresql.JSONB(astext_type=sa.Text()),
-                  server_default=sa.text("'{}'::jsonb"), nullable=False,
-                  comment="Free-form JSON object, filterable in search."),
-        sa.Column("embedding", vector_column_type(settings), nullable=True,
-                  comment="Embedding of the content."),
-        sa.Column("importance", sa.REAL(), server_default=sa.text("0.5"),
-                  nullable=False, comment="Importance in [0, 1]."),
-        sa.Column("version", sa.Integer(), server_default=sa.text("1"), nullable=False,
-                  comment="Incremented by every change (optimistic locking)."),
-        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"),
-                  nullable=False, comment="When the memory was first written."),
-        sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"),
-                  nullable=False, comment="When the memory last changed."),
-        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True,
-                  comment="After this moment the memory is invisible and gc deletes it."),
-        sa.Column("access_count", sa.BigInteger(), server_default=sa.text("0"), nullable=False,
-                  comment="How many times the memory was returned by get."),
-        sa.Column("last_accessed_at", sa.DateTime(timezone=True), nullable=True,
-                  comment="When the memory was last returned by get."),
-        sa.CheckConstraint("content_hash LIKE 'sha256:%'",
-                           name=op.f("ck_memories_content_hash_format")),
-        sa.CheckConstraint("importance >= 0 AND importance <= 1",
-                           name=op.f("ck_memories_importance_range")),
+        sa.Column(
+            "metadata",
+            postgresql.JSONB(astext_type=sa.Text()),
+            server_default=sa.text("'{}'::jsonb"),
+            nullable=False,
+            comment="Free-form JSON object, filterable in search.",
+        ),
+        sa.Column(
+            "embedding",
+            vector_column_type(settings),
+            nullable=True,
+            comment="Embedding of the content.",
+        ),
+        sa.Column(
+            "importance",
+            sa.REAL(),
+            server_default=sa.text("0.5"),
+            nullable=False,
+            comment="Importance in [0, 1].",
+        ),
+        sa.Column(
+            "version",
+            sa.Integer(),
+            server_default=sa.text("1"),
+            nullable=False,
+            comment="Incremented by every change (optimistic locking).",
+        ),
+        sa.Column(
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+            comment="When the memory was first written.",
+        ),
+        sa.Column(
+            "updated_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+            comment="When the memory last changed.",
+        ),
+        sa.Column(
+            "expires_at",
+            sa.DateTime(timezone=True),
+            nullable=True,
+            comment="After this moment the memory is invisible and gc deletes it.",
+        ),
+        sa.Column(
+            "access_count",
+            sa.BigInteger(),
+            server_default=sa.text("0"),
+            nullable=False,
+            comment="How many times the memory was returned by get.",
+        ),
+        sa.Column(
+            "last_accessed_at",
+            sa.DateTime(timezone=True),
+            nullable=True,
+            comment="When the memory was last returned by get.",
+        ),
+        sa.CheckConstraint(
+            "content_hash LIKE 'sha256:%'", name=op.f("ck_memories_content_hash_format")
+        ),
+        sa.CheckConstraint(
+            "importance >= 0 AND importance <= 1", name=op.f("ck_memories_importance_range")
+        ),
         sa.PrimaryKeyConstraint("tenant_id", "id", name=op.f("pk_memories")),
         schema=schema,
         comment="Long-term agent memories, one row each.",
     )
     op.create_index(
-        "ix_memories_embedding_hnsw", "memories", ["embedding"], schema=schema,
+        "ix_memories_embedding_hnsw",
+        "memories",
+        ["embedding"],
+        schema=schema,
         postgresql_using="hnsw",
         postgresql_with={"m": settings.hnsw_m, "ef_construction": settings.hnsw_ef_construction},
         postgresql_ops={"embedding": OPCLASSES[(settings.vector_type, settings.distance)]},
     )
-    op.create_index("ix_memories_expires_at", "memories", ["expires_at"], schema=schema,
-                    postgresql_where=sa.text("expires_at IS NOT NULL"))
+    op.create_index(
+        "ix_memories_expires_at",
+        "memories",
+        ["expires_at"],
+        schema=schema,
+        postgresql_where=sa.text("expires_at IS NOT NULL"),
+    )
     op.create_index("ix_memories_id", "memories", ["id"], schema=schema)
-    op.create_index("ix_memories_metadata", "memories", ["metadata"], schema=schema,
-                    postgresql_using="gin")
+    op.create_index(
+        "ix_memories_metadata", "memories", ["metadata"], schema=schema, postgresql_using="gin"
+    )
     op.create_index("ix_memories_scope", "memories", [*SCOPE, "id"], schema=schema)
-    op.create_index("uq_memories_content", "memories", [*SCOPE, "content_hash"], unique=True,
-                    schema=schema, postgresql_nulls_not_distinct=True,
-                    postgresql_where=sa.text("key IS NULL"))
-    op.create_index("uq_memories_key", "memories", [*SCOPE, "key"], unique=True, schema=schema,
-                    postgresql_nulls_not_distinct=True,
-                    postgresql_where=sa.text("key IS NOT NULL"))
+    op.create_index(
+        "uq_memories_content",
+        "memories",
+        [*SCOPE, "content_hash"],
+        unique=True,
+        schema=schema,
+        postgresql_nulls_not_distinct=True,
+        postgresql_where=sa.text("key IS NULL"),
+    )
+    op.create_index(
+        "uq_memories_key",
+        "memories",
+        [*SCOPE, "key"],
+        unique=True,
+        schema=schema,
+        postgresql_nulls_not_distinct=True,
+        postgresql_where=sa.text("key IS NOT NULL"),
+    )
     op.create_table(
         "memory_events",
         sa.Column("tenant_id", sa.Text(), nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
-        sa.Column("event_id", sa.BigInteger(), sa.Identity(always=False), nullable=False,
-                  comment="Increasing event number."),
+        sa.Column(
+            "event_id",
+            sa.BigInteger(),
+            sa.Identity(always=False),
+            nullable=False,
+            comment="Increasing event number.",
+        ),
         sa.Column("memory_id", sa.UUID(), nullable=False, comment="The memory changed."),
         sa.Column("kind", sa.Text(), nullable=False, comment="created, updated or deleted."),
-        sa.Column("version", sa.Integer(), nullable=False,
-                  comment="The memory's version after the event."),
-        sa.Column("prior", postgresql.JSONB(astext_type=sa.Text()), nullable=True,
-                  comment="The values before the change (NULL for created)."),
-        sa.Column("at", sa.DateTime(timezone=True), server_default=sa.text("now()"),
-                  nullable=False, comment="When the change committed its statement."),
-        sa.CheckConstraint("kind IN ('created', 'updated', 'deleted')",
-                           name=op.f("ck_memory_events_kind")),
+        sa.Column(
+            "version", sa.Integer(), nullable=False, comment="The memory's version after the event."
+        ),
+        sa.Column(
+            "prior",
+            postgresql.JSONB(astext_type=sa.Text()),
+            nullable=True,
+            comment="The values before the change (NULL for created).",
+        ),
+        sa.Column(
+            "at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+            comment="When the change committed its statement.",
+        ),
+        sa.CheckConstraint(
+            "kind IN ('created', 'updated', 'deleted')", name=op.f("ck_memory_events_kind")
+        ),
         sa.PrimaryKeyConstraint("tenant_id", "event_id", name=op.f("pk_memory_events")),
         schema=schema,
         comment="Append-only history of memories, written in the same transaction as each change.",
     )
-    op.create_index("ix_memory_events_memory", "memory_events",
-                    ["tenant_id", "memory_id", "event_id"], schema=schema)
+    op.create_index(
+        "ix_memory_events_memory",
+        "memory_events",
+        ["tenant_id", "memory_id", "event_id"],
+        schema=schema,
+    )
 
 
 def downgrade() -> None:
