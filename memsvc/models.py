@@ -14,7 +14,7 @@ from memsvc.scope import Scope
 
 def scope_from_row(row: Mapping[str, Any]) -> Scope:
     """Build a Scope from a row's scope columns."""
-    return Scope(row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"])
+    return Scope.trusted(row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"])
 
 
 def _json(value: Any) -> Any:

@@ -55,6 +55,22 @@ class Scope:
             if value is not None:
                 validate_id(f"scope.{level}", value)
 
+    @classmethod
+    def trusted(
+        cls, tenant: str, project: str | None, agent: str | None, session: str | None
+    ) -> Scope:
+        """Build a scope from ids that were validated before they were stored.
+
+        Rows read back from PostgreSQL went through ``__post_init__`` on the
+        way in; checking every character again would cost more than the query.
+        """
+        scope = object.__new__(cls)
+        object.__setattr__(scope, "tenant", tenant)
+        object.__setattr__(scope, "project", project)
+        object.__setattr__(scope, "agent", agent)
+        object.__setattr__(scope, "session", session)
+        return scope
+
     @property
     def levels(self) -> tuple[str, str | None, str | None, str | None]:
         """The four ids, tenant first."""

@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     exact_search_threshold: int = Field(
         default=2_000,
         ge=0,
-        description="Scopes with at most this many rows are searched exactly (no index).",
+        description="Assembly search: scopes with fewer assemblies are scanned exactly.",
     )
 
     # --- limits ---------------------------------------------------------------

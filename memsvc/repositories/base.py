@@ -45,6 +45,9 @@ class Repository:
         with translate_errors():
             async with self._pool.acquire() as pooled:
                 yield pooled
+                # Reached only when the block succeeded: memsvc's statements
+                # leave no session state, so the pool may skip its reset.
+                pooled.mark_clean()
 
     @asynccontextmanager
     async def _transaction(

@@ -85,7 +85,6 @@ class _SearchStatement:
     values: builtins.list[object]
     fetch: int
     exact_sql: str | None  # the fallback, in auto mode
-    exact_values: builtins.list[object]
 
 
 class MemoryRepository(Repository):
@@ -645,10 +644,11 @@ class MemoryRepository(Repository):
     ) -> builtins.list[SearchHit]:
         """The ``k`` memories nearest to ``query`` within the scope.
 
-        Small scopes are scanned exactly; large ones use the HNSW index with
-        pgvector's iterative scans, falling back to an exact scan when filters
-        leave the index short, so a filtered search returns k hits whenever k
-        matching rows exist. Expired memories are never returned.
+        PostgreSQL reads small scopes exactly through the scope index and
+        walks the HNSW index (with pgvector's iterative scans) for large ones;
+        when filters leave the index short of k rows, memsvc scans exactly,
+        so a filtered search returns k hits whenever k matching rows exist.
+        Expired memories are never returned.
 
         Args:
             scope: Where to search.
@@ -662,7 +662,8 @@ class MemoryRepository(Repository):
             created_before: Only memories created before this moment.
             rank: ``similarity``, or ``recall``: 0.7 x similarity + 0.2 x
                 importance + 0.1 x 0.5 ** (age / 30 days), over the 4k most similar.
-            mode: ``auto``; ``exact`` or ``index`` force a strategy (benchmarks, tests).
+            mode: ``auto``; ``exact`` forces an exact scan, ``index`` lets the
+                planner choose without the exact fallback (benchmarks, tests).
             conn: A connection of your own to run on.
 
         Returns:
@@ -690,7 +691,7 @@ class MemoryRepository(Repository):
             ):
                 # The index ran out (max_scan_tuples) before filters let k rows
                 # through, or the scope is empty: scan exactly to be sure.
-                rows = await self._run_search(active, statement.exact_sql, statement.exact_values)
+                rows = await self._run_search(active, statement.exact_sql, statement.values)
         hits = [
             SearchHit(Memory.from_row(row), float(row["similarity"]), float(row["similarity"]))
             for row in rows
@@ -770,15 +771,9 @@ class MemoryRepository(Repository):
             "query_param": query_param,
             "k_param": params.add(fetch),
         }
-        exact_values = builtins.list(params.values)
-        if mode != "auto":
-            sql = q.search(self._schema, mode=mode, threshold_param=None, **options)
-            return _SearchStatement(sql, params.values, fetch, None, [])
-        # The threshold is bound last, so the exact fallback reuses the rest.
-        threshold_param = params.add(self._settings.exact_search_threshold)
-        sql = q.search(self._schema, mode="auto", threshold_param=threshold_param, **options)
-        exact_sql = q.search(self._schema, mode="exact", threshold_param=None, **options)
-        return _SearchStatement(sql, params.values, fetch, exact_sql, exact_values)
+        sql = q.search(self._schema, exact=mode == "exact", **options)
+        fallback = q.search(self._schema, exact=True, **options) if mode == "auto" else None
+        return _SearchStatement(sql, params.values, fetch, fallback)
 
     @staticmethod
     def _came_from_exact(rows: Sequence[Any]) -> bool:

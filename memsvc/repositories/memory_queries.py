@@ -8,6 +8,8 @@ its event commit together in one round trip.
 
 from __future__ import annotations
 
+import functools
+
 MEMORY_COLUMNS = (
     "tenant_id, project_id, agent_id, session_id, id, key, content, content_hash, metadata, "
     "embedding, importance, version, created_at, updated_at, expires_at, access_count, "
@@ -280,6 +282,7 @@ WHERE memory_id = $1 {tenant}
 ORDER BY event_id"""
 
 
+@functools.lru_cache(maxsize=512)
 def search(
     schema: str,
     *,
@@ -288,52 +291,26 @@ def search(
     filter_sql: str,
     query_param: str,
     k_param: str,
-    threshold_param: str | None,
-    mode: str,
+    exact: bool,
 ) -> str:
     """Nearest neighbours of a query within a scope, in one statement.
 
-    ``mode`` is ``auto`` (exact scan when the scope holds fewer rows than the
-    threshold, else the HNSW index with iterative scans), ``exact`` (always
-    scan the scope) or ``index`` (always the HNSW index). In ``auto`` both
-    branches are planned but only one runs: each is gated by a one-time filter
-    on the size of the scope, counted through the scope index up to the
-    threshold.
+    The plain form lets PostgreSQL choose: for a small scope it reads the
+    scope's rows through the btree scope index and sorts them (exact); for a
+    large one it walks the HNSW index with iterative scans, filtering as it
+    goes. The ``exact`` form adds ``+ 0`` to the ordering, which hides it from
+    the planner, so the (approximate) HNSW index can never serve it.
     """
     op = DISTANCE_OPERATORS[distance]
-    where = f"{scope_sql} AND {filter_sql} AND embedding IS NOT NULL AND {NOT_EXPIRED}"
-    # "+ 0" hides the ordering from the planner so the exact branch can never
-    # be served by the (approximate) HNSW index.
-    exact = f"""
-    SELECT {MEMORY_COLUMNS}, (embedding {op} {query_param}) + 0 AS distance, true AS via_exact
-    FROM {schema}.memories
-    WHERE {{gate}} {where}
-    ORDER BY (embedding {op} {query_param}) + 0
-    LIMIT {k_param}"""
-    indexed = f"""
-    SELECT {MEMORY_COLUMNS}, embedding {op} {query_param} AS distance, false AS via_exact
-    FROM {schema}.memories
-    WHERE {{gate}} {where}
-    ORDER BY embedding {op} {query_param}
-    LIMIT {k_param}"""
-    prefix = ""
-    if mode == "exact":
-        body = exact.format(gate="")
-    elif mode == "index":
-        body = indexed.format(gate="")
-    else:
-        prefix = (
-            f"WITH scope_size AS MATERIALIZED (SELECT count(*) < {threshold_param} AS small "
-            f"FROM (SELECT 1 FROM {schema}.memories WHERE {scope_sql} "
-            f"LIMIT {threshold_param}) AS s)"
-        )
-        small = "(SELECT small FROM scope_size)"
-        body = (
-            f"({exact.format(gate=small + ' AND')})\nUNION ALL\n"
-            f"({indexed.format(gate='NOT ' + small + ' AND')})"
-        )
-    # Iterative index scans return rows in relaxed order: sort the k found.
+    order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {query_param}"
     similarity = SIMILARITY[distance].format(d="distance")
-    return f"""{prefix}
-SELECT *, {similarity} AS similarity FROM ({body}) AS hits
+    # Iterative index scans return rows in relaxed order: sort the k found.
+    return f"""
+SELECT *, {similarity} AS similarity, {"true" if exact else "false"} AS via_exact FROM (
+    SELECT {MEMORY_COLUMNS}, {order} AS distance
+    FROM {schema}.memories
+    WHERE {scope_sql} AND {filter_sql} AND embedding IS NOT NULL AND {NOT_EXPIRED}
+    ORDER BY {order}
+    LIMIT {k_param}
+) AS hits
 ORDER BY distance"""
