@@ -156,7 +156,8 @@ class Checkpoint:
             id=row["id"],
             scope=scope_from_row(row),
             description=row["description"],
-            data=_json(row.get("data")),
+            # jsonb arrives decoded: a JSON string stays a string.
+            data=row.get("data"),
             size_bytes=row["size_bytes"],
             created_at=row["created_at"],
         )

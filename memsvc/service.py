@@ -61,7 +61,11 @@ class MemoryService:
         self.assemblies = AssemblyRepository(pool, settings)
         self.checkpoints = CheckpointRepository(pool, settings)
         self.memories = MemoryRepository(
-            pool, settings, embedder=embedder, before_delete=self.assemblies.detach_memories
+            pool,
+            settings,
+            embedder=embedder,
+            before_delete=self.assemblies.detach_memories,
+            embeddings_changed=self.assemblies.embeddings_changed,
         )
 
     @classmethod

@@ -10,12 +10,15 @@ from typing import TypeVar
 
 import asyncpg
 
-from memsvc.db.errors import RETRYABLE_SQLSTATES, translate_errors
+from memsvc.db.errors import translate_errors
+from memsvc.errors import ConcurrencyError
 from memsvc.settings import Settings
 
 T = TypeVar("T")
 
 MAX_ATTEMPTS = 5
+# Serialization failure and deadlock: the transaction can simply run again.
+RETRY_SQLSTATES = frozenset({"40001", "40P01"})
 
 
 class Repository:
@@ -64,15 +67,16 @@ class Repository:
 
         Only where memsvc owns the transaction: inside a caller's transaction
         the whole transaction is doomed, so the error goes to the caller.
+        Lock timeouts are not retried: they already used the time budget.
         Backoff is capped and jittered so retries of colliding callers spread.
         """
         for tries in range(1, MAX_ATTEMPTS + 1):
             try:
                 return await attempt()
-            except asyncpg.PostgresError as exc:
-                retry = owns_transaction and exc.sqlstate in RETRYABLE_SQLSTATES
-                if not retry or tries == MAX_ATTEMPTS:
-                    with translate_errors():
-                        raise
+            except ConcurrencyError as exc:
+                cause = exc.__cause__
+                state = getattr(cause, "sqlstate", None)
+                if not owns_transaction or state not in RETRY_SQLSTATES or tries == MAX_ATTEMPTS:
+                    raise
                 await asyncio.sleep(min(0.5, 0.01 * 2**tries) * random.random())
         raise AssertionError("unreachable")

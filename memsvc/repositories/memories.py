@@ -104,10 +104,14 @@ class MemoryRepository(Repository):
         *,
         embedder: Embedder | None = None,
         before_delete: DeleteHook | None = None,
+        embeddings_changed: DeleteHook | None = None,
     ) -> None:
         super().__init__(pool, settings)
         self._embedder = embedder
         self._before_delete = before_delete
+        # Called, in the same transaction and after the memory row is locked,
+        # when a memory's embedding changed (assemblies recompute centroids).
+        self._embeddings_changed = embeddings_changed
         self._insert_sql = q.insert_memory(self._schema)
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
 
@@ -229,9 +233,11 @@ class MemoryRepository(Repository):
         params.values.extend([weight, ttl_s])
         scope_sql = scope_condition(scope, "exact", params)
         sql = q.upsert_by_key(self._schema, scope_sql)
-        async with self._connection(conn) as active:
+        async with self._transaction(conn) as active:
             row = await active.fetchrow(sql, *params.values)
-        assert row is not None
+            assert row is not None
+            if row["in_assembly"] and self._embeddings_changed is not None:
+                await self._embeddings_changed(active, [row["tenant_id"]], [row["id"]])
         return Memory.from_row(row)
 
     async def get_by_key(
@@ -397,22 +403,23 @@ class MemoryRepository(Repository):
         elif text is not None and self._embedder is not None:
             vector = (await self._embed([text], "embedding"))[0]
         sql = q.update_memory(self._schema)
-        async with self._connection(conn) as active:
-            row = await active.fetchrow(
-                sql,
-                memory_id,
-                tenant,
-                expected_version,
-                text is not None,
-                text,
-                digest,
-                meta is not None,
-                meta,
-                weight is not None,
-                weight,
-                vector is not None,
-                vector,
-            )
+        args = (
+            memory_id, tenant, expected_version,
+            text is not None, text, digest,
+            meta is not None, meta,
+            weight is not None, weight,
+            vector is not None, vector,
+        )  # fmt: skip
+        if vector is None or self._embeddings_changed is None:
+            async with self._connection(conn) as active:
+                row = await active.fetchrow(sql, *args)
+        else:
+            # A new embedding moves the centroids of the memory's assemblies:
+            # recompute them in the same transaction, after the row lock.
+            async with self._transaction(conn) as active:
+                row = await active.fetchrow(sql, *args)
+                if row is not None and row["id"] is not None:
+                    await self._embeddings_changed(active, [row["tenant_id"]], [row["id"]])
         assert row is not None
         if row["found"] == 0:
             raise NotFoundError(f"memory {memory_id} not found")

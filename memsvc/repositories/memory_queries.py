@@ -135,7 +135,11 @@ WITH old AS (
            up.version, (SELECT {PRIOR} FROM old)
     FROM up
 )
-SELECT * FROM up"""
+SELECT up.*, EXISTS (
+    SELECT 1 FROM {schema}.assembly_members am
+    WHERE am.tenant_id = up.tenant_id AND am.memory_id = up.id
+) AS in_assembly
+FROM up"""
 
 
 def select_by_key(schema: str, scope_sql: str) -> str:

@@ -1,0 +1,704 @@
+"""Assemblies: named groups of memories (``svc.assemblies``).
+
+An assembly keeps ``member_count``, ``embedded_count`` (members with an
+embedding), ``embedding_sum`` (their sum, in double precision) and
+``centroid`` (sum / embedded_count, NULL when no member has an embedding).
+Every membership change updates them incrementally, from just the members
+added or removed, while holding the assembly row lock, so they stay exact
+under any concurrency.
+
+Lock order (shared with :meth:`MemoryRepository.delete` and ``delete_scope``,
+which is what keeps the two from deadlocking): memory rows first, then
+assembly rows, each set in ``(tenant_id, id)`` order. Adding members takes
+``FOR KEY SHARE`` on the memories (they cannot be deleted until we commit;
+other adders are not blocked), then ``FOR UPDATE`` on the assembly. Removing
+members and deleting assemblies lock only the assembly. Deleting memories
+locks them ``FOR UPDATE``, then (in :meth:`AssemblyRepository.detach_memories`)
+their assemblies.
+
+Visibility: a memory can join an assembly when it is in the assembly's tenant
+and its scope is the assembly's scope, one of its ancestors (a session's
+assembly may group agent-, project- and tenant-wide memories) or one of its
+descendants (a project's assembly may group memories of the project's
+sessions). Memories of sibling scopes, of other tenants, and expired ones are
+refused with a ValidationError naming ``memory_ids``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import asyncpg
+import numpy as np
+
+from memsvc.errors import ConflictError, NotFoundError, ValidationError
+from memsvc.ids import new_id, parse_id
+from memsvc.models import Assembly, AssemblyHit, Memory
+from memsvc.repositories import assembly_queries as q
+from memsvc.repositories.base import Repository
+from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.scope import Include, Scope, validate_id, validate_include
+from memsvc.settings import Settings
+from memsvc.validation import (
+    check_text,
+    validate_content,
+    validate_embedding,
+    validate_limit,
+    validate_metadata,
+)
+
+SearchMode = Literal["auto", "exact", "index"]
+
+MAX_NAME_LENGTH = 1024
+MAX_DESCRIPTION_BYTES = 64 * 1024
+MAX_MEMBERS_PER_CALL = 10_000
+MAX_PAGE = 10_000
+MAX_K = 1000
+
+Vector = np.ndarray[Any, Any]
+
+
+def _check_scope(scope: object) -> Scope:
+    if not isinstance(scope, Scope):
+        raise ValidationError("scope", "must be a memsvc.Scope")
+    return scope
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValidationError("name", "must be a non-empty string")
+    check_text("name", name)
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValidationError("name", f"must be at most {MAX_NAME_LENGTH} characters")
+    return name
+
+
+def _check_tenant(tenant: object) -> str | None:
+    return None if tenant is None else validate_id("tenant", tenant)
+
+
+def _member_ids(values: object, field: str = "memory_ids") -> list[uuid.UUID]:
+    """Parse memory ids, dropping repeats (first occurrence wins)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise ValidationError(field, "must be a list of memory ids")
+    ids = [parse_id(f"{field}[{i}]", value) for i, value in enumerate(values)]
+    unique = list(dict.fromkeys(ids))
+    if len(unique) > MAX_MEMBERS_PER_CALL:
+        raise ValidationError(field, f"at most {MAX_MEMBERS_PER_CALL} ids per call")
+    return unique
+
+
+def can_see(assembly: Scope, memory: Scope) -> bool:
+    """Whether a memory in scope ``memory`` may join an assembly in scope ``assembly``.
+
+    True when ``memory`` is ``assembly`` itself, an ancestor on its path, or
+    nested under it (the same rule as ``include="ancestors"`` and
+    ``include="descendants"`` in searches).
+    """
+    if memory.tenant != assembly.tenant:
+        return False
+    if memory in assembly.ancestors():
+        return True
+    depth = assembly.depth
+    return memory.levels[: depth + 1] == assembly.levels[: depth + 1]
+
+
+class _Aggregates:
+    """Member count, embedded count and embedding sum of one (locked) assembly."""
+
+    __slots__ = ("embedded_count", "member_count", "total")
+
+    def __init__(self, member_count: int, embedded_count: int, total: Vector | None) -> None:
+        self.member_count = member_count
+        self.embedded_count = embedded_count
+        self.total = total
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> _Aggregates:
+        total = row["embedding_sum"]
+        return cls(
+            row["member_count"],
+            row["embedded_count"],
+            None if total is None else np.asarray(total, dtype=np.float64),
+        )
+
+    def change(self, embeddings: Sequence[Vector | None], sign: int) -> None:
+        """Add (sign 1) or subtract (sign -1) members with these embeddings."""
+        self.member_count += sign * len(embeddings)
+        present = [e for e in embeddings if e is not None]
+        if present:
+            delta = np.sum(np.asarray(present, dtype=np.float64), axis=0)
+            base = self.total if self.total is not None else np.zeros_like(delta)
+            self.total = base + sign * delta
+            self.embedded_count += sign * len(present)
+        if self.embedded_count <= 0:
+            # Nothing left to average: drop the sum, which also resets any
+            # floating-point residue left by subtractions.
+            self.embedded_count = 0
+            self.total = None
+
+    def values(self) -> tuple[int, int, list[float] | None, Vector | None]:
+        """Column values: member_count, embedded_count, embedding_sum, centroid."""
+        if self.total is None:
+            return self.member_count, self.embedded_count, None, None
+        centroid = (self.total / self.embedded_count).astype(np.float32)
+        return self.member_count, self.embedded_count, self.total.tolist(), centroid
+
+
+class AssemblyRepository(Repository):
+    """Named groups of memories with exact member counts and centroids."""
+
+    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+        super().__init__(pool, settings)
+        schema = self._schema
+        self._insert_sql = q.insert_assembly(schema)
+        self._lock_memories_sql = q.lock_memories(schema)
+        self._lock_insert_sql = q.lock_and_insert_members(schema)
+        self._delete_members_sql = q.delete_members(schema)
+        self._set_sql = q.set_aggregates(schema)
+        self._set_many_sql = q.set_aggregates_many(schema)
+
+    # ------------------------------------------------------------------ input
+
+    def _vector(self, value: object, field: str) -> Vector:
+        return validate_embedding(
+            value, self._settings.embedding_dim, self._settings.vector_type, field
+        )
+
+    def _description(self, value: object) -> str:
+        return validate_content(value, MAX_DESCRIPTION_BYTES, "description")
+
+    # ------------------------------------------------------------------ writes
+
+    async def create(
+        self,
+        scope: Scope,
+        name: str,
+        *,
+        description: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        memory_ids: Iterable[uuid.UUID | str] = (),
+        conn: asyncpg.Connection | None = None,
+    ) -> Assembly:
+        """Create an assembly, optionally with its first members, atomically.
+
+        Args:
+            scope: Where the assembly lives; its name is unique in this exact scope.
+            name: The assembly's name (ConflictError if the scope already has it).
+            description: What the group is for.
+            metadata: A JSON object.
+            memory_ids: Initial members: memories the scope can see (its own,
+                its ancestors' or its descendants'), else ValidationError.
+            conn: A connection (and transaction) of your own to run on.
+        """
+        scope = _check_scope(scope)
+        name = _check_name(name)
+        text = self._description(description)
+        meta = validate_metadata(metadata, self._settings.max_metadata_bytes)
+        wanted = _member_ids(memory_ids)
+        assembly_id = new_id()
+
+        async def attempt() -> Assembly:
+            # Without members it is one statement: no transaction needed.
+            scoped = self._transaction(conn) if wanted else self._connection(conn)
+            async with scoped as active:
+                aggregates = _Aggregates(0, 0, None)
+                if wanted:
+                    rows = await active.fetch(self._lock_memories_sql, scope.tenant, wanted)
+                    embeddings = self._check_members(scope, wanted, rows)
+                    aggregates.change([embeddings[m] for m in wanted], 1)
+                row = await active.fetchrow(
+                    self._insert_sql,
+                    *scope.levels, assembly_id, name, text, meta, *aggregates.values(), wanted,
+                )
+            assert row is not None
+            return Assembly.from_row(row)
+
+        return await self._retrying(attempt, owns_transaction=conn is None)
+
+    @staticmethod
+    def _check_members(
+        scope: Scope, wanted: list[uuid.UUID], rows: Sequence[Mapping[str, Any]]
+    ) -> dict[uuid.UUID, Vector | None]:
+        """Embeddings of the locked memories; ValidationError unless all may join."""
+        found = {row["id"]: row for row in rows}
+        missing = [m for m in wanted if m not in found]
+        if missing:
+            raise ValidationError(
+                "memory_ids",
+                f"{len(missing)} memories do not exist in tenant {scope.tenant!r} "
+                f"(first: {missing[0]})",
+            )
+        for row in rows:
+            if not row["live"]:
+                raise ValidationError("memory_ids", f"memory {row['id']} has expired")
+            levels = (row["project_id"], row["agent_id"], row["session_id"])
+            if not can_see(scope, Scope(scope.tenant, *levels)):
+                raise ValidationError(
+                    "memory_ids",
+                    f"memory {row['id']} is in a scope this assembly cannot see "
+                    "(only its own scope, its ancestors and its descendants)",
+                )
+        return {row["id"]: row["embedding"] for row in rows}
+
+    async def add_members(
+        self,
+        id: uuid.UUID | str,
+        memory_ids: Iterable[uuid.UUID | str],
+        *,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Assembly:
+        """Add memories to an assembly; existing members are left as they are.
+
+        All or nothing: if any memory is missing, expired, in another tenant
+        or in a scope the assembly cannot see, nothing is added
+        (ValidationError naming ``memory_ids``). Counts and centroid change by
+        exactly the members this call inserted, and ``version`` is bumped only
+        when something changed.
+        """
+        assembly_id = parse_id("id", id)
+        wanted = _member_ids(memory_ids)
+        tenant = _check_tenant(tenant)
+        if not wanted:
+            return await self.get(assembly_id, tenant=tenant, conn=conn)
+        lock_sql = q.lock_memories_for_assembly(self._schema, None if tenant is None else "$3")
+        args: list[object] = [assembly_id, wanted] if tenant is None else [
+            assembly_id, wanted, tenant
+        ]
+
+        async def attempt() -> Assembly:
+            async with self._transaction(conn) as active:
+                # 1. The memories, FOR KEY SHARE in id order (the global lock order).
+                rows = await active.fetch(lock_sql, *args)
+                tenants = {row["tenant_id"] for row in rows}
+                if len(tenants) > 1:
+                    raise ConflictError(f"assembly id {assembly_id} exists in several tenants")
+                if not rows:
+                    await self._require_one(active, assembly_id, tenant)
+                    raise ValidationError(
+                        "memory_ids", "none of these memories exists in the assembly's tenant"
+                    )
+                first = rows[0]
+                scope = Scope(
+                    first["tenant_id"], first["a_project_id"], first["a_agent_id"],
+                    first["a_session_id"],
+                )
+                embeddings = self._check_members(scope, wanted, rows)
+                # 2. The assembly, FOR UPDATE, and the member rows.
+                row = await active.fetchrow(
+                    self._lock_insert_sql, scope.tenant, assembly_id, wanted
+                )
+                if row is None:
+                    raise NotFoundError(f"assembly {assembly_id} not found")
+                added: list[uuid.UUID] = row["added"]
+                if not added:
+                    return Assembly.from_row(row)
+                # 3. The new aggregates, from just the inserted members.
+                aggregates = _Aggregates.of(row)
+                aggregates.change([embeddings[m] for m in added], 1)
+                updated = await active.fetchrow(
+                    self._set_sql, scope.tenant, assembly_id, *aggregates.values()
+                )
+            assert updated is not None
+            return Assembly.from_row(updated)
+
+        return await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def remove_members(
+        self,
+        id: uuid.UUID | str,
+        memory_ids: Iterable[uuid.UUID | str],
+        *,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Assembly:
+        """Remove memories from an assembly (ids that are not members are ignored).
+
+        The memories themselves are not touched. Counts and centroid change by
+        exactly the members this call removed.
+        """
+        assembly_id = parse_id("id", id)
+        wanted = _member_ids(memory_ids)
+        tenant = _check_tenant(tenant)
+        if not wanted:
+            return await self.get(assembly_id, tenant=tenant, conn=conn)
+        lock_sql = q.lock_assembly(self._schema, None if tenant is None else "$2")
+        args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
+
+        async def attempt() -> Assembly:
+            async with self._transaction(conn) as active:
+                locked = await active.fetch(lock_sql, *args)
+                row = self._one(locked, assembly_id)
+                # A statement of its own, after the lock: its snapshot then
+                # includes every membership committed while we waited.
+                removed = await active.fetch(
+                    self._delete_members_sql, row["tenant_id"], assembly_id, wanted
+                )
+                if not removed:
+                    return Assembly.from_row(row)
+                aggregates = _Aggregates.of(row)
+                aggregates.change([r["embedding"] for r in removed], -1)
+                updated = await active.fetchrow(
+                    self._set_sql, row["tenant_id"], assembly_id, *aggregates.values()
+                )
+            assert updated is not None
+            return Assembly.from_row(updated)
+
+        return await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def detach_memories(
+        self, conn: asyncpg.Connection, tenants: list[str], memory_ids: list[uuid.UUID]
+    ) -> None:
+        """Remove memories about to be deleted from their assemblies (same transaction).
+
+        The memory repository's delete hook: the caller has locked the memory
+        rows FOR UPDATE, so no membership of them can appear meanwhile. Their
+        assemblies are locked in (tenant_id, id) order, the member rows deleted
+        and the aggregates reduced by exactly what was deleted. Driver errors
+        are left to the caller, which owns the transaction and its retries.
+        """
+        if not memory_ids:
+            return
+        affected = await conn.fetch(q.assemblies_of_memories(self._schema), tenants, memory_ids)
+        if not affected:
+            return
+        locked = await conn.fetch(
+            q.lock_assemblies(self._schema),
+            [r["tenant_id"] for r in affected],
+            [r["assembly_id"] for r in affected],
+        )
+        # After the locks, so this snapshot sees removals committed meanwhile.
+        lost: dict[tuple[str, uuid.UUID], list[Vector | None]] = {}
+        for r in await conn.fetch(q.detach_members(self._schema), tenants, memory_ids):
+            lost.setdefault((r["tenant_id"], r["assembly_id"]), []).append(r["embedding"])
+        updates = []
+        for row in locked:
+            key = (row["tenant_id"], row["id"])
+            if key not in lost:
+                continue  # its membership was removed while we waited for the lock
+            aggregates = _Aggregates.of(row)
+            aggregates.change(lost[key], -1)
+            updates.append((*key, *aggregates.values()))
+        if updates:
+            await conn.executemany(self._set_many_sql, updates)
+
+    async def embeddings_changed(
+        self, conn: asyncpg.Connection, tenants: list[str], memory_ids: list[uuid.UUID]
+    ) -> None:
+        """Recompute the assemblies of memories whose embedding just changed (same transaction).
+
+        For the memory repository to call after changing embeddings, with the
+        memory rows locked (as its updates do), which keeps the lock order.
+        The affected assemblies are recomputed from their members.
+        """
+        if not memory_ids:
+            return
+        affected = await conn.fetch(q.assemblies_of_memories(self._schema), tenants, memory_ids)
+        if affected:
+            await self._recompute_locked(
+                conn, [r["tenant_id"] for r in affected], [r["assembly_id"] for r in affected]
+            )
+
+    async def _recompute_locked(
+        self, conn: asyncpg.Connection, tenants: list[str], ids: list[uuid.UUID]
+    ) -> builtins.list[Assembly]:
+        locked = await conn.fetch(q.lock_assemblies(self._schema), tenants, ids)
+        if not locked:
+            return []
+        rows = await conn.fetch(
+            q.recompute(self._schema, self._settings.vector_type),
+            [r["tenant_id"] for r in locked],
+            [r["id"] for r in locked],
+        )
+        return [Assembly.from_row(row) for row in rows]
+
+    async def recompute(
+        self,
+        id: uuid.UUID | str,
+        *,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Assembly:
+        """Recompute an assembly's counts and centroid from its member rows (a repair tool).
+
+        Never needed in normal operation; useful after editing rows by hand.
+        """
+        assembly_id = parse_id("id", id)
+        tenant = _check_tenant(tenant)
+        lock_sql = q.lock_assembly(self._schema, None if tenant is None else "$2")
+        args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
+
+        async def attempt() -> Assembly:
+            async with self._transaction(conn) as active:
+                row = self._one(await active.fetch(lock_sql, *args), assembly_id)
+                done = await self._recompute_locked(active, [row["tenant_id"]], [assembly_id])
+            return done[0]
+
+        return await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def update(
+        self,
+        id: uuid.UUID | str,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        expected_version: int | None = None,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Assembly:
+        """Change name, description or metadata; None leaves a field as it is.
+
+        With ``expected_version`` the change happens only if the assembly is
+        still at that version (membership changes bump it too); otherwise
+        ConflictError. A name taken in the scope is a ConflictError.
+        ``metadata`` replaces the whole object.
+        """
+        assembly_id = parse_id("id", id)
+        if expected_version is not None and (
+            isinstance(expected_version, bool) or not isinstance(expected_version, int)
+        ):
+            raise ValidationError("expected_version", "must be an integer")
+        new_name = None if name is None else _check_name(name)
+        text = None if description is None else self._description(description)
+        meta = (
+            None
+            if metadata is None
+            else validate_metadata(metadata, self._settings.max_metadata_bytes)
+        )
+        tenant = _check_tenant(tenant)
+        async with self._connection(conn) as active:
+            row = await active.fetchrow(
+                q.update_assembly(self._schema),
+                assembly_id, tenant, expected_version, new_name, text, meta,
+            )
+        assert row is not None
+        if row["found"] == 0:
+            raise NotFoundError(f"assembly {assembly_id} not found")
+        if row["found"] > 1:
+            raise ConflictError(f"assembly id {assembly_id} exists in several tenants")
+        if row["id"] is None:
+            raise ConflictError(
+                f"assembly {assembly_id} is at version {row['prior_version']}, "
+                f"not the expected {expected_version}"
+            )
+        return Assembly.from_row(row)
+
+    async def delete(
+        self,
+        id: uuid.UUID | str,
+        *,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> bool:
+        """Delete an assembly; its member memories are kept. False if it did not exist."""
+        assembly_id = parse_id("id", id)
+        tenant = _check_tenant(tenant)
+        sql = q.delete_assembly(self._schema, None if tenant is None else "$2")
+        args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
+
+        async def attempt() -> bool:
+            async with self._transaction(conn) as active:
+                rows = await active.fetch(sql, *args)
+                if len(rows) > 1:
+                    raise ConflictError(f"assembly id {assembly_id} exists in several tenants")
+            return bool(rows)
+
+        return await self._retrying(attempt, owns_transaction=conn is None)
+
+    # ------------------------------------------------------------------ reads
+
+    @staticmethod
+    def _one(rows: Sequence[Mapping[str, Any]], assembly_id: uuid.UUID) -> Mapping[str, Any]:
+        if not rows:
+            raise NotFoundError(f"assembly {assembly_id} not found")
+        if len(rows) > 1:
+            raise ConflictError(
+                f"assembly id {assembly_id} exists in several tenants; pass tenant="
+            )
+        return rows[0]
+
+    async def _require_one(
+        self, conn: asyncpg.Connection, assembly_id: uuid.UUID, tenant: str | None
+    ) -> None:
+        sql = q.count_by_id(self._schema, None if tenant is None else "$2")
+        args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
+        found: int = await conn.fetchval(sql, *args)
+        if found == 0:
+            raise NotFoundError(f"assembly {assembly_id} not found")
+        if found > 1:
+            raise ConflictError(
+                f"assembly id {assembly_id} exists in several tenants; pass tenant="
+            )
+
+    async def get(
+        self,
+        id: uuid.UUID | str,
+        *,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Assembly:
+        """The assembly with this id (NotFoundError if there is none)."""
+        assembly_id = parse_id("id", id)
+        tenant = _check_tenant(tenant)
+        sql = q.select_by_id(self._schema, None if tenant is None else "$2")
+        args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
+        async with self._connection(conn) as active:
+            rows = await active.fetch(sql, *args)
+        return Assembly.from_row(self._one(rows, assembly_id))
+
+    async def get_by_name(
+        self, scope: Scope, name: str, *, conn: asyncpg.Connection | None = None
+    ) -> Assembly:
+        """The assembly named ``name`` in this exact scope (NotFoundError if none)."""
+        scope = _check_scope(scope)
+        params = Params()
+        scope_sql = scope_condition(scope, "exact", params)
+        sql = q.select_by_name(self._schema, scope_sql, params.add(_check_name(name)))
+        async with self._connection(conn) as active:
+            row = await active.fetchrow(sql, *params.values)
+        if row is None:
+            raise NotFoundError(f"no assembly named {name!r} in this scope")
+        return Assembly.from_row(row)
+
+    async def list(
+        self,
+        scope: Scope,
+        *,
+        limit: int = 100,
+        after: uuid.UUID | str | None = None,
+        include: Include = "exact",
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[Assembly]:
+        """One page of a scope's assemblies in creation order.
+
+        Pass the last id of a page as ``after`` to get the next (keyset
+        pagination). ``include`` widens the scope as in searches.
+        """
+        scope = _check_scope(scope)
+        include = validate_include(include)
+        limit = validate_limit(limit, "limit", MAX_PAGE)
+        params = Params()
+        scope_sql = scope_condition(scope, include, params)
+        after_param = None if after is None else params.add(parse_id("after", after))
+        sql = q.list_page(self._schema, scope_sql, after_param, params.add(limit))
+        async with self._connection(conn) as active:
+            rows = await active.fetch(sql, *params.values)
+        return [Assembly.from_row(row) for row in rows]
+
+    async def members(
+        self,
+        id: uuid.UUID | str,
+        *,
+        limit: int = 100,
+        after: uuid.UUID | str | None = None,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[Memory]:
+        """One page of the assembly's live member memories, in memory id order.
+
+        Pass the last memory's id as ``after`` for the next page. Expired
+        members are skipped (they still count in ``member_count`` until gc
+        deletes them). NotFoundError if the assembly does not exist.
+        """
+        assembly_id = parse_id("id", id)
+        limit = validate_limit(limit, "limit", MAX_PAGE)
+        after_id = None if after is None else parse_id("after", after)
+        tenant = _check_tenant(tenant)
+        sql = q.members_page(self._schema, None if tenant is None else "$4")
+        args: list[object] = [assembly_id, after_id, limit]
+        if tenant is not None:
+            args.append(tenant)
+        async with self._connection(conn) as active:
+            rows = await active.fetch(sql, *args)
+            if not rows:
+                await self._require_one(active, assembly_id, tenant)
+        return [Memory.from_row(row) for row in rows]
+
+    async def memberships(
+        self,
+        memory_id: uuid.UUID | str,
+        *,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[Assembly]:
+        """The assemblies a memory belongs to, in creation order (empty if none)."""
+        wanted = parse_id("memory_id", memory_id)
+        tenant = _check_tenant(tenant)
+        sql = q.memberships(self._schema, None if tenant is None else "$2")
+        args: list[object] = [wanted] if tenant is None else [wanted, tenant]
+        async with self._connection(conn) as active:
+            rows = await active.fetch(sql, *args)
+        return [Assembly.from_row(row) for row in rows]
+
+    async def search(
+        self,
+        scope: Scope,
+        query: Sequence[float] | np.ndarray[Any, Any],
+        *,
+        k: int = 10,
+        include: Include = "exact",
+        mode: SearchMode = "auto",
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[AssemblyHit]:
+        """The ``k`` assemblies whose centroid is nearest to ``query``, best first.
+
+        Args:
+            scope: Where to search.
+            query: An embedding of the configured dimension.
+            k: How many hits (1-1000).
+            include: ``exact``, ``ancestors`` or ``descendants``, as in memory search.
+            mode: ``auto``; ``exact`` or ``index`` force a strategy (tests, benchmarks).
+            conn: A connection of your own to run on.
+
+        Returns:
+            Hits; ``score`` is the similarity (1 - cosine distance for cosine).
+            Assemblies without a centroid (no member has an embedding) never match.
+        """
+        scope = _check_scope(scope)
+        include = validate_include(include)
+        k = validate_limit(k, "k", MAX_K)
+        if mode not in ("auto", "exact", "index"):
+            raise ValidationError("mode", "must be auto, exact or index")
+        vector = self._vector(query, "query")
+        params = Params()
+        query_param = params.add(vector)
+        scope_sql = scope_condition(scope, include, params)
+        options = {
+            "distance": self._settings.distance,
+            "scope_sql": scope_sql,
+            "query_param": query_param,
+            "k_param": params.add(k),
+            "threshold_param": params.add(self._settings.exact_search_threshold),
+        }
+        # Only ``auto`` uses the threshold, the last parameter.
+        values = params.values if mode == "auto" else params.values[:-1]
+        async with self._connection(conn) as active:
+            sql = q.search(self._schema, mode=mode, **options)
+            rows = await self._run_search(active, sql, values)
+            if len(rows) < k and mode == "auto" and not (rows and rows[0]["via_exact"]):
+                # The index gave up (max_scan_tuples) before k rows of this
+                # scope turned up, or the scope is empty: scan exactly.
+                exact_sql = q.search(self._schema, mode="exact", **options)
+                rows = await self._run_search(active, exact_sql, params.values[:-1])
+        return [AssemblyHit(Assembly.from_row(row), float(row["similarity"])) for row in rows]
+
+    async def _run_search(
+        self, conn: asyncpg.Connection, sql: str, values: builtins.list[object]
+    ) -> builtins.list[Any]:
+        if not self._settings.pgbouncer:
+            rows: builtins.list[Any] = await conn.fetch(sql, *values)
+            return rows
+        # Behind pgbouncer the connection's startup settings are not ours.
+        async with conn.transaction():
+            await conn.execute(
+                f"SET LOCAL hnsw.ef_search = {int(self._settings.hnsw_ef_search)};"
+                " SET LOCAL hnsw.iterative_scan = relaxed_order;"
+                f" SET LOCAL hnsw.max_scan_tuples = {int(self._settings.hnsw_max_scan_tuples)}"
+            )
+            rows = await conn.fetch(sql, *values)
+        return rows

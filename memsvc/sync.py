@@ -1,0 +1,127 @@
+"""A blocking, thread-safe client for thread-based agent frameworks.
+
+The same method names as the async API, without ``await``::
+
+    from memsvc.sync import SyncMemoryService
+
+    with SyncMemoryService.open(Settings()) as svc:
+        memory = svc.memories.add(scope, "the user prefers metric units")
+        hits = svc.memories.search(scope, "units", k=5)
+        svc.working(scope).append_scratchpad("checked the span table")
+
+One event loop runs in a background thread and owns the connection pool;
+every call is submitted to it and waited for. Any number of threads may call
+at once: their calls run concurrently on the pool, and each write keeps the
+guarantees of the async API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+from collections.abc import Coroutine
+from types import TracebackType
+from typing import Any, TypeVar
+
+from memsvc.embedding import Embedder
+from memsvc.errors import MemsvcError
+from memsvc.scope import Scope
+from memsvc.service import MemoryService
+from memsvc.settings import Settings
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="memsvc-sync", daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if threading.current_thread() is self._thread:
+            coroutine.close()
+            raise MemsvcError("the sync client cannot be called from its own event loop")
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+class _Blocking:
+    """Wraps an async object: its coroutine methods become blocking calls."""
+
+    def __init__(self, target: Any, runner: _LoopThread) -> None:
+        self._target = target
+        self._runner = runner
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._target, name)
+        if not inspect.iscoroutinefunction(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._runner.run(attribute(*args, **kwargs))
+
+        return call
+
+    def __repr__(self) -> str:
+        return f"<blocking {self._target!r}>"
+
+
+class SyncMemoryService:
+    """:class:`memsvc.MemoryService` for synchronous code.
+
+    ``memories``, ``assemblies`` and ``checkpoints`` have the async API's
+    methods, blocking; ``working(scope)`` returns a blocking WorkingMemory.
+    """
+
+    def __init__(self, service: MemoryService, runner: _LoopThread) -> None:
+        self._service = service
+        self._runner = runner
+        self.settings = service.settings
+        self.memories: Any = _Blocking(service.memories, runner)
+        self.assemblies: Any = _Blocking(service.assemblies, runner)
+        self.checkpoints: Any = _Blocking(service.checkpoints, runner)
+
+    @classmethod
+    def open(
+        cls, settings: Settings | None = None, *, embedder: Embedder | None = None
+    ) -> SyncMemoryService:
+        """Open the service (see :meth:`memsvc.MemoryService.open`) on a background loop."""
+        runner = _LoopThread()
+        try:
+            service = runner.run(MemoryService._open(settings or Settings(), embedder))
+        except BaseException:
+            runner.stop()
+            raise
+        return cls(service, runner)
+
+    def working(self, scope: Scope) -> Any:
+        """The blocking working memory of a session."""
+        return _Blocking(self._service.working(scope), self._runner)
+
+    def close(self) -> None:
+        """Close the service and stop the background loop."""
+        try:
+            self._runner.run(self._service.close())
+        finally:
+            self._runner.stop()
+
+    def __enter__(self) -> SyncMemoryService:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

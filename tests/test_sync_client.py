@@ -1,0 +1,64 @@
+"""The blocking client: same names, thread-safe, no lost writes."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from memsvc import ConflictError, HashingEmbedder, Scope, Settings
+from memsvc.sync import SyncMemoryService
+
+
+@pytest.fixture
+def sync_service(settings: Settings) -> SyncMemoryService:
+    service = SyncMemoryService.open(settings, embedder=HashingEmbedder())
+    yield service  # type: ignore[misc]
+    service.close()
+
+
+def test_same_names_without_await(sync_service: SyncMemoryService, scope: Scope) -> None:
+    memory = sync_service.memories.add(scope, "the user prefers metric units")
+    assert sync_service.memories.get(memory.id) == memory
+    hits = sync_service.memories.search(scope, "metric units", k=3)
+    assert hits[0].memory.id == memory.id
+    with pytest.raises(ConflictError):
+        sync_service.memories.update(memory.id, content="x", expected_version=7)
+
+
+def test_10_threads_x_20_puts_and_adds_leave_200_memories(
+    sync_service: SyncMemoryService,
+) -> None:
+    scope = Scope("threads", "p", "a", "s")
+    errors: list[BaseException] = []
+
+    def agent_tool(thread: int) -> None:
+        try:
+            for i in range(20):
+                if i % 2:
+                    sync_service.memories.put(scope, f"t{thread}/k{i}", f"value {thread} {i}")
+                else:
+                    sync_service.memories.add(scope, f"thread {thread} memory {i}")
+        except BaseException as exc:  # surfaced below, in the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=agent_tool, args=(t,)) for t in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sync_service.memories.count(scope) == 200
+
+
+def test_working_memory_through_the_sync_client(
+    sync_service: SyncMemoryService, scope: Scope
+) -> None:
+    wm = sync_service.working(scope)
+    wm.set("draft", {"step": 1})
+    wm.append_scratchpad("note")
+    checkpoint = wm.create_checkpoint("before")
+    wm.set("draft", {"step": 2})
+    wm.restore_checkpoint(checkpoint)
+    assert wm.get("draft") == {"step": 1}
+    assert wm.get_scratchpad() == ["note"]
