@@ -39,7 +39,9 @@ class _LoopThread:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="memsvc-sync", daemon=True)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="memsvc-sync", daemon=True
+        )
         self._thread.start()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
