@@ -43,6 +43,12 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = Field(default=30_000, ge=0, description="0 disables it.")
     lock_timeout_ms: int = Field(default=10_000, ge=0, description="0 disables it.")
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    command_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Client-side deadline for one statement and for getting a pooled "
+        "connection; past it a call raises StorageError even if the server never answers.",
+    )
     pgbouncer: bool = Field(
         default=False,
         description="Transaction-pooling mode: no prepared statements, no session state.",
@@ -66,7 +72,11 @@ class Settings(BaseSettings):
     # --- limits ---------------------------------------------------------------
     max_content_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
     max_metadata_bytes: int = Field(default=256 * 1024, ge=2)
-    max_memories_per_scope: int | None = Field(default=None, ge=1)
+    max_memories_per_scope: int | None = Field(
+        default=None,
+        ge=1,
+        description="Most memories one exact scope may hold; adds past it are a ConflictError.",
+    )
     max_checkpoint_bytes: int = Field(default=16 * 1024 * 1024, ge=2)
     checkpoint_keep_last: int = Field(default=50, ge=1)
 

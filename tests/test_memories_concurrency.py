@@ -105,3 +105,29 @@ async def test_naive_read_modify_write_control_loses_updates(
     await asyncio.gather(*(naive_patch(i) for i in range(30)))
     final = await service.memories.get(memory.id)
     assert len(final.metadata) < 30
+
+
+async def test_racing_adds_never_exceed_max_memories_per_scope(
+    memsvc_database_url: str, scope: Scope
+) -> None:
+    from memsvc.testing.postgres import settings_for_tests
+
+    limited = settings_for_tests(memsvc_database_url, max_memories_per_scope=10)
+    async with MemoryService.open(limited) as service:
+        await service.memories.add_many(scope, [f"existing {i}" for i in range(9)])
+
+        async def attempt(i: int) -> bool:
+            try:
+                await service.memories.add(scope, f"racer {i}")
+            except ConflictError:
+                return False
+            return True
+
+        outcomes = await asyncio.gather(*(attempt(i) for i in range(20)))
+        assert outcomes.count(True) == 1
+        assert await service.memories.count(scope) == 10
+        # A duplicate of stored content adds no row, so it is not refused.
+        assert (await service.memories.add(scope, "existing 3")).content == "existing 3"
+        with pytest.raises(ConflictError):
+            await service.memories.put(scope, "k", "one too many")
+        assert await service.memories.count(scope) == 10

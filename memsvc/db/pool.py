@@ -94,7 +94,7 @@ async def create_pool(dsn: str, settings: Settings, vector_schema: str) -> async
         "reset": _reset_unless_clean,
         "server_settings": session_settings(settings),
         "timeout": settings.connect_timeout_s,
-        "command_timeout": None,
+        "command_timeout": settings.command_timeout_s,
     }
     if settings.pgbouncer:
         # pgbouncer in transaction mode cannot route named prepared statements.

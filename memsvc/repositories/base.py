@@ -46,7 +46,7 @@ class Repository:
                 yield conn
             return
         with translate_errors():
-            async with self._pool.acquire() as pooled:
+            async with self._pool.acquire(timeout=self._settings.command_timeout_s) as pooled:
                 yield pooled
                 # Reached only when the block succeeded: memsvc's statements
                 # leave no session state, so the pool may skip its reset.

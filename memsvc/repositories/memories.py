@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -184,7 +186,7 @@ class MemoryRepository(Repository):
         memory_id = new_id() if id is None else parse_id("id", id)
         vector = await self._embedding_for(text, embedding)
         args = [*_scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
-        async with self._connection(conn) as active:
+        async with self._writing(scope, conn) as active:
             for _ in range(3):
                 row = await active.fetchrow(self._insert_sql, *args)
                 if row is not None:
@@ -194,6 +196,35 @@ class MemoryRepository(Repository):
                     return existing
                 # The row we collided with was deleted in between: try again.
         raise ConflictError("memory could not be inserted: it kept colliding with a deletion")
+
+    @asynccontextmanager
+    async def _writing(
+        self, scope: Scope, conn: asyncpg.Connection | None, *, always_transaction: bool = False
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """Where writes to a scope run, enforcing ``max_memories_per_scope``.
+
+        With a limit, writers to one scope take a transaction-scoped advisory
+        lock, write, then count: past the limit the transaction rolls back
+        with a ConflictError. Counting under the lock, after the write, is what
+        stops racing writers from each seeing room for one more (write skew).
+        """
+        limit = self._settings.max_memories_per_scope
+        if limit is None and not always_transaction:
+            async with self._connection(conn) as active:
+                yield active
+            return
+        async with self._transaction(conn) as active:
+            if limit is not None:
+                key = json.dumps([self._schema, "memories", *scope.levels])
+                await active.execute(q.LOCK_SCOPE, key)
+            yield active
+            if limit is not None:
+                params = Params()
+                sql = q.count(self._schema, scope_condition(scope, "exact", params))
+                if await active.fetchval(sql, *params.values) > limit:
+                    raise ConflictError(
+                        f"scope would hold more than max_memories_per_scope={limit} memories"
+                    )
 
     async def _find_duplicate(
         self, conn: asyncpg.Connection, scope: Scope, memory_id: uuid.UUID, digest: str
@@ -233,7 +264,7 @@ class MemoryRepository(Repository):
         params.values.extend([weight, ttl_s])
         scope_sql = scope_condition(scope, "exact", params)
         sql = q.upsert_by_key(self._schema, scope_sql)
-        async with self._transaction(conn) as active:
+        async with self._writing(scope, conn, always_transaction=True) as active:
             row = await active.fetchrow(sql, *params.values)
             assert row is not None
             if row["in_assembly"] and self._embeddings_changed is not None:
@@ -279,7 +310,7 @@ class MemoryRepository(Repository):
             return []
         wire = [None if v is None else vector_bytes(v, self._settings.vector_type) for v in vectors]
         by_id: dict[uuid.UUID, Memory] = {}
-        async with self._transaction(conn) as active:
+        async with self._writing(scope, conn, always_transaction=True) as active:
             for start in range(0, len(ids), ADD_MANY_CHUNK):
                 chunk = slice(start, start + ADD_MANY_CHUNK)
                 rows = await active.fetch(

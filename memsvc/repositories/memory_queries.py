@@ -18,6 +18,10 @@ MEMORY_COLUMNS = (
 
 NOT_EXPIRED = "(expires_at IS NULL OR expires_at > now())"
 
+# Serialises writers of one scope (the key is an injective JSON text of the
+# scope; two scopes whose 64-bit hashes collide merely wait for each other).
+LOCK_SCOPE = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+
 # What a history event records of the row before a change (not the embedding,
 # which is large and derived from the content).
 PRIOR = (
