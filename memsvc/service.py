@@ -21,6 +21,14 @@ from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.scope import Scope
 from memsvc.settings import Settings
+
+TENANT_TABLES = (
+    "memories",
+    "memory_events",
+    "assemblies",
+    "assembly_members",
+    "session_checkpoints",
+)
 from memsvc.working import WorkingMemory, WorkingStore, open_working_store
 
 log = logging.getLogger(__name__)
@@ -198,10 +206,35 @@ async def prepare_database(settings: Settings, dsn: str) -> None:
             rows = await conn.fetch(f"SELECT key, value FROM {settings.db_schema}.schema_info")
     finally:
         await conn.close()
+    if settings.row_level_security:
+        await _check_row_level_security(settings, dsn)
     mismatches = migrate.recorded_settings_mismatch({r["key"]: r["value"] for r in rows}, settings)
     if mismatches:
         raise SchemaError(
             "the database was created with other vector settings: "
             + "; ".join(mismatches)
             + ". Use the same settings, or a new db_schema / database."
+        )
+
+
+async def _check_row_level_security(settings: Settings, dsn: str) -> None:
+    """With row_level_security on, refuse tables whose policies are not enforced."""
+    conn = await connect(dsn, settings)
+    try:
+        with translate_errors():
+            loose = await conn.fetch(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = $1 AND c.relname = ANY($2::text[]) "
+                "AND NOT (c.relrowsecurity AND c.relforcerowsecurity)",
+                settings.db_schema,
+                list(TENANT_TABLES),
+            )
+    finally:
+        await conn.close()
+    if loose:
+        names = ", ".join(row["relname"] for row in loose)
+        raise SchemaError(
+            f"row_level_security is on but these tables do not enforce it: {names}. Run "
+            f"ALTER TABLE ... ENABLE ROW LEVEL SECURITY and FORCE ROW LEVEL SECURITY on them "
+            "(as their owner), or migrate a new schema with MEMSVC_ROW_LEVEL_SECURITY=true"
         )

@@ -39,6 +39,7 @@ from memsvc.ids import new_id, parse_id
 from memsvc.models import Assembly, AssemblyHit, Memory
 from memsvc.repositories import assembly_queries as q
 from memsvc.repositories.base import Repository
+from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.scope import Include, Scope, validate_id, validate_include
 from memsvc.settings import Settings
@@ -148,6 +149,7 @@ class _Aggregates:
         return self.member_count, self.embedded_count, self.total.tolist(), centroid
 
 
+@tenant_scoped
 class AssemblyRepository(Repository):
     """Named groups of memories with exact member counts and centroids."""
 

@@ -11,7 +11,8 @@ from typing import TypeVar
 import asyncpg
 
 from memsvc.db.errors import translate_errors
-from memsvc.errors import ConcurrencyError
+from memsvc.errors import ConcurrencyError, ValidationError
+from memsvc.repositories.tenancy import SET_TENANT, current_tenant
 from memsvc.settings import Settings
 
 T = TypeVar("T")
@@ -40,7 +41,15 @@ class Repository:
     async def _connection(
         self, conn: asyncpg.Connection | None = None
     ) -> AsyncIterator[asyncpg.Connection]:
-        """The caller's connection, or one from the pool for the block's duration."""
+        """The caller's connection, or one from the pool for the block's duration.
+
+        With row-level security on, the block runs in a transaction that
+        starts by setting the tenant (see :mod:`memsvc.repositories.tenancy`).
+        """
+        if self._settings.row_level_security:
+            async with self._transaction(conn) as active:
+                yield active
+            return
         if conn is not None:
             with translate_errors():
                 yield conn
@@ -57,10 +66,27 @@ class Repository:
         self, conn: asyncpg.Connection | None = None
     ) -> AsyncIterator[asyncpg.Connection]:
         """A transaction (or a savepoint inside the caller's transaction)."""
-        async with self._connection(conn) as active:
-            with translate_errors():
-                async with active.transaction():
-                    yield active
+        with translate_errors():
+            if conn is not None:
+                async with conn.transaction():
+                    await self._set_tenant(conn)
+                    yield conn
+                return
+            async with self._pool.acquire(timeout=self._settings.command_timeout_s) as pooled:
+                async with pooled.transaction():
+                    await self._set_tenant(pooled)
+                    yield pooled
+                pooled.mark_clean()
+
+    async def _set_tenant(self, conn: asyncpg.Connection) -> None:
+        if not self._settings.row_level_security:
+            return
+        tenant = current_tenant.get()
+        if tenant is None:
+            raise ValidationError(
+                "tenant", "row_level_security is on: pass the scope or tenant= of the rows"
+            )
+        await conn.execute(SET_TENANT, tenant)
 
     async def _retrying(self, attempt: Callable[[], Awaitable[T]], owns_transaction: bool) -> T:
         """Run ``attempt``, retrying serialization failures and deadlocks.

@@ -23,6 +23,7 @@ from memsvc.ids import new_id, parse_id
 from memsvc.models import Memory, MemoryEvent, SearchHit
 from memsvc.repositories import memory_queries as q
 from memsvc.repositories.base import Repository
+from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.repositories.filters import compile_where
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.scope import Include, Scope, validate_include
@@ -89,6 +90,7 @@ class _SearchStatement:
     exact_sql: str | None  # the fallback, in auto mode
 
 
+@tenant_scoped
 class MemoryRepository(Repository):
     """Store, fetch, change and search long-term memories.
 

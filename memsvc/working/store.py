@@ -1,0 +1,202 @@
+"""The storage interface behind :class:`~memsvc.working.WorkingMemory`, and its factory.
+
+A :class:`WorkingStore` holds many sessions, each addressed by its
+:class:`~memsvc.scope.Scope`. Every method is one atomic operation on one
+session: a single Lua script or MULTI on Redis, a single lock hold in
+:class:`~memsvc.working.local_store.LocalStore`. Values cross this interface as
+JSON text that :class:`WorkingMemory` has already validated; the stores never
+parse user data.
+
+Backends are imported lazily (the saq ``from_url`` pattern), so the in-process
+store does not import redis-py.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from memsvc.errors import WorkingMemoryError
+
+if TYPE_CHECKING:
+    from memsvc.scope import Scope
+    from memsvc.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """Bounds applied by a store to one session, taken from the caller's settings."""
+
+    max_keys: int
+    """Most user keys a session may hold at once."""
+    max_scratchpad_entries: int
+    """Scratchpad length; older entries are dropped on append."""
+    idle_ttl_ms: int | None
+    """How long task state, scratchpad and metadata outlive the session's last write."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SessionLimits:
+        """Limits from ``working_memory_*`` and ``scratchpad_max_entries`` settings."""
+        ttl = settings.working_memory_default_ttl_seconds
+        return cls(
+            max_keys=settings.working_memory_max_keys,
+            max_scratchpad_entries=settings.scratchpad_max_entries,
+            idle_ttl_ms=None if ttl is None else ttl * 1000,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSnapshot:
+    """A session's whole state read at one instant (what a checkpoint stores)."""
+
+    values: dict[str, tuple[str, int | None]]
+    """User key -> (JSON text, remaining TTL in ms or None for no expiry)."""
+    task: dict[str, str] | None
+    """Task-state field -> JSON text, or None when no task state is set."""
+    scratchpad: list[str]
+    """Scratchpad entries (JSON text of ``{"content", "timestamp"}``), oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStats:
+    """Counts describing one session."""
+
+    user_keys: int
+    scratchpad_entries: int
+    has_task_state: bool
+    created_at: str | None
+
+
+class WorkingStore(Protocol):
+    """Session-scoped, atomic storage for working memory.
+
+    Every method raises :class:`~memsvc.errors.WorkingMemoryError` when the
+    backend fails; a backend's own exceptions never escape.
+    """
+
+    @property
+    def backend(self) -> str:
+        """``"redis"`` or ``"local"``."""
+        ...
+
+    @property
+    def using_fallback(self) -> bool:
+        """True when this store replaces an unreachable Redis."""
+        ...
+
+    async def set_value(
+        self, scope: Scope, key: str, value: str, ttl_ms: int | None, limits: SessionLimits
+    ) -> bool:
+        """Store ``value`` under ``key``; False (nothing written) when the session is full."""
+        ...
+
+    async def get_value(self, scope: Scope, key: str) -> str | None:
+        """The JSON text under ``key``, or None."""
+        ...
+
+    async def delete_value(self, scope: Scope, key: str) -> bool:
+        """Delete ``key``; True when it existed."""
+        ...
+
+    async def has_value(self, scope: Scope, key: str) -> bool:
+        """True when ``key`` holds a live value."""
+        ...
+
+    async def list_keys(self, scope: Scope) -> list[str]:
+        """Every live user key of the session."""
+        ...
+
+    async def get_values(self, scope: Scope) -> dict[str, str]:
+        """Every live user key and its JSON text, read at one instant."""
+        ...
+
+    async def clear_values(self, scope: Scope) -> int:
+        """Delete every user key (nothing else); returns how many were live."""
+        ...
+
+    async def set_task(self, scope: Scope, fields: dict[str, str], limits: SessionLimits) -> None:
+        """Replace the task state with ``fields`` (field -> JSON text)."""
+        ...
+
+    async def get_task(self, scope: Scope) -> dict[str, str] | None:
+        """The task-state fields, or None when unset."""
+        ...
+
+    async def update_task(
+        self, scope: Scope, fields: dict[str, str], limits: SessionLimits
+    ) -> dict[str, str] | None:
+        """Overwrite only ``fields`` if a task state exists; return the whole new state."""
+        ...
+
+    async def append_scratchpad(self, scope: Scope, entry: str, limits: SessionLimits) -> None:
+        """Append one entry, dropping the oldest past ``limits.max_scratchpad_entries``."""
+        ...
+
+    async def get_scratchpad(self, scope: Scope) -> list[str]:
+        """Scratchpad entries, oldest first."""
+        ...
+
+    async def clear_scratchpad(self, scope: Scope) -> int:
+        """Empty the scratchpad; returns how many entries it held."""
+        ...
+
+    async def snapshot(self, scope: Scope) -> SessionSnapshot:
+        """Read user keys, task state and scratchpad at one instant."""
+        ...
+
+    async def restore(self, scope: Scope, snapshot: SessionSnapshot, limits: SessionLimits) -> None:
+        """Replace the session's whole state with ``snapshot`` in one step."""
+        ...
+
+    async def stats(self, scope: Scope) -> SessionStats:
+        """Counts for ``get_stats``."""
+        ...
+
+    async def ping(self) -> bool:
+        """True when the backend answers; never raises."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+        ...
+
+
+async def open_working_store(settings: Settings) -> tuple[WorkingStore, bool]:
+    """Open the store the settings ask for; returns ``(store, using_fallback)``.
+
+    With ``redis_url`` set, Redis is used if it answers PING within
+    ``redis_timeout_s``. If it does not, a warning is logged and an in-process
+    :class:`~memsvc.working.local_store.LocalStore` is returned with
+    ``using_fallback=True`` -- unless ``working_memory_require_redis`` is set,
+    in which case :class:`~memsvc.errors.WorkingMemoryError` is raised. The
+    choice is made once: a Redis that dies later makes calls fail, it never
+    switches stores silently.
+
+    Raises:
+        WorkingMemoryError: Redis is required but unreachable.
+    """
+    from memsvc.working.local_store import LocalStore
+
+    if settings.redis_url is None:
+        return LocalStore(settings), False
+
+    from memsvc.working.redis_store import RedisStore
+
+    store = RedisStore.from_url(settings.redis_url, settings)
+    if await store.ping():
+        return store, False
+    await store.close()
+    if settings.working_memory_require_redis:
+        raise WorkingMemoryError(
+            f"Redis at {store.display_url} did not answer within {settings.redis_timeout_s}s "
+            "and working_memory_require_redis is set"
+        )
+    logger.warning(
+        "Redis at %s is unreachable; working memory falls back to an in-process store "
+        "(not shared between processes, lost on exit)",
+        store.display_url,
+    )
+    return LocalStore(settings, using_fallback=True), True
