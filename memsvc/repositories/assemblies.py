@@ -39,8 +39,8 @@ from memsvc.ids import new_id, parse_id
 from memsvc.models import Assembly, AssemblyHit, Memory
 from memsvc.repositories import assembly_queries as q
 from memsvc.repositories.base import Repository
-from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_id, validate_include
 from memsvc.settings import Settings
 from memsvc.validation import (

@@ -29,8 +29,8 @@ from memsvc.ids import new_id, parse_id
 from memsvc.models import Checkpoint, scope_from_row
 from memsvc.repositories import checkpoint_queries as q
 from memsvc.repositories.base import Repository
-from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Scope, validate_id
 from memsvc.validation import encode_json, validate_content, validate_limit
 

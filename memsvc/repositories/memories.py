@@ -23,9 +23,9 @@ from memsvc.ids import new_id, parse_id
 from memsvc.models import Memory, MemoryEvent, SearchHit
 from memsvc.repositories import memory_queries as q
 from memsvc.repositories.base import Repository
-from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.repositories.filters import compile_where
 from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
 from memsvc.validation import (
