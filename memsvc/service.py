@@ -21,7 +21,11 @@ from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.scope import Scope
 from memsvc.settings import Settings
+from memsvc.working import WorkingMemory, WorkingStore, open_working_store
 
+log = logging.getLogger(__name__)
+
+# Tables whose rows belong to a tenant (row-level security applies to them).
 TENANT_TABLES = (
     "memories",
     "memory_events",
@@ -29,9 +33,6 @@ TENANT_TABLES = (
     "assembly_members",
     "session_checkpoints",
 )
-from memsvc.working import WorkingMemory, WorkingStore, open_working_store
-
-log = logging.getLogger(__name__)
 
 
 class MemoryService:
