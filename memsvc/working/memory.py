@@ -39,7 +39,7 @@ class CheckpointRepository(Protocol):
         """Store ``data`` as a new checkpoint of ``scope``."""
         ...
 
-    async def get(self, id: uuid.UUID) -> Checkpoint:
+    async def get(self, id: uuid.UUID, *, tenant: str | None = None) -> Checkpoint:
         """Load one checkpoint; raises NotFoundError when it does not exist."""
         ...
 
@@ -49,7 +49,7 @@ class CheckpointRepository(Protocol):
         """Checkpoints of ``scope``, newest first."""
         ...
 
-    async def delete(self, id: uuid.UUID) -> bool:
+    async def delete(self, id: uuid.UUID, *, tenant: str | None = None) -> bool:
         """Delete one checkpoint; True when it existed."""
         ...
 
@@ -387,7 +387,10 @@ class WorkingMemory:
         return str(checkpoint.id)
 
     async def _load_checkpoint(self, checkpoint_id: str) -> Checkpoint:
-        checkpoint = await self._repository().get(_parse_checkpoint_id(checkpoint_id))
+        # The tenant narrows the lookup (and is required under row-level security).
+        checkpoint = await self._repository().get(
+            _parse_checkpoint_id(checkpoint_id), tenant=self._scope.tenant
+        )
         if checkpoint.scope != self._scope:
             # Another session's checkpoint is treated as absent: ids alone must
             # not let one session read or overwrite another's state.
@@ -468,7 +471,9 @@ class WorkingMemory:
             await self._load_checkpoint(checkpoint_id)
         except NotFoundError:
             return False
-        return await repository.delete(_parse_checkpoint_id(checkpoint_id))
+        return await repository.delete(
+            _parse_checkpoint_id(checkpoint_id), tenant=self._scope.tenant
+        )
 
     # --- health and lifecycle -----------------------------------------------------
     async def is_healthy(self) -> bool:

@@ -55,7 +55,7 @@ class InMemoryCheckpointRepository:
         self._rows[checkpoint.id] = checkpoint
         return checkpoint
 
-    async def get(self, id: uuid.UUID) -> Checkpoint:
+    async def get(self, id: uuid.UUID, *, tenant: str | None = None) -> Checkpoint:
         try:
             return self._rows[id]
         except KeyError:
@@ -74,7 +74,7 @@ class InMemoryCheckpointRepository:
             rows = rows[cut + 1 :]
         return rows[:limit]
 
-    async def delete(self, id: uuid.UUID) -> bool:
+    async def delete(self, id: uuid.UUID, *, tenant: str | None = None) -> bool:
         return self._rows.pop(id, None) is not None
 
 
