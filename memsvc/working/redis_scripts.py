@@ -19,7 +19,7 @@ client's cost per call grows with its argument count.
 ``ARGV[1]`` is the idle TTL in ms (``0``: none); script-specific arguments
 follow from ``ARGV[2]``. The session's ``created_at`` is taken from the
 server's clock (``TIME``, epoch milliseconds), so callers send no timestamp. Scripts
-keep the number of Redis calls on hot paths small (``set``: five, ``append``:
+keep the number of Redis calls on hot paths small (``set``: four, ``append``:
 three in the common case), since that is what they cost over raw commands.
 
 User values are plain string keys so each can carry its own TTL on Redis 7.0
@@ -94,28 +94,32 @@ SET_VALUE = (
     _PRELUDE
     + """
 local name = ARGV[2]
+local ttl = tonumber(ARGV[4])
 local limit = tonumber(ARGV[5])
-if redis.call('SCARD', index) >= limit and redis.call('SISMEMBER', index, name) == 0 then
-  if #live_names() >= limit then
-    return 0
+-- Adding the name first means an overwrite (the common case) needs no count.
+local count = 0
+if redis.call('SADD', index, name) == 1 then
+  count = redis.call('SCARD', index)
+  if count > limit then
+    -- Pruning also drops `name` (it has no value yet), which undoes the SADD
+    -- if the session is still full: nothing is written.
+    if #live_names() >= limit then
+      return 0
+    end
+    redis.call('SADD', index, name)
   end
 end
--- The index must outlive every value it names: it is never shortened, and is
--- extended a second past a new value's TTL so that a steady stream of writes
--- extends it about once a second, not on every call.
-local index_left = redis.call('PTTL', index)
-if ARGV[4] == '0' then
+-- The index must outlive every value it names. GT never shortens its TTL
+-- (and leaves a persistent index alone); a brand-new index has none yet.
+if ttl == 0 then
   redis.call('SET', vprefix .. name, ARGV[3])
-  redis.call('SADD', index, name)
-  if index_left >= 0 then
-    redis.call('PERSIST', index)
-  end
+  redis.call('PERSIST', index)
 else
-  local ttl = tonumber(ARGV[4])
   redis.call('SET', vprefix .. name, ARGV[3], 'PX', ttl)
-  redis.call('SADD', index, name)
-  if index_left == -2 or (index_left >= 0 and index_left < ttl) then
+  if count == 1 then
     redis.call('PEXPIRE', index, ttl + 1000)
+  else
+    redis.call('PEXPIRE', index, ttl + 1000, 'GT')
   end
 end
 touch(false)

@@ -13,7 +13,7 @@ timeout instead of after redis-py's default multi-second backoff.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -172,16 +172,18 @@ class RedisStore:
         """The underlying redis-py client (for tests and operations tooling)."""
         return self._client
 
-    async def _write(
+    # Plain functions returning the script's awaitable: no extra coroutine
+    # frame on the hot path.
+    def _write(
         self, script: AsyncScript, scope: Scope, limits: SessionLimits, *args: str | int
-    ) -> Any:
+    ) -> Awaitable[Any]:
         """Run a script that writes session state (it needs the idle TTL)."""
         index = session_keys(scope).index
-        return await script([index], [limits.idle_ttl_ms or 0, *args])
+        return script([index], [limits.idle_ttl_ms or 0, *args])
 
-    async def _read(self, script: AsyncScript, scope: Scope, *args: str | int) -> Any:
+    def _read(self, script: AsyncScript, scope: Scope, *args: str | int) -> Awaitable[Any]:
         """Run a script that does not refresh the session's idle TTL."""
-        return await script([session_keys(scope).index], [0, *args])
+        return script([session_keys(scope).index], [0, *args])
 
     # --- user keys -----------------------------------------------------------
     @_translate_errors

@@ -21,6 +21,16 @@ OLD = {f"old-{i}": "old" for i in range(200)}
 NEW = {f"new-{i}": "new" for i in range(200)}
 
 
+@pytest.fixture
+def checkpoint_repository(memsvc_service: Any) -> Any:
+    """The real CheckpointRepository on a fresh PostgreSQL database.
+
+    These tests are about durability, so they store checkpoints where users
+    do; the rest of the working-memory suite uses the in-memory double.
+    """
+    return memsvc_service.checkpoints
+
+
 async def fill(memory: WorkingMemory, values: dict[str, Any]) -> None:
     await memory.clear()
     await asyncio.gather(*(memory.set(key, value) for key, value in values.items()))
