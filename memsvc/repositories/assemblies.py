@@ -478,17 +478,9 @@ class AssemblyRepository(Repository):
                 q.update_assembly(self._schema),
                 assembly_id, tenant, expected_version, new_name, text, meta,
             )
-        assert row is not None
-        if row["found"] == 0:
-            raise NotFoundError(f"assembly {assembly_id} not found")
-        if row["found"] > 1:
-            raise ConflictError(f"assembly id {assembly_id} exists in several tenants")
-        if row["id"] is None:
-            raise ConflictError(
-                f"assembly {assembly_id} is at version {row['prior_version']}, "
-                f"not the expected {expected_version}"
-            )
-        return Assembly.from_row(row)
+        return Assembly.from_row(
+            self._versioned_outcome(row, f"assembly {assembly_id}", expected_version)
+        )
 
     async def delete(
         self,
@@ -502,15 +494,7 @@ class AssemblyRepository(Repository):
         tenant = _check_tenant(tenant)
         sql = q.delete_assembly(self._schema, None if tenant is None else "$2")
         args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
-
-        async def attempt() -> bool:
-            async with self._transaction(conn) as active:
-                rows = await active.fetch(sql, *args)
-                if len(rows) > 1:
-                    raise ConflictError(f"assembly id {assembly_id} exists in several tenants")
-            return bool(rows)
-
-        return await self._retrying(attempt, owns_transaction=conn is None)
+        return await self._delete_one(sql, args, f"assembly {assembly_id}", conn)
 
     # ------------------------------------------------------------------ reads
 

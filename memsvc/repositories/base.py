@@ -6,12 +6,12 @@ import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
 
 from memsvc.db.errors import translate_errors
-from memsvc.errors import ConcurrencyError, ValidationError
+from memsvc.errors import ConcurrencyError, ConflictError, NotFoundError, ValidationError
 from memsvc.repositories.tenancy import SET_TENANT, current_tenant
 from memsvc.settings import Settings
 
@@ -87,6 +87,38 @@ class Repository:
                 "tenant", "row_level_security is on: pass the scope or tenant= of the rows"
             )
         await conn.execute(SET_TENANT, tenant)
+
+    @staticmethod
+    def _versioned_outcome(row: Any, what: str, expected_version: int | None) -> Any:
+        """Check the row a version-guarded update statement returned.
+
+        Such statements report how many rows matched the id (``found``), the
+        version they held (``prior_version``), and the updated row's columns
+        (``id`` is NULL when the expected version did not match).
+        """
+        if row is None or row["found"] == 0:
+            raise NotFoundError(f"{what} not found")
+        if row["found"] > 1:
+            raise ConflictError(f"{what} exists in several tenants; pass tenant=")
+        if row["id"] is None:
+            raise ConflictError(
+                f"{what} is at version {row['prior_version']}, not the expected {expected_version}"
+            )
+        return row
+
+    async def _delete_one(
+        self, sql: str, args: list[object], what: str, conn: asyncpg.Connection | None
+    ) -> bool:
+        """Run a delete-by-id statement (``RETURNING`` the deleted rows); True if one went."""
+
+        async def attempt() -> bool:
+            async with self._transaction(conn) as active:
+                rows = await active.fetch(sql, *args)
+                if len(rows) > 1:
+                    raise ConflictError(f"{what} exists in several tenants; pass tenant=")
+            return bool(rows)
+
+        return await self._retrying(attempt, owns_transaction=conn is None)
 
     async def _retrying(self, attempt: Callable[[], Awaitable[T]], owns_transaction: bool) -> T:
         """Run ``attempt``, retrying serialization failures and deadlocks.

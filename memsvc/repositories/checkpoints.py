@@ -201,15 +201,7 @@ class CheckpointRepository(Repository):
         tenant = _check_tenant(tenant)
         sql = q.delete(self._schema, None if tenant is None else "$2")
         args: list[object] = [checkpoint_id] if tenant is None else [checkpoint_id, tenant]
-
-        async def attempt() -> bool:
-            async with self._transaction(conn) as active:
-                rows = await active.fetch(sql, *args)
-                if len(rows) > 1:
-                    raise ConflictError(f"checkpoint id {checkpoint_id} exists in several tenants")
-            return bool(rows)
-
-        return await self._retrying(attempt, owns_transaction=conn is None)
+        return await self._delete_one(sql, args, f"checkpoint {checkpoint_id}", conn)
 
     async def prune(
         self, scope: Scope, keep_last: int, *, conn: asyncpg.Connection | None = None

@@ -453,17 +453,9 @@ class MemoryRepository(Repository):
                 row = await active.fetchrow(sql, *args)
                 if row is not None and row["id"] is not None:
                     await self._embeddings_changed(active, [row["tenant_id"]], [row["id"]])
-        assert row is not None
-        if row["found"] == 0:
-            raise NotFoundError(f"memory {memory_id} not found")
-        if row["found"] > 1:
-            raise ConflictError(f"memory id {memory_id} exists in several tenants; pass tenant=")
-        if row["id"] is None:
-            raise ConflictError(
-                f"memory {memory_id} is at version {row['prior_version']}, "
-                f"not the expected {expected_version}"
-            )
-        return Memory.from_row(row)
+        return Memory.from_row(
+            self._versioned_outcome(row, f"memory {memory_id}", expected_version)
+        )
 
     async def patch_metadata(
         self,
