@@ -1,18 +1,38 @@
-"""The ``memsvc`` command: embedded database, migrations, demo."""
+"""The ``memsvc`` command: embedded database, migrations, demo, operations."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import click
 
 from memsvc.db import migrate as migrations
 from memsvc.db.embedded import EmbeddedPostgres, running_postmaster_pid
-from memsvc.errors import MemsvcError
+from memsvc.errors import MemsvcError, SchemaError
+from memsvc.ops.doctor import Doctor, DoctorReport
+from memsvc.ops.export import ExportReport, open_output
+from memsvc.ops.gc import GcReport
+from memsvc.ops.legacy import LegacyReport, import_legacy
+from memsvc.ops.loader import LoadReport
+from memsvc.ops.render import (
+    doctor_lines,
+    export_lines,
+    gc_lines,
+    legacy_lines,
+    load_lines,
+    stats_lines,
+)
+from memsvc.ops.roles import DEFAULT_MIGRATION_ROLE, DEFAULT_RUNTIME_ROLE, roles_sql
+from memsvc.ops.stats import Stats
+from memsvc.scope import Scope
+from memsvc.service import MemoryService
 from memsvc.settings import Settings
 
 
@@ -130,6 +150,228 @@ def demo() -> None:
     from memsvc.demo import run_demo
 
     _run(run_demo(_settings(), click.echo))
+
+
+# --------------------------------------------------------------------- operations
+
+
+@contextlib.asynccontextmanager
+async def _database_url(settings: Settings) -> AsyncIterator[str]:
+    """The DSN to work on: the configured one, or the embedded server's (started here)."""
+    if settings.database_url is not None:
+        yield settings.database_url
+        return
+    embedded = EmbeddedPostgres(settings.data_dir)
+    dsn = await asyncio.to_thread(embedded.start)
+    try:
+        yield dsn
+    finally:
+        await asyncio.to_thread(embedded.close)
+
+
+@contextlib.asynccontextmanager
+async def _service() -> AsyncIterator[MemoryService]:
+    async with MemoryService.open(_settings()) as svc:
+        yield svc
+
+
+def _echo(lines: list[str], *, err: bool = False) -> None:
+    for line in lines:
+        click.echo(line, err=err)
+
+
+def _scope_option(
+    tenant: str | None, project: str | None, agent: str | None, session: str | None
+) -> Scope | None:
+    if tenant is None and project is None and agent is None and session is None:
+        return None
+    return Scope(tenant or "default", project, agent, session)
+
+
+@main.command()
+@click.option("--tenant", help="Only this tenant.")
+def stats(tenant: str | None) -> None:
+    """Rows per tenant and scope level, table and index sizes, gc backlog, checkpoints."""
+
+    async def run() -> Stats:
+        async with _service() as svc:
+            return await svc.maintenance.stats(tenant=tenant)
+
+    _echo(stats_lines(_run(run())))
+
+
+@main.command()
+@click.option(
+    "--repair", is_flag=True, help="Fix what can be fixed, each fix in its own transaction."
+)
+def doctor(repair: bool) -> None:
+    """Check pgvector, migrations, vector settings, indexes, assembly counts and history.
+
+    Exit code 1 when problems remain.
+    """
+
+    async def run() -> DoctorReport:
+        settings = _settings()
+        async with _database_url(settings) as dsn:
+            # The doctor never migrates: a schema behind head is one of its findings.
+            checked = settings.model_copy(update={"database_url": dsn, "auto_migrate": False})
+            try:
+                async with MemoryService.open(checked) as svc:
+                    return await svc.maintenance.doctor(repair=repair)
+            except SchemaError:
+                return await Doctor(checked, dsn).run(repair=repair)
+
+    report: DoctorReport = _run(run())
+    _echo(doctor_lines(report))
+    if not report.ok:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--batch-size", default=500, show_default=True, help="Rows per transaction.")
+@click.option(
+    "--idle-days",
+    type=float,
+    default=None,
+    help="Also remove sessions with no activity for this many days (default: never).",
+)
+@click.option("--max-batches", type=int, default=None, help="Stop after this many batches.")
+def gc(batch_size: int, idle_days: float | None, max_batches: int | None) -> None:
+    """Delete expired memories, prune checkpoints past retention, remove idle sessions.
+
+    Several gc processes may run at once: each takes rows the others do not hold.
+    """
+
+    async def run() -> GcReport:
+        async with _service() as svc:
+            with click.progressbar(length=0, label="gc", file=sys.stderr) as bar:
+                return await svc.maintenance.gc(
+                    batch_size=batch_size,
+                    idle_session_days=idle_days,
+                    max_batches=max_batches,
+                    progress=lambda _pass, count: bar.update(count),
+                )
+
+    _echo(gc_lines(_run(run())))
+
+
+@main.command(name="export")
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--tenant", help="Only this tenant.")
+@click.option("--project", help="Only this project (and what is under it).")
+@click.option("--agent", help="Only this agent (and its sessions).")
+@click.option("--session", help="Only this session.")
+def export_command(
+    file: str, tenant: str | None, project: str | None, agent: str | None, session: str | None
+) -> None:
+    """Write memories, assemblies and checkpoints to FILE as JSONL ('-': stdout).
+
+    With scope options, only that scope and the scopes under it (tenant
+    "default" unless --tenant is given).
+    """
+
+    async def run() -> ExportReport:
+        scope = _scope_option(tenant, project, agent, session)
+        async with _service() as svc:
+            total = await svc.maintenance.count_export(scope)
+            with (
+                click.progressbar(length=total, label="exporting", file=sys.stderr) as bar,
+                open_output(file) as out,
+            ):
+                return await svc.maintenance.export(out, scope=scope, progress=bar.update)
+
+    try:
+        report = _run(run())
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {file}: {exc.strerror}") from exc
+    _echo(export_lines(report, file), err=file == "-")
+
+
+INDEX_MODE = click.Choice(["auto", "rebuild", "keep"])
+INDEX_HELP = (
+    "auto: for large inputs into an empty or small table, drop the vector index and "
+    "rebuild it after loading; rebuild: always; keep: never."
+)
+
+
+@main.command(name="import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--index", "index_mode", type=INDEX_MODE, default="auto", show_default=True,
+              help=INDEX_HELP)
+def import_command(file: str, index_mode: str) -> None:
+    """Load a JSONL export. Idempotent: rows already stored are skipped.
+
+    Rejected lines are listed with their line number and reason (exit code 1).
+    """
+
+    async def run() -> LoadReport:
+        async with _service() as svc:
+            size = os.path.getsize(file)
+            with click.progressbar(length=size, label="importing", file=sys.stderr) as bar:
+                return await svc.maintenance.import_file(
+                    file, index_mode=index_mode, progress=bar.update  # type: ignore[arg-type]
+                )
+
+    report: LoadReport = _run(run())
+    _echo(load_lines(report))
+    if not report.ok:
+        sys.exit(1)
+
+
+@main.command(name="import-legacy")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--tenant", default="default", show_default=True, help="Tenant to import into.")
+@click.option("--dry-run", is_flag=True, help="Read and check everything; write nothing.")
+@click.option("--index", "index_mode", type=INDEX_MODE, default="auto", show_default=True,
+              help=INDEX_HELP)
+def import_legacy_command(path: str, tenant: str, dry_run: bool, index_mode: str) -> None:
+    """Import a file-based memory store: a directory with memory_index.json, memories/ and
+    assemblies/, or one JSON file per session (a file, or a directory of them).
+
+    Unreadable files are listed with their path and skipped (exit code 1).
+    Re-running is idempotent.
+    """
+
+    async def run() -> LegacyReport:
+        if dry_run:
+            return await import_legacy(None, None, _settings(), None, Path(path),
+                                       tenant=tenant, dry_run=True)
+        async with _service() as svc:
+            with click.progressbar(length=0, label="importing", file=sys.stderr) as bar:
+                return await svc.maintenance.import_legacy(
+                    path, tenant=tenant, index_mode=index_mode,  # type: ignore[arg-type]
+                    progress=bar.update,
+                )
+
+    report: LegacyReport = _run(run())
+    _echo(legacy_lines(report))
+    if not report.ok:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--print-sql", is_flag=True, help="Print the SQL script (required).")
+@click.option("--schema", default=None, help="Schema (default: MEMSVC_DB_SCHEMA or memsvc).")
+@click.option("--migration-role", default=DEFAULT_MIGRATION_ROLE, show_default=True,
+              help="Role that owns the schema and runs migrations.")
+@click.option("--runtime-role", default=DEFAULT_RUNTIME_ROLE, show_default=True,
+              help="Role the app connects as: rows only, no DDL, no TRUNCATE.")
+def roles(print_sql: bool, schema: str | None, migration_role: str, runtime_role: str) -> None:
+    """SQL creating a migration role and a least-privilege runtime role.
+
+    Review it, then run it as a superuser (psql -f). memsvc never runs it itself.
+    """
+    if not print_sql:
+        raise click.ClickException("pass --print-sql: review the script, then run it with psql")
+    try:
+        script = roles_sql(
+            schema or _settings().db_schema,
+            migration_role=migration_role,
+            runtime_role=runtime_role,
+        )
+    except MemsvcError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(script, nl=False)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, create_pool, find_vector_schema
 from memsvc.embedding import Embedder
 from memsvc.errors import SchemaError
+from memsvc.ops.maintenance import Maintenance
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
@@ -49,6 +50,7 @@ class MemoryService:
     memories: MemoryRepository
     assemblies: AssemblyRepository
     checkpoints: CheckpointRepository
+    maintenance: Maintenance
 
     def __init__(
         self,
@@ -75,6 +77,14 @@ class MemoryService:
             embedder=embedder,
             before_delete=self.assemblies.detach_memories,
             embeddings_changed=self.assemblies.embeddings_changed,
+        )
+        self.maintenance = Maintenance(
+            pool,
+            settings,
+            dsn=dsn,
+            assemblies=self.assemblies,
+            checkpoints=self.checkpoints,
+            before_delete=self.assemblies.detach_memories,
         )
 
     @classmethod
@@ -140,6 +150,7 @@ class MemoryService:
         if self._closed:
             return
         self._closed = True
+        await self.maintenance.close()
         await self.working_store.close()
         await self._pool.close()
         if self._embedded is not None:

@@ -1,0 +1,174 @@
+"""Bulk load benchmark: ``memsvc import`` with the HNSW index rebuilt vs kept in place.
+
+    python -m benchmarks.bulk_load                  # 50,000 memories, 384-d
+    python -m benchmarks.bulk_load --rows 20000 --sample 1000
+    python -m benchmarks.bulk_load --database-url postgresql://...
+
+Generates a JSONL file of ``--rows`` memories (unit vectors around 64
+clusters), then, on its own embedded PostgreSQL (or the given server), in
+fresh databases:
+
+1. imports the whole file into an empty table with ``index_mode="auto"``,
+   which drops the HNSW index, loads, and builds it again concurrently
+   (the time includes JSON parsing, validation, COPY and the build);
+2. imports ``--sample`` rows with the index in place (``index_mode="keep"``)
+   into an empty table, and ``--sample`` other rows into the table holding
+   the full load: the per-row rate with the index kept at both ends of the
+   load. Inserting the full file that way is extrapolated from those two
+   rates (half the rows at each), not measured: it would take minutes.
+
+Prints items/s of each and the ratio of the bulk load to the extrapolated
+keep-the-index load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+import numpy as np
+
+from memsvc import MemoryService, Settings
+from memsvc.db import migrate
+from memsvc.db.embedded import EmbeddedPostgres
+from memsvc.ops.bulk import MEMORY_VECTOR_INDEX
+from memsvc.testing.postgres import with_database
+
+DIM = 384
+
+
+def write_jsonl(path: Path, rows: int, seed: int, tenant: str) -> None:
+    """``rows`` memory lines with 384-d unit vectors (6 decimals) and unique content."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(64, DIM))
+    with path.open("w", encoding="utf-8") as out:
+        for start in range(0, rows, 5_000):
+            count = min(5_000, rows - start)
+            labels = rng.integers(0, 64, size=count)
+            vectors = centers[labels] + 0.6 * rng.normal(size=(count, DIM))
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors = np.round(vectors, 6)
+            lines = []
+            for i in range(count):
+                number = start + i
+                lines.append(
+                    json.dumps(
+                        {
+                            "type": "memory",
+                            "id": str(uuid.UUID(int=(seed << 64) | number)),
+                            "tenant": tenant,
+                            "project": f"p{number % 10}",
+                            "content": f"memory {number} of cluster {labels[i]} ({seed})",
+                            "metadata": {"cluster": int(labels[i])},
+                            "importance": 0.5,
+                            "embedding": vectors[i].tolist(),
+                        }
+                    )
+                )
+            out.write("\n".join(lines) + "\n")
+
+
+async def create_database(admin_dsn: str, name: str, settings: Settings) -> str:
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        await conn.execute(f"CREATE DATABASE {name}")
+    finally:
+        await conn.close()
+    dsn = with_database(admin_dsn, name)
+    await asyncio.to_thread(migrate.upgrade, settings.model_copy(update={"database_url": dsn}), dsn)
+    return dsn
+
+
+async def timed_import(dsn: str, path: Path, mode: str) -> tuple[float, int, float, bool]:
+    settings = Settings(database_url=dsn, auto_migrate=False)
+    async with MemoryService.open(settings) as svc:
+        started = time.perf_counter()
+        report = await svc.maintenance.import_file(path, index_mode=mode)  # type: ignore[arg-type]
+        seconds = time.perf_counter() - started
+        if not report.ok or report.memories.inserted == 0:
+            raise SystemExit(f"import failed: {report.rejected[:3]}")
+        async with svc.pool.acquire() as conn:
+            valid = await conn.fetchval(
+                "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE c.relname = $1",
+                MEMORY_VECTOR_INDEX,
+            )
+    return seconds, report.memories.inserted, report.index_build_seconds, bool(valid)
+
+
+async def run(args: argparse.Namespace) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="memsvc-bulk-"))
+    embedded = None
+    admin = args.database_url
+    if admin is None:
+        embedded = EmbeddedPostgres(workdir / "data")
+        admin = await asyncio.to_thread(embedded.start)
+    try:
+        print(f"generating {args.rows:,} + 2 x {args.sample:,} rows ({DIM}-d) ...", flush=True)
+        full, sample_empty, sample_full = (
+            workdir / "full.jsonl", workdir / "sample1.jsonl", workdir / "sample2.jsonl"
+        )
+        write_jsonl(full, args.rows, 1, "bench")
+        write_jsonl(sample_empty, args.sample, 2, "bench")
+        write_jsonl(sample_full, args.sample, 3, "bench")
+        print(f"file: {full.stat().st_size / 2**20:.0f} MiB", flush=True)
+        settings = Settings(database_url=admin, auto_migrate=False)
+
+        bulk_dsn = await create_database(admin, "memsvc_bench_bulk", settings)
+        bulk_s, bulk_rows, build_s, bulk_valid = await timed_import(bulk_dsn, full, "auto")
+        print(f"bulk load: {bulk_rows:,} rows in {bulk_s:.1f} s (index build {build_s:.1f} s)",
+              flush=True)
+
+        keep_dsn = await create_database(admin, "memsvc_bench_keep", settings)
+        empty_s, empty_rows, _, _ = await timed_import(keep_dsn, sample_empty, "keep")
+        full_s, full_rows, _, full_valid = await timed_import(bulk_dsn, sample_full, "keep")
+        rate_empty, rate_full = empty_rows / empty_s, full_rows / full_s
+        # Half the rows go in at each end's rate: a linear-in-log-n cost
+        # lies between the two, so this is a fair estimate of the whole load.
+        extrapolated_s = args.rows / 2 / rate_empty + args.rows / 2 / rate_full
+        bulk_rate = bulk_rows / bulk_s
+        print()
+        print(f"| load ({args.rows:,} memories, {DIM}-d) | seconds | items/s | ratio |")
+        print("| --- | ---: | ---: | ---: |")
+        print(f"| import, index dropped + rebuilt (measured) | {bulk_s:.1f} | {bulk_rate:,.0f} "
+              f"| {extrapolated_s / bulk_s:.1f}x |")
+        print(f"| import, index kept (extrapolated from samples) | {extrapolated_s:.1f} | "
+              f"{args.rows / extrapolated_s:,.0f} | 1.0x |")
+        print(f"| - sample: {empty_rows:,} rows into an empty table, index kept | {empty_s:.1f} | "
+              f"{rate_empty:,.0f} | |")
+        print(f"| - sample: {full_rows:,} rows into the {bulk_rows:,}-row table, index kept | "
+              f"{full_s:.1f} | {rate_full:,.0f} | |")
+        print()
+        print(f"ratio vs the empty-table rate alone (most favourable to keeping the index): "
+              f"{bulk_rate / rate_empty:.1f}x")
+        print(f"HNSW index valid after the bulk load: {bulk_valid}; after the sample: {full_valid}")
+        admin_conn = await asyncpg.connect(admin)
+        try:
+            for name in ("memsvc_bench_bulk", "memsvc_bench_keep"):
+                await admin_conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        finally:
+            await admin_conn.close()
+    finally:
+        if embedded is not None:
+            await asyncio.to_thread(embedded.close)
+        for path in workdir.glob("*.jsonl"):
+            path.unlink()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=50_000)
+    parser.add_argument("--sample", type=int, default=2_000)
+    parser.add_argument("--database-url", default=None, help="A server to use (superuser).")
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""Operations: gc, stats, doctor, export/import, legacy import, roles, bulk loads.
+
+Apps reach them through ``svc.maintenance`` (:class:`Maintenance`); the
+``memsvc`` command line is a thin layer over the same code. SQL lives in the
+``*_queries`` modules next to each concept.
+"""
+
+from __future__ import annotations
+
+from memsvc.ops.doctor import Check, DoctorReport
+from memsvc.ops.export import ExportReport
+from memsvc.ops.gc import GcReport
+from memsvc.ops.legacy import LegacyReport
+from memsvc.ops.loader import LoadReport, Problem
+from memsvc.ops.maintenance import Maintenance
+from memsvc.ops.roles import roles_sql
+from memsvc.ops.stats import Stats
+
+__all__ = [
+    "Check",
+    "DoctorReport",
+    "ExportReport",
+    "GcReport",
+    "LegacyReport",
+    "LoadReport",
+    "Maintenance",
+    "Problem",
+    "Stats",
+    "roles_sql",
+]

@@ -1,0 +1,226 @@
+"""Bulk loads without paying for HNSW on every row: drop the index, load, build it again.
+
+Keeping an HNSW index exact on every insert limits a load to a few hundred
+rows per second with 384-d vectors; building the index once over the loaded
+table is several times faster. :class:`VectorIndexRebuild` does that safely:
+
+- the index is dropped with ``DROP INDEX CONCURRENTLY`` (no lock that blocks
+  readers or writers; prepared plans using it are re-planned), and rebuilt
+  with ``CREATE INDEX CONCURRENTLY`` from its own ``pg_get_indexdef`` (the
+  migration's definition, byte for byte; from the schema metadata if it was
+  already missing), with enough ``maintenance_work_mem`` for the graph;
+- while it is missing, searches still return correct results: the planner
+  falls back to exact scans (slower, never wrong), and concurrent writers
+  keep writing (the concurrent build includes their rows);
+- the rebuild runs whatever happened to the load (errors, cancellation), and
+  ``indisvalid`` is checked before returning; a failed concurrent build,
+  which leaves an invalid index behind, is dropped and built once more;
+- a session advisory lock keeps two bulk loads from rebuilding at once (the
+  second one loads with the index in place) and tells ``memsvc doctor
+  --repair`` to leave a missing index to the load. If the process dies
+  mid-load, ``memsvc doctor --repair`` builds the index again.
+
+Callers only use it when the table is empty or small next to the load
+(see :func:`should_rebuild`): rebuilding costs time in the whole table.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from types import TracebackType
+
+import asyncpg
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.schema import CreateIndex
+
+from memsvc.db.errors import translate_errors
+from memsvc.db.pool import connect
+from memsvc.db.tables import build_metadata
+from memsvc.errors import MemsvcError, SchemaError, StorageError
+from memsvc.ops import bulk_queries as q
+from memsvc.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MEMORY_VECTOR_INDEX = "ix_memories_embedding_hnsw"
+ASSEMBLY_VECTOR_INDEX = "ix_assemblies_centroid_hnsw"
+
+# Rebuild only for loads at least this large, into tables at most as large as the load.
+BULK_MIN_ROWS = 10_000
+MIN_BUILD_MEMORY_MB = 64
+MAX_BUILD_MEMORY_MB = 1024
+
+_CREATE_INDEX = re.compile(r"^\s*CREATE\s+(UNIQUE\s+)?INDEX\s+", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexState:
+    """What ``pg_index`` says about an index."""
+
+    valid: bool
+    ready: bool
+    definition: str
+
+
+def should_rebuild(incoming_rows: int, existing_rows: int) -> bool:
+    """Whether dropping and rebuilding the vector index beats keeping it during a load.
+
+    Building is several times faster per row than inserting into the index,
+    but it covers the rows already there too, and searches run exact while
+    it is missing: worth it for a large load into a table no larger than it.
+    """
+    return incoming_rows >= BULK_MIN_ROWS and existing_rows <= incoming_rows
+
+
+def build_memory_mb(rows: int, settings: Settings) -> int:
+    """``maintenance_work_mem`` (MB) for building the HNSW graph of ``rows`` in memory.
+
+    Per element: the vector, the neighbour lists of layer 0 (2m) and the
+    upper layers, and bookkeeping; with a third of headroom.
+    """
+    vector_bytes = settings.embedding_dim * (2 if settings.vector_type == "halfvec" else 4)
+    per_row = vector_bytes + settings.hnsw_m * 2 * 10 + 160
+    wanted = int(rows * per_row * 4 / 3 / 2**20) + 1
+    return max(MIN_BUILD_MEMORY_MB, min(MAX_BUILD_MEMORY_MB, wanted))
+
+
+def metadata_index_definition(settings: Settings, name: str) -> str:
+    """The CREATE INDEX statement of an index as the schema metadata declares it."""
+    for table in build_metadata(settings).tables.values():
+        for index in table.indexes:
+            if index.name == name:
+                statement = CreateIndex(index).compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
+                return str(statement)
+    raise SchemaError(f"no index named {name} in memsvc's schema")
+
+
+def concurrent_definition(definition: str) -> str:
+    """Turn ``CREATE [UNIQUE] INDEX name ...`` into its CONCURRENTLY IF NOT EXISTS form."""
+    match = _CREATE_INDEX.match(definition)
+    if match is None:
+        raise SchemaError(f"not a CREATE INDEX statement: {definition[:60]}")
+    unique = "UNIQUE " if match.group(1) else ""
+    return f"CREATE {unique}INDEX CONCURRENTLY IF NOT EXISTS " + definition[match.end() :]
+
+
+async def index_state(conn: asyncpg.Connection, schema: str, name: str) -> IndexState | None:
+    """The index's state, or None when it does not exist."""
+    with translate_errors():
+        row = await conn.fetchrow(q.index_state(), schema, name)
+    if row is None:
+        return None
+    return IndexState(valid=row["valid"], ready=row["ready"], definition=row["definition"])
+
+
+async def build_index(
+    conn: asyncpg.Connection,
+    settings: Settings,
+    name: str,
+    definition: str,
+    *,
+    rows: int,
+) -> None:
+    """Build an index concurrently and make sure it ends up valid.
+
+    ``conn`` must not be in a transaction. An invalid leftover (a concurrent
+    build that failed) is dropped first; a build that fails is retried once.
+    """
+    schema = settings.db_schema
+    with translate_errors():
+        await conn.execute(q.build_settings(build_memory_mb(rows, settings)))
+        for attempt in (1, 2):
+            state = await index_state(conn, schema, name)
+            if state is not None and state.valid:
+                return
+            if state is not None:
+                await conn.execute(q.drop_index_concurrently(schema, name))
+            try:
+                await conn.execute(concurrent_definition(definition))
+            except asyncpg.PostgresError as exc:
+                if attempt == 2:
+                    raise
+                log.warning("building %s.%s failed (%s); retrying once", schema, name, exc)
+    state = await index_state(conn, schema, name)
+    if state is None or not state.valid:
+        raise StorageError(
+            f"index {schema}.{name} is not valid after building it; run `memsvc doctor --repair`"
+        )
+
+
+class VectorIndexRebuild:
+    """Drop the memories' HNSW index for the duration of a bulk load, then build it again.
+
+    Use as ``async with VectorIndexRebuild(dsn, settings) as rebuild:`` around
+    the load; ``rebuild.active`` says whether the index really was dropped
+    (False when another bulk load holds the lock or the drop could not get
+    its lock in time: the load then runs with the index in place, correct but
+    slower). The build happens on exit, even when the load failed.
+    """
+
+    def __init__(self, dsn: str, settings: Settings, *, name: str = MEMORY_VECTOR_INDEX) -> None:
+        self._dsn = dsn
+        self._settings = settings
+        self._name = name
+        self._conn: asyncpg.Connection | None = None
+        self._definition = ""
+        self.active = False
+        self.build_seconds = 0.0
+
+    async def __aenter__(self) -> VectorIndexRebuild:
+        schema = self._settings.db_schema
+        # A connection of our own: session settings and the session lock
+        # must not leak into the pool, and CONCURRENTLY needs autocommit.
+        self._conn = await connect(self._dsn, self._settings)
+        try:
+            with translate_errors():
+                locked = await self._conn.fetchval(q.TRY_LOCK, q.BULK_LOCK_KEY)
+            if not locked:
+                log.info("another bulk load is rebuilding %s; keeping the index", self._name)
+                return self
+            state = await index_state(self._conn, schema, self._name)
+            self._definition = (
+                state.definition
+                if state is not None
+                else metadata_index_definition(self._settings, self._name)
+            )
+            with translate_errors():
+                await self._conn.execute(q.drop_index_concurrently(schema, self._name))
+            self.active = True
+        except MemsvcError as exc:
+            log.warning("could not drop %s for a bulk load (%s); keeping it", self._name, exc)
+            await self._release()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._conn is None:
+            return
+        try:
+            if self.active:
+                started = time.perf_counter()
+                with translate_errors():
+                    rows = await self._conn.fetchval(
+                        q.count_up_to(self._settings.db_schema, "memories"), 10_000_000
+                    )
+                await build_index(
+                    self._conn, self._settings, self._name, self._definition, rows=rows
+                )
+                self.build_seconds = time.perf_counter() - started
+        finally:
+            await self._release()
+
+    async def _release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            await conn.close()  # ends the session: its advisory lock goes with it
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("closing the bulk-load connection failed: %s", exc)

@@ -1,0 +1,47 @@
+"""SQL of :mod:`memsvc.ops.bulk`: index state, definition, drop and build.
+
+``DROP/CREATE INDEX CONCURRENTLY`` cannot run inside a transaction block,
+so these statements run one by one on a connection in autocommit.
+"""
+
+from __future__ import annotations
+
+# Session-level advisory lock held while a bulk load has the vector index
+# dropped: two bulk loads never rebuild at once, and doctor --repair leaves
+# a missing index alone while a load holds the lock.
+BULK_LOCK_KEY = 0x6D656D737663_0B  # "memsvc" + 0x0b
+
+def count_up_to(schema: str, table: str) -> str:
+    """Rows of a table, counted up to ``$1`` (cheap on large tables)."""
+    return f"SELECT count(*) FROM (SELECT 1 FROM {schema}.{table} LIMIT $1) AS capped"
+
+
+def index_state() -> str:
+    """An index's validity and definition: $1 schema, $2 index name."""
+    return """
+SELECT i.indisvalid AS valid, i.indisready AS ready, pg_get_indexdef(c.oid) AS definition
+FROM pg_class AS c
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+JOIN pg_index AS i ON i.indexrelid = c.oid
+WHERE n.nspname = $1 AND c.relname = $2"""
+
+
+def drop_index_concurrently(schema: str, name: str) -> str:
+    """Drop an index without blocking readers or writers of its table."""
+    return f"DROP INDEX CONCURRENTLY IF EXISTS {schema}.{name}"
+
+
+def build_settings(maintenance_work_mem_mb: int) -> str:
+    """Session settings for an index build on a connection of our own.
+
+    No statement or lock timeout: once the index is dropped, giving up the
+    rebuild half-way would leave searches on exact scans.
+    """
+    return (
+        f"SET maintenance_work_mem = '{int(maintenance_work_mem_mb)}MB'; "
+        "SET statement_timeout = 0; SET lock_timeout = 0"
+    )
+
+
+TRY_LOCK = "SELECT pg_try_advisory_lock($1)"
+UNLOCK = "SELECT pg_advisory_unlock($1)"

@@ -1,0 +1,311 @@
+"""Health checks of a memsvc database, and repairs of what can be repaired.
+
+Checked, in order (later checks need the earlier ones to pass):
+
+1. ``pgvector``: installed, and its version (0.8+ for iterative index scans);
+2. ``migrations``: the schema is at the newest revision;
+3. ``vector settings``: the configured dimension, vector type and distance
+   match what the first migration recorded in ``schema_info``, and the
+   vector columns' declared types;
+4. ``indexes``: both HNSW indexes exist with the distance's operator class,
+   and no index of the schema is invalid (``pg_index.indisvalid``: what a
+   failed ``CREATE INDEX CONCURRENTLY`` leaves behind);
+5. ``assemblies``: ``member_count``, ``embedded_count`` and the centroid
+   agree with the member rows, recomputed in SQL;
+6. ``history``: memories that vanished without a ``deleted`` event, or exist
+   without any event (rows changed behind memsvc's back; reported only);
+7. ``gc backlog``: expired memories and sessions over checkpoint retention
+   (reported; ``memsvc gc`` deletes them).
+
+With ``repair``, each fix runs in its own transaction and is reported:
+assemblies are recomputed by :meth:`AssemblyRepository.recompute` (which
+locks the assembly row ``FOR UPDATE``), an invalid index is rebuilt with
+``REINDEX INDEX CONCURRENTLY``, a missing HNSW index is built with ``CREATE
+INDEX CONCURRENTLY`` from the schema metadata (unless a bulk load holds the
+index lock: it is rebuilding it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import asyncpg
+
+from memsvc.db import migrate
+from memsvc.db.errors import translate_errors
+from memsvc.db.pool import connect
+from memsvc.db.tables import OPCLASSES
+from memsvc.errors import MemsvcError
+from memsvc.ops import bulk_queries
+from memsvc.ops import doctor_queries as q
+from memsvc.ops.bulk import (
+    ASSEMBLY_VECTOR_INDEX,
+    MEMORY_VECTOR_INDEX,
+    build_index,
+    metadata_index_definition,
+)
+from memsvc.repositories.assemblies import AssemblyRepository
+from memsvc.settings import Settings
+
+Status = Literal["ok", "warning", "problem", "repaired"]
+
+# Relative L2 error tolerated between a stored centroid and the recomputed mean.
+CENTROID_TOLERANCE = {"vector": 1e-4, "halfvec": 2e-3}
+MAX_ASSEMBLY_REPAIRS = 10_000
+MIN_PGVECTOR = (0, 8, 0)
+
+
+@dataclass
+class Check:
+    """The outcome of one check."""
+
+    name: str
+    status: Status
+    detail: str
+    fixes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DoctorReport:
+    """All checks of one doctor run."""
+
+    checks: list[Check] = field(default_factory=list)
+    repair: bool = False
+
+    @property
+    def problems(self) -> list[Check]:
+        """Checks that found something wrong that is still wrong."""
+        return [c for c in self.checks if c.status == "problem"]
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem remains (warnings allowed)."""
+        return not self.problems
+
+    def add(self, name: str, status: Status, detail: str) -> Check:
+        """Append a check and return it."""
+        check = Check(name, status, detail)
+        self.checks.append(check)
+        return check
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+class Doctor:
+    """Runs the checks on a connection of its own; see the module docstring.
+
+    Without ``assemblies`` (a schema the service could not open), assembly
+    repairs are skipped.
+    """
+
+    def __init__(
+        self, settings: Settings, dsn: str, *, assemblies: AssemblyRepository | None = None
+    ) -> None:
+        self._settings = settings
+        self._schema = settings.db_schema
+        self._dsn = dsn
+        self._assemblies = assemblies
+
+    async def run(self, *, repair: bool = False) -> DoctorReport:
+        """Run every check (and, with ``repair``, fix what can be fixed)."""
+        report = DoctorReport(repair=repair)
+        conn = await connect(self._dsn, self._settings)
+        try:
+            with translate_errors():
+                if not await self._base_checks(conn, report):
+                    report.add("further checks", "warning", "skipped until the above is fixed")
+                    return report
+                await self._check_indexes(conn, report, repair)
+                await self._check_assemblies(conn, report, repair)
+                await self._check_history(conn, report)
+                await self._check_backlog(conn, report)
+        finally:
+            await conn.close()
+        return report
+
+    # ------------------------------------------------------------ schema
+
+    async def _base_checks(self, conn: asyncpg.Connection, report: DoctorReport) -> bool:
+        version = await conn.fetchval(q.PGVECTOR_VERSION)
+        if version is None:
+            available = await conn.fetchval(q.PGVECTOR_AVAILABLE)
+            detail = (
+                migrate.PGVECTOR_MISSING
+                if available is None
+                else f"available ({available}) but not created in this database: "
+                "run `memsvc migrate`, which creates it"
+            )
+            report.add("pgvector", "problem", detail)
+            return False
+        if _version(version) < MIN_PGVECTOR:
+            report.add(
+                "pgvector",
+                "warning",
+                f"version {version}: 0.8+ is needed for iterative index scans (filtered "
+                "searches then fall back to exact scans more often)",
+            )
+        else:
+            report.add("pgvector", "ok", f"version {version}")
+        head = migrate.head_revision()
+        current = await migrate.current_revision(conn, self._schema)
+        if current != head:
+            report.add(
+                "migrations",
+                "problem",
+                f"schema {self._schema} is at {current or 'no revision'}, head is {head}: "
+                "run `memsvc migrate`",
+            )
+            return False
+        report.add("migrations", "ok", f"at head ({head})")
+        recorded = {r["key"]: r["value"] for r in await conn.fetch(q.schema_info(self._schema))}
+        mismatches = migrate.recorded_settings_mismatch(recorded, self._settings)
+        expected_type = f"{self._settings.vector_type}({self._settings.embedding_dim})"
+        for row in await conn.fetch(q.embedding_column_types(), self._schema):
+            if row["type"] != expected_type:
+                mismatches.append(
+                    f"{row['table_name']}.{row['column_name']} is {row['type']}, "
+                    f"settings say {expected_type}"
+                )
+        if mismatches:
+            report.add("vector settings", "problem", "; ".join(mismatches))
+            return False
+        report.add(
+            "vector settings",
+            "ok",
+            f"{expected_type}, distance {self._settings.distance} (as recorded in schema_info)",
+        )
+        return True
+
+    # ------------------------------------------------------------ indexes
+
+    async def _check_indexes(
+        self, conn: asyncpg.Connection, report: DoctorReport, repair: bool
+    ) -> None:
+        found = {row["name"]: row for row in await conn.fetch(q.indexes(), self._schema)}
+        opclass = OPCLASSES[(self._settings.vector_type, self._settings.distance)]
+        issues: list[tuple[str, str]] = []  # (index, what is wrong)
+        for name in (MEMORY_VECTOR_INDEX, ASSEMBLY_VECTOR_INDEX):
+            row = found.get(name)
+            if row is None:
+                issues.append((name, "missing"))
+            elif opclass not in row["definition"]:
+                issues.append((name, f"does not use {opclass}"))
+        for name, row in found.items():
+            if not row["valid"]:
+                issues.append((name, "invalid"))
+        if not issues:
+            report.add("indexes", "ok", f"{len(found)} indexes valid, HNSW with {opclass}")
+            return
+        check = report.add(
+            "indexes", "problem", "; ".join(f"{name} {what}" for name, what in issues)
+        )
+        if repair:
+            await self._repair_indexes(conn, check, issues)
+
+    async def _repair_indexes(
+        self, conn: asyncpg.Connection, check: Check, issues: list[tuple[str, str]]
+    ) -> None:
+        # Holding the bulk-load lock: no bulk import drops an index meanwhile,
+        # and if one is running we leave its index to it.
+        if not await conn.fetchval(bulk_queries.TRY_LOCK, bulk_queries.BULK_LOCK_KEY):
+            check.status = "warning"
+            check.detail += " (a bulk import is rebuilding the vector index; check again later)"
+            return
+        remaining = []
+        try:
+            await conn.execute(bulk_queries.build_settings(256))
+            for name, what in issues:
+                try:
+                    if what == "invalid":
+                        await conn.execute(q.reindex_concurrently(self._schema, name))
+                        check.fixes.append(f"rebuilt invalid index {name} (REINDEX CONCURRENTLY)")
+                    elif what == "missing":
+                        definition = metadata_index_definition(self._settings, name)
+                        rows = await conn.fetchval(
+                            bulk_queries.count_up_to(self._schema, "memories"), 10_000_000
+                        )
+                        await build_index(conn, self._settings, name, definition, rows=rows)
+                        check.fixes.append(
+                            f"built missing index {name} (CREATE INDEX CONCURRENTLY)"
+                        )
+                    else:
+                        remaining.append(f"{name} {what}: drop it and run `memsvc doctor --repair`")
+                except (MemsvcError, asyncpg.PostgresError) as exc:
+                    remaining.append(f"{name} {what}: repair failed: {exc}")
+        finally:
+            await conn.fetchval(bulk_queries.UNLOCK, bulk_queries.BULK_LOCK_KEY)
+        check.status = "problem" if remaining else "repaired"
+        if remaining:
+            check.detail = "; ".join(remaining)
+
+    # ------------------------------------------------------------ assemblies
+
+    async def _check_assemblies(
+        self, conn: asyncpg.Connection, report: DoctorReport, repair: bool
+    ) -> None:
+        tolerance = CENTROID_TOLERANCE[self._settings.vector_type]
+        rows = await conn.fetch(
+            q.assembly_mismatches(self._schema), tolerance, MAX_ASSEMBLY_REPAIRS
+        )
+        if not rows:
+            report.add("assemblies", "ok", "member counts and centroids match their members")
+            return
+        described = [
+            f"{row['id']} ({row['name']}): member_count {row['member_count']} vs "
+            f"{row['members']} members, embedded_count {row['embedded_count']} vs "
+            f"{row['embedded']}, centroid error {row['centroid_error']:.3g}"
+            for row in rows
+        ]
+        shown = "; ".join(described[:10])
+        more = f" and {len(rows) - 10} more" if len(rows) > 10 else ""
+        check = report.add(
+            "assemblies", "problem", f"{len(rows)} inconsistent: {shown}{more}"
+        )
+        if not repair:
+            return
+        if self._assemblies is None:
+            check.detail += " (repair needs a database the service can open)"
+            return
+        failed = 0
+        for row in rows:
+            try:
+                # Its own transaction, under the assembly row lock.
+                await self._assemblies.recompute(row["id"], tenant=row["tenant_id"])
+                check.fixes.append(f"recomputed assembly {row['id']} ({row['name']})")
+            except MemsvcError as exc:
+                failed += 1
+                check.fixes.append(f"assembly {row['id']}: repair failed: {exc}")
+        check.status = "problem" if failed else "repaired"
+
+    # ------------------------------------------------------------ history, backlog
+
+    async def _check_history(self, conn: asyncpg.Connection, report: DoctorReport) -> None:
+        orphaned = await conn.fetchval(q.orphaned_history(self._schema))
+        silent = await conn.fetchval(q.memories_without_history(self._schema))
+        if orphaned or silent:
+            report.add(
+                "history",
+                "warning",
+                f"{orphaned} memories vanished without a deleted event, {silent} memories have "
+                "no event: rows were changed outside memsvc (reported only)",
+            )
+        else:
+            report.add("history", "ok", "every memory has history; no deletion went unrecorded")
+
+    async def _check_backlog(self, conn: asyncpg.Connection, report: DoctorReport) -> None:
+        expired = await conn.fetchval(q.expired_waiting(self._schema))
+        over = await conn.fetchval(
+            q.sessions_over_retention(self._schema), self._settings.checkpoint_keep_last
+        )
+        detail = (
+            f"{expired} expired memories waiting for gc; {over} sessions over "
+            f"checkpoint_keep_last={self._settings.checkpoint_keep_last}"
+        )
+        report.add("gc backlog", "warning" if over else "ok", detail)

@@ -1,0 +1,112 @@
+"""SQL of :mod:`memsvc.ops.doctor`: read-only consistency checks."""
+
+from __future__ import annotations
+
+PGVECTOR_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+PGVECTOR_AVAILABLE = "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
+
+
+def schema_info(schema: str) -> str:
+    """The settings recorded by the first migration."""
+    return f"SELECT key, value FROM {schema}.schema_info"
+
+
+def embedding_column_types() -> str:
+    """Declared types of the vector columns (``$1``: schema), e.g. ``vector(384)``."""
+    return """
+SELECT c.relname AS table_name, a.attname AS column_name,
+       format_type(a.atttypid, a.atttypmod) AS type
+FROM pg_attribute AS a
+JOIN pg_class AS c ON c.oid = a.attrelid
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind = 'r' AND NOT a.attisdropped
+  AND (c.relname, a.attname) IN (('memories', 'embedding'), ('assemblies', 'centroid'))
+ORDER BY c.relname"""
+
+
+def indexes() -> str:
+    """Every index of the schema (``$1``) with its validity and definition."""
+    return """
+SELECT c.relname AS name, i.indisvalid AS valid, i.indisready AS ready,
+       pg_get_indexdef(c.oid) AS definition
+FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = $1
+ORDER BY c.relname"""
+
+
+def assembly_mismatches(schema: str) -> str:
+    """Assemblies whose stored counts or centroid differ from their members.
+
+    Recomputed here from scratch: ``count(*)`` of members, ``count`` of
+    members with an embedding, and pgvector's ``avg`` of their embeddings,
+    compared with the stored centroid by L2 distance (tolerance ``$1``,
+    relative to the centroid's norm). At most ``$2`` rows.
+    """
+    return f"""
+WITH actual AS (
+    SELECT a.tenant_id, a.id, a.name, a.member_count, a.embedded_count, a.centroid,
+           count(am.memory_id) AS members, count(m.embedding) AS embedded,
+           avg(m.embedding) AS mean
+    FROM {schema}.assemblies AS a
+    LEFT JOIN {schema}.assembly_members AS am
+      ON am.tenant_id = a.tenant_id AND am.assembly_id = a.id
+    LEFT JOIN {schema}.memories AS m ON m.tenant_id = am.tenant_id AND m.id = am.memory_id
+    GROUP BY a.tenant_id, a.id
+), compared AS (
+    SELECT *,
+           CASE WHEN centroid IS NULL AND mean IS NULL THEN 0
+                WHEN centroid IS NULL OR mean IS NULL THEN 'Infinity'::float8
+                ELSE (centroid <-> mean) / greatest(1, sqrt(greatest(0, -(centroid <#> centroid))))
+           END AS centroid_error
+    FROM actual
+)
+SELECT tenant_id, id, name, member_count, members, embedded_count, embedded, centroid_error
+FROM compared
+WHERE member_count <> members OR embedded_count <> embedded OR centroid_error > $1
+ORDER BY tenant_id, id
+LIMIT $2"""
+
+
+def orphaned_history(schema: str) -> str:
+    """Memories with history but no row and no ``deleted`` event (removed behind memsvc's back)."""
+    return f"""
+SELECT count(*) FROM (
+    SELECT e.tenant_id, e.memory_id FROM {schema}.memory_events AS e
+    GROUP BY e.tenant_id, e.memory_id
+    HAVING bool_and(e.kind <> 'deleted')
+) AS g
+WHERE NOT EXISTS (
+    SELECT 1 FROM {schema}.memories AS m WHERE m.tenant_id = g.tenant_id AND m.id = g.memory_id
+)"""
+
+
+def memories_without_history(schema: str) -> str:
+    """Memories with no event at all (inserted behind memsvc's back)."""
+    return f"""
+SELECT count(*) FROM {schema}.memories AS m
+WHERE NOT EXISTS (
+    SELECT 1 FROM {schema}.memory_events AS e
+    WHERE e.tenant_id = m.tenant_id AND e.memory_id = m.id
+)"""
+
+
+def expired_waiting(schema: str) -> str:
+    """Expired memories gc has not deleted yet."""
+    return f"SELECT count(*) FROM {schema}.memories WHERE expires_at <= now()"
+
+
+def sessions_over_retention(schema: str) -> str:
+    """Sessions holding more than ``$1`` checkpoints."""
+    return f"""
+SELECT count(*) FROM (
+    SELECT 1 FROM {schema}.session_checkpoints
+    GROUP BY tenant_id, project_id, agent_id, session_id
+    HAVING count(*) > $1
+) AS over"""
+
+
+def reindex_concurrently(schema: str, name: str) -> str:
+    """Rebuild an (invalid) index without blocking its table."""
+    return f"REINDEX INDEX CONCURRENTLY {schema}.{name}"

@@ -1,0 +1,215 @@
+"""Export to and import from JSONL (format: :mod:`memsvc.ops.records`), in constant memory.
+
+Export reads one consistent snapshot (a REPEATABLE READ, read-only
+transaction) through server-side cursors, so however many rows there are,
+only a cursor's prefetch is held, and assemblies' member ids agree with the
+memories written before them. Import reads the file line by line and hands
+records to a :class:`memsvc.ops.loader.Loader`; it is idempotent (ids are
+kept, conflicts skipped) and reports every rejected line with its number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Literal
+
+import asyncpg
+
+from memsvc.db.errors import translate_errors
+from memsvc.errors import ValidationError
+from memsvc.ops import export_queries as q
+from memsvc.ops import records
+from memsvc.ops.bulk import VectorIndexRebuild, should_rebuild
+from memsvc.ops.bulk_queries import count_up_to
+from memsvc.ops.loader import Loader, LoadReport, Problem
+from memsvc.repositories.assemblies import AssemblyRepository
+from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.scope import Scope
+from memsvc.settings import Settings
+
+IndexMode = Literal["auto", "rebuild", "keep"]
+Progress = Callable[[int], None]
+
+CURSOR_PREFETCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ExportReport:
+    """What an export wrote."""
+
+    memories: int
+    assemblies: int
+    checkpoints: int
+
+
+def _filter(scope: Scope | None) -> tuple[str, list[object]]:
+    if scope is None:
+        return "true", []
+    params = Params()
+    return scope_condition(scope, "descendants", params), params.values
+
+
+async def count_export(conn: asyncpg.Connection, schema: str, scope: Scope | None) -> int:
+    """How many rows :func:`export_jsonl` would write for ``scope`` (all when None)."""
+    filter_sql, values = _filter(scope)
+    with translate_errors():
+        total: int = await conn.fetchval(q.count_rows(schema, filter_sql), *values)
+    return total
+
+
+async def export_jsonl(
+    conn: asyncpg.Connection,
+    settings: Settings,
+    out: IO[str],
+    *,
+    scope: Scope | None = None,
+    progress: Progress | None = None,
+) -> ExportReport:
+    """Write a header, then memories, assemblies and checkpoints of ``scope`` (and below).
+
+    Args:
+        conn: A connection with memsvc's codecs (from ``svc.pool``), not in a transaction.
+        settings: The service settings (schema, vector settings for the header).
+        out: A text stream to write lines to.
+        scope: Only rows of this scope and the scopes under it; None for everything.
+        progress: Called with the number of rows written since the last call.
+    """
+    schema = settings.db_schema
+    filter_sql, values = _filter(scope)
+    counts = {"memory": 0, "assembly": 0, "checkpoint": 0}
+    statements = (
+        ("memory", q.memories(schema, filter_sql), records.memory_line),
+        ("assembly", q.assemblies(schema, filter_sql), records.assembly_line),
+        ("checkpoint", q.checkpoints(schema, filter_sql), records.checkpoint_line),
+    )
+    with translate_errors():
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            out.write(records.header_line(settings, datetime.now(UTC)) + "\n")
+            for kind, sql, render in statements:
+                pending: list[str] = []
+                async for row in conn.cursor(sql, *values, prefetch=CURSOR_PREFETCH):
+                    pending.append(render(row))
+                    if len(pending) >= CURSOR_PREFETCH:
+                        _write(out, pending, progress)
+                        counts[kind] += len(pending)
+                        pending = []
+                _write(out, pending, progress)
+                counts[kind] += len(pending)
+    return ExportReport(counts["memory"], counts["assembly"], counts["checkpoint"])
+
+
+def _write(out: IO[str], lines: list[str], progress: Progress | None) -> None:
+    if lines:
+        out.write("\n".join(lines) + "\n")
+        if progress is not None:
+            progress(len(lines))
+
+
+def count_lines(path: Path) -> int:
+    """Lines in a file, counted in 1 MiB chunks (for progress and the bulk decision)."""
+    lines = 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(2**20):
+            lines += chunk.count(b"\n")
+    return lines
+
+
+async def import_jsonl(
+    conn: asyncpg.Connection,
+    dsn: str,
+    settings: Settings,
+    assemblies: AssemblyRepository,
+    path: Path,
+    *,
+    index_mode: IndexMode = "auto",
+    progress: Progress | None = None,
+) -> LoadReport:
+    """Load a JSONL export; see the module docstring.
+
+    Args:
+        conn: A connection (from ``svc.pool``) for the bulk decision's row count.
+        dsn: Where the loader and the index rebuild open their own connections.
+        settings: The service settings.
+        assemblies: The service's assembly repository (recomputes aggregates).
+        path: The file to read.
+        index_mode: ``auto`` drops and rebuilds the HNSW index when the input
+            is large and the table no larger (see :mod:`memsvc.ops.bulk`);
+            ``rebuild`` always does; ``keep`` never does.
+        progress: Called with the number of bytes read since the last call.
+
+    Raises:
+        ValidationError: The header says the file was written for other vector settings.
+    """
+    rebuild = index_mode == "rebuild"
+    if index_mode == "auto":
+        incoming = count_lines(path)
+        with translate_errors():
+            existing = await conn.fetchval(
+                count_up_to(settings.db_schema, "memories"), incoming + 1
+            )
+        rebuild = should_rebuild(incoming, existing)
+    report = LoadReport()
+    async with AsyncExitStack() as stack:
+        index = None
+        if rebuild:
+            index = await stack.enter_async_context(VectorIndexRebuild(dsn, settings))
+        async with Loader(dsn, settings, assemblies, report=report) as loader:
+            with path.open("rb") as handle:
+                for number, raw in enumerate(handle, 1):
+                    if progress is not None:
+                        progress(len(raw))
+                    record = _parse_line(raw, number, settings, report)
+                    if record is not None:
+                        await loader.add(record, f"line {number}")
+        report.index_rebuilt = index is not None and index.active
+    if index is not None:
+        report.index_build_seconds = index.build_seconds
+    return report
+
+
+def _parse_line(
+    raw: bytes, number: int, settings: Settings, report: LoadReport
+) -> records.Record | None:
+    if not raw.strip():
+        return None
+    source = f"line {number}"
+    fast = records.split_embedding(raw, settings.embedding_dim)
+    if fast is not None:
+        try:
+            obj = json.loads(fast[0])
+        except (ValueError, UnicodeDecodeError):
+            obj = None
+        if isinstance(obj, dict) and obj.get("type") == "memory" and obj["embedding"] is None:
+            try:
+                record = records.memory_from_json(obj, settings)
+            except ValidationError as exc:
+                report.reject(source, "memory", f"{exc.field}: {exc.reason}")
+                return None
+            record.embedding = fast[1]
+            return record
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        report.note_rejection(Problem(source, "line", f"not valid JSON ({exc})"))
+        return None
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    try:
+        return records.record_from_json(obj, settings)
+    except ValidationError as exc:
+        if kind == "header":
+            raise  # the whole file was written for something else: stop here
+        report.reject(source, str(kind or "line"), f"{exc.field}: {exc.reason}")
+        return None
+
+
+def open_output(path: str) -> IO[str]:
+    """A text stream for an export: the file at ``path`` or stdout for ``-``."""
+    if path == "-":
+        return os.fdopen(os.dup(1), "w", encoding="utf-8")
+    return open(path, "w", encoding="utf-8")

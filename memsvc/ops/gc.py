@@ -1,0 +1,237 @@
+"""Garbage collection: expired memories, checkpoints past retention, idle sessions.
+
+Work happens in bounded batches, each its own short transaction, with rows
+locked ``FOR UPDATE SKIP LOCKED``: any number of gc workers (processes,
+or the service's background task) can run at once, each deleting rows no
+other worker holds, so every expired row is deleted exactly once, and a
+writer holding a row is never waited for.
+
+Memories are deleted the way :meth:`MemoryRepository.delete` deletes them:
+the service's delete hook first (assemblies drop the memory and update
+their counts and centroid, under the assembly row locks), then the row with
+its ``deleted`` history event in one statement. Lock order is the
+repositories' (memory rows, then assemblies), so gc never deadlocks with
+them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import asyncpg
+
+from memsvc.db.errors import translate_errors
+from memsvc.errors import ConcurrencyError, ValidationError
+from memsvc.ops import gc_queries as q
+from memsvc.repositories import memory_queries
+from memsvc.repositories.checkpoints import CheckpointRepository
+from memsvc.repositories.memories import DeleteHook
+from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.scope import Scope
+from memsvc.settings import Settings
+
+T = TypeVar("T")
+
+DEFAULT_BATCH = 500
+MAX_BATCH = 10_000
+# Idle sessions and over-retention sessions handled per run; the next run takes the rest.
+SESSIONS_PER_RUN = 1_000
+ATTEMPTS = 4
+
+
+@dataclass
+class GcReport:
+    """What one gc run deleted."""
+
+    expired_deleted: int = 0
+    checkpoints_pruned: int = 0
+    idle_sessions: int = 0
+    idle_memories_deleted: int = 0
+    idle_assemblies_deleted: int = 0
+    idle_checkpoints_deleted: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+
+    @property
+    def total(self) -> int:
+        """Rows deleted, all kinds."""
+        return (
+            self.expired_deleted
+            + self.checkpoints_pruned
+            + self.idle_memories_deleted
+            + self.idle_assemblies_deleted
+            + self.idle_checkpoints_deleted
+        )
+
+
+Progress = Callable[[str, int], None]
+
+
+class GarbageCollector:
+    """Runs the gc passes on a pool; see the module docstring."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        settings: Settings,
+        *,
+        before_delete: DeleteHook | None,
+        checkpoints: CheckpointRepository,
+    ) -> None:
+        self._pool = pool
+        self._settings = settings
+        self._schema = settings.db_schema
+        self._before_delete = before_delete
+        self._checkpoints = checkpoints
+
+    async def run(
+        self,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        idle_session_days: float | None = None,
+        max_batches: int | None = None,
+        progress: Progress | None = None,
+    ) -> GcReport:
+        """Delete expired memories, prune checkpoints, and (optionally) idle sessions.
+
+        Args:
+            batch_size: Rows per transaction (1-10000).
+            idle_session_days: Also remove sessions with no activity for this
+                many days (their memories, assemblies and checkpoints); None: never.
+            max_batches: Stop deleting expired memories after this many batches
+                (the next run continues); None: until none is left.
+            progress: Called with (pass name, rows deleted) after each batch.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise ValidationError("batch_size", "must be an integer")
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise ValidationError("batch_size", f"must be between 1 and {MAX_BATCH}")
+        if idle_session_days is not None and (
+            isinstance(idle_session_days, bool)
+            or not isinstance(idle_session_days, int | float)
+            or not idle_session_days > 0
+        ):
+            raise ValidationError("idle_session_days", "must be a positive number of days")
+        started = time.perf_counter()
+        report = GcReport()
+        while max_batches is None or report.batches < max_batches:
+            deleted = await self._retrying(lambda: self._delete_expired_batch(batch_size))
+            report.batches += 1
+            report.expired_deleted += deleted
+            if progress is not None:
+                progress("expired", deleted)
+            if deleted < batch_size:
+                break  # none left (or only rows other workers hold right now)
+        report.checkpoints_pruned = await self._prune_checkpoints(progress)
+        if idle_session_days is not None:
+            cutoff = datetime.now(UTC) - timedelta(days=idle_session_days)
+            await self._remove_idle_sessions(cutoff, batch_size, report, progress)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        # Deadlocks cannot arise from gc's own lock order, but a lock timeout
+        # on an assembly row held by a long transaction can: try again.
+        for tries in range(1, ATTEMPTS + 1):
+            try:
+                return await attempt()
+            except ConcurrencyError:
+                if tries == ATTEMPTS:
+                    raise
+                await asyncio.sleep(0.05 * tries)
+        raise AssertionError("unreachable")
+
+    async def _delete_locked(self, conn: asyncpg.Connection, rows: list[Any]) -> int:
+        """Delete locked memory rows the way the memory repository does."""
+        if not rows:
+            return 0
+        tenants = [row["tenant_id"] for row in rows]
+        ids = [row["id"] for row in rows]
+        if self._before_delete is not None:
+            await self._before_delete(conn, tenants, ids)
+        deleted: int = await conn.fetchval(memory_queries.delete_locked(self._schema), tenants, ids)
+        return deleted
+
+    async def _delete_expired_batch(self, batch_size: int) -> int:
+        with translate_errors():
+            async with self._pool.acquire() as conn, conn.transaction():
+                rows = await conn.fetch(q.lock_expired(self._schema), batch_size)
+                return await self._delete_locked(conn, rows)
+
+    async def _prune_checkpoints(self, progress: Progress | None) -> int:
+        keep = self._settings.checkpoint_keep_last
+        with translate_errors():
+            async with self._pool.acquire() as conn:
+                sessions = await conn.fetch(
+                    q.sessions_over_retention(self._schema), keep, SESSIONS_PER_RUN
+                )
+        pruned = 0
+        for row in sessions:
+            scope = Scope.trusted(
+                row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"]
+            )
+            # The repository's prune takes the session's lock, like create.
+            count = await self._checkpoints.prune(scope, keep)
+            pruned += count
+            if progress is not None:
+                progress("checkpoints", count)
+        return pruned
+
+    async def _remove_idle_sessions(
+        self, cutoff: datetime, batch_size: int, report: GcReport, progress: Progress | None
+    ) -> None:
+        with translate_errors():
+            async with self._pool.acquire() as conn:
+                sessions = await conn.fetch(
+                    q.idle_sessions(self._schema), cutoff, SESSIONS_PER_RUN
+                )
+        for row in sessions:
+            scope = Scope.trusted(
+                row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"]
+            )
+            await self._remove_idle_session(scope, cutoff, batch_size, report)
+            report.idle_sessions += 1
+            if progress is not None:
+                progress("idle sessions", 1)
+
+    async def _remove_idle_session(
+        self, scope: Scope, cutoff: datetime, batch_size: int, report: GcReport
+    ) -> None:
+        params = Params()
+        scope_sql = scope_condition(scope, "exact", params)
+        cutoff_param = params.add(cutoff)
+        # Assemblies first: their memberships go with them, so deleting the
+        # memories afterwards has no assembly to update.
+        with translate_errors():
+            async with self._pool.acquire() as conn:
+                report.idle_assemblies_deleted += await conn.fetchval(
+                    q.delete_idle_assemblies(self._schema, scope_sql, cutoff_param),
+                    *params.values,
+                )
+        lock_sql = q.lock_idle_memories(
+            self._schema, scope_sql, cutoff_param, params.add(batch_size)
+        )
+
+        async def batch() -> int:
+            with translate_errors():
+                async with self._pool.acquire() as conn, conn.transaction():
+                    rows = await conn.fetch(lock_sql, *params.values)
+                    return await self._delete_locked(conn, rows)
+
+        while True:
+            deleted = await self._retrying(batch)
+            report.idle_memories_deleted += deleted
+            report.batches += 1
+            if deleted < batch_size:
+                break
+        checkpoint_sql = q.delete_idle_checkpoints(self._schema, scope_sql, cutoff_param)
+        with translate_errors():
+            async with self._pool.acquire() as conn:
+                report.idle_checkpoints_deleted += await conn.fetchval(
+                    checkpoint_sql, *params.values[:-1]
+                )

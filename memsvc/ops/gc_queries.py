@@ -1,0 +1,94 @@
+"""SQL of :mod:`memsvc.ops.gc`.
+
+Every batch locks its rows ``FOR UPDATE SKIP LOCKED``: several gc workers
+split the work between them instead of queueing on each other, and rows a
+writer holds are left for the next run instead of blocking it.
+"""
+
+from __future__ import annotations
+
+SCOPE = "tenant_id, project_id, agent_id, session_id"
+
+
+def lock_expired(schema: str) -> str:
+    """Lock the next batch (``$1`` rows) of expired memories, oldest expiry first.
+
+    ``expires_at <= now()`` is the complement of the live condition the
+    repositories read with, and is served by the partial index on
+    ``expires_at``. Under READ COMMITTED a row changed meanwhile is
+    re-checked against it before it is locked: one whose TTL was just
+    extended is not taken.
+    """
+    return f"""
+SELECT tenant_id, id FROM {schema}.memories
+WHERE expires_at IS NOT NULL AND expires_at <= now()
+ORDER BY expires_at
+LIMIT $1
+FOR UPDATE SKIP LOCKED"""
+
+
+def sessions_over_retention(schema: str) -> str:
+    """Sessions holding more than ``$1`` checkpoints (at most ``$2`` of them)."""
+    return f"""
+SELECT {SCOPE} FROM {schema}.session_checkpoints
+GROUP BY {SCOPE}
+HAVING count(*) > $1
+LIMIT $2"""
+
+
+def idle_sessions(schema: str) -> str:
+    """Sessions where nothing changed or was read since ``$1`` (at most ``$2`` of them).
+
+    Activity is the newest ``updated_at`` / ``last_accessed_at`` of the
+    session's memories, ``updated_at`` of its assemblies and ``created_at``
+    of its checkpoints.
+    """
+    return f"""
+WITH activity AS (
+    SELECT {SCOPE}, greatest(max(updated_at), max(last_accessed_at)) AS last
+    FROM {schema}.memories WHERE session_id IS NOT NULL GROUP BY {SCOPE}
+    UNION ALL
+    SELECT {SCOPE}, max(updated_at) FROM {schema}.assemblies
+    WHERE session_id IS NOT NULL GROUP BY {SCOPE}
+    UNION ALL
+    SELECT {SCOPE}, max(created_at) FROM {schema}.session_checkpoints GROUP BY {SCOPE}
+)
+SELECT {SCOPE} FROM activity
+GROUP BY {SCOPE}
+HAVING max(last) < $1
+ORDER BY {SCOPE}
+LIMIT $2"""
+
+
+def lock_idle_memories(schema: str, scope_sql: str, cutoff: str, limit: str) -> str:
+    """Lock a batch of a session's memories untouched since the cutoff.
+
+    Each row is checked against the cutoff itself, so a memory written into
+    the session while gc runs survives.
+    """
+    return f"""
+SELECT tenant_id, id FROM {schema}.memories
+WHERE {scope_sql} AND updated_at < {cutoff}
+  AND (last_accessed_at IS NULL OR last_accessed_at < {cutoff})
+ORDER BY tenant_id, id
+LIMIT {limit}
+FOR UPDATE SKIP LOCKED"""
+
+
+def delete_idle_assemblies(schema: str, scope_sql: str, cutoff: str) -> str:
+    """Delete a session's assemblies unchanged since the cutoff (members go with them)."""
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.assemblies WHERE {scope_sql} AND updated_at < {cutoff} RETURNING 1
+)
+SELECT count(*) FROM gone"""
+
+
+def delete_idle_checkpoints(schema: str, scope_sql: str, cutoff: str) -> str:
+    """Delete a session's checkpoints taken before the cutoff."""
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.session_checkpoints
+    WHERE {scope_sql} AND created_at < {cutoff} RETURNING 1
+)
+SELECT count(*) FROM gone"""

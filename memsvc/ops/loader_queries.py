@@ -1,0 +1,194 @@
+"""SQL of :mod:`memsvc.ops.loader`: staging, idempotent inserts, conflict diagnosis.
+
+Memories are copied (binary COPY) into a temporary staging table, then
+inserted with ``ON CONFLICT DO NOTHING``: a row whose id, content (in its
+scope) or key is already taken is skipped, never duplicated, which is what
+makes an import safe to run twice. Each inserted memory gets its
+``created`` history event in the same statement.
+"""
+
+from __future__ import annotations
+
+STAGING = "memsvc_import_memories"
+
+STAGING_COLUMNS = (
+    "ord",
+    "tenant_id",
+    "project_id",
+    "agent_id",
+    "session_id",
+    "id",
+    "key",
+    "content",
+    "content_hash",
+    "metadata",
+    "embedding",
+    "embedding_text",
+    "importance",
+    "version",
+    "created_at",
+    "updated_at",
+    "expires_at",
+    "access_count",
+    "last_accessed_at",
+)
+
+
+# Before the session's first temporary table: a batch of staged rows fits in
+# local buffers instead of being written out and read back.
+STAGING_SESSION = "SET temp_buffers = '256MB'"
+
+
+def create_staging(vector_schema: str, vector_type: str, dim: int) -> str:
+    """A session-private staging table, emptied at every commit.
+
+    ``metadata`` is text here (cast on insert): binary COPY needs a binary
+    codec for every column, and memsvc's jsonb codec is a text one. Vector
+    text is stored uncompressed (``STORAGE EXTERNAL``): it lives for one
+    batch, and compressing it cost more than the whole COPY.
+    """
+    return f"""
+CREATE TEMP TABLE IF NOT EXISTS {STAGING} (
+    ord int NOT NULL,
+    tenant_id text, project_id text, agent_id text, session_id text,
+    id uuid, key text, content text, content_hash text, metadata text,
+    embedding {vector_schema}.{vector_type}({dim}), embedding_text text,
+    importance real, version int,
+    created_at timestamptz, updated_at timestamptz, expires_at timestamptz,
+    access_count bigint, last_accessed_at timestamptz
+) ON COMMIT DELETE ROWS;
+ALTER TABLE {STAGING} ALTER COLUMN embedding_text SET STORAGE EXTERNAL"""
+
+
+def insert_staged(schema: str, vector_sql: str) -> str:
+    """Insert the staged memories that take no existing id, content or key; with events.
+
+    Embeddings staged as text are parsed here by ``vector_sql`` (e.g.
+    ``public.vector(384)``), which also checks their dimension and range.
+    Returns the staging ``ord`` of every row inserted.
+    """
+    return f"""
+WITH ins AS (
+    INSERT INTO {schema}.memories AS m
+        (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
+         metadata, embedding, importance, version, created_at, updated_at, expires_at,
+         access_count, last_accessed_at)
+    SELECT tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
+           metadata::jsonb, coalesce(embedding, embedding_text::{vector_sql}),
+           importance, version,
+           coalesce(created_at, now()), coalesce(updated_at, created_at, now()), expires_at,
+           access_count, last_accessed_at
+    FROM {STAGING}
+    ON CONFLICT DO NOTHING
+    RETURNING m.tenant_id, m.id, m.version
+), ev AS (
+    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version)
+    SELECT tenant_id, id, 'created', version FROM ins
+)
+SELECT s.ord FROM {STAGING} AS s JOIN ins ON ins.tenant_id = s.tenant_id AND ins.id = s.id"""
+
+
+def diagnose_skipped(schema: str) -> str:
+    """Why staged rows (``$1``: their ords) were not inserted.
+
+    ``same`` is true when the stored row with this id is this very memory
+    (an earlier import): not a problem. Otherwise ``id_owner``,
+    ``content_owner`` or ``key_owner`` names the memory in the way.
+    """
+    return f"""
+SELECT s.ord,
+       m.id AS id_owner,
+       (m.id IS NOT NULL AND m.content_hash = s.content_hash
+        AND m.key IS NOT DISTINCT FROM s.key
+        AND m.project_id IS NOT DISTINCT FROM s.project_id
+        AND m.agent_id IS NOT DISTINCT FROM s.agent_id
+        AND m.session_id IS NOT DISTINCT FROM s.session_id) AS same,
+       c.id AS content_owner,
+       k.id AS key_owner
+FROM {STAGING} AS s
+LEFT JOIN {schema}.memories AS m ON m.tenant_id = s.tenant_id AND m.id = s.id
+LEFT JOIN LATERAL (
+    SELECT o.id FROM {schema}.memories AS o
+    WHERE m.id IS NULL AND s.key IS NULL AND o.tenant_id = s.tenant_id
+      AND o.content_hash = s.content_hash AND o.key IS NULL
+      AND o.project_id IS NOT DISTINCT FROM s.project_id
+      AND o.agent_id IS NOT DISTINCT FROM s.agent_id
+      AND o.session_id IS NOT DISTINCT FROM s.session_id
+    LIMIT 1
+) AS c ON true
+LEFT JOIN LATERAL (
+    SELECT o.id FROM {schema}.memories AS o
+    WHERE m.id IS NULL AND s.key IS NOT NULL AND o.tenant_id = s.tenant_id
+      AND o.key = s.key
+      AND o.project_id IS NOT DISTINCT FROM s.project_id
+      AND o.agent_id IS NOT DISTINCT FROM s.agent_id
+      AND o.session_id IS NOT DISTINCT FROM s.session_id
+    LIMIT 1
+) AS k ON true
+WHERE s.ord = ANY($1::int[])"""
+
+
+def insert_assembly(schema: str) -> str:
+    """Insert an assembly with no members yet (aggregates follow); nothing on conflict.
+
+    Parameters: $1-$4 scope, $5 id, $6 name, $7 description, $8 metadata,
+    $9 version, $10 created_at, $11 updated_at.
+    """
+    return f"""
+INSERT INTO {schema}.assemblies
+    (tenant_id, project_id, agent_id, session_id, id, name, description, metadata,
+     version, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9,
+        coalesce($10::timestamptz, now()), coalesce($11::timestamptz, $10::timestamptz, now()))
+ON CONFLICT DO NOTHING
+RETURNING id"""
+
+
+def existing_assembly(schema: str) -> str:
+    """The stored assembly with an id, or the one holding the name in the scope."""
+    return f"""
+SELECT id, name, project_id, agent_id, session_id FROM {schema}.assemblies
+WHERE tenant_id = $1 AND (id = $2 OR (name = $3
+      AND project_id IS NOT DISTINCT FROM $4::text AND agent_id IS NOT DISTINCT FROM $5::text
+      AND session_id IS NOT DISTINCT FROM $6::text))
+ORDER BY id = $2 DESC
+LIMIT 1"""
+
+
+def lock_member_memories(schema: str) -> str:
+    """Scopes of would-be members, locked FOR KEY SHARE (they cannot vanish meanwhile)."""
+    return f"""
+SELECT id, project_id, agent_id, session_id FROM {schema}.memories
+WHERE tenant_id = $1 AND id = ANY($2::uuid[])
+ORDER BY tenant_id, id
+FOR KEY SHARE"""
+
+
+def insert_members(schema: str) -> str:
+    """Add members to an assembly this import just created."""
+    return f"""
+INSERT INTO {schema}.assembly_members (tenant_id, assembly_id, memory_id)
+SELECT $1, $2, m.id FROM unnest($3::uuid[]) AS m(id)
+ON CONFLICT DO NOTHING"""
+
+
+def restore_assembly_version(schema: str) -> str:
+    """Put back the exported version and updated_at after the aggregates were computed."""
+    return f"""
+UPDATE {schema}.assemblies
+SET version = $3, updated_at = coalesce($4::timestamptz, updated_at)
+WHERE tenant_id = $1 AND id = $2"""
+
+
+def insert_checkpoints(schema: str) -> str:
+    """Insert checkpoints from parallel arrays; existing ids are skipped. Returns inserted ids."""
+    return f"""
+INSERT INTO {schema}.session_checkpoints
+    (tenant_id, project_id, agent_id, session_id, id, description, data, size_bytes, created_at)
+SELECT tenant_id, project_id, agent_id, session_id, id, description, data::jsonb,
+       octet_length(data), coalesce(created_at, clock_timestamp())
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[],
+            $7::text[], $8::timestamptz[])
+     AS c(tenant_id, project_id, agent_id, session_id, id, description, data, created_at)
+ON CONFLICT DO NOTHING
+RETURNING id"""

@@ -1,0 +1,184 @@
+"""``svc.maintenance``: gc, stats, doctor, export/import and legacy import on an open service."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import IO, Any
+
+import asyncpg
+
+from memsvc.ops.doctor import Doctor, DoctorReport
+from memsvc.ops.export import ExportReport, IndexMode, count_export, export_jsonl, import_jsonl
+from memsvc.ops.gc import DEFAULT_BATCH, GarbageCollector, GcReport
+from memsvc.ops.gc import Progress as GcProgress
+from memsvc.ops.legacy import LegacyReport, import_legacy
+from memsvc.ops.loader import LoadReport
+from memsvc.ops.stats import Stats, collect_stats
+from memsvc.repositories.assemblies import AssemblyRepository
+from memsvc.repositories.checkpoints import CheckpointRepository
+from memsvc.repositories.memories import DeleteHook
+from memsvc.scope import Scope
+from memsvc.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Maintenance:
+    """Operations on the service's database (``svc.maintenance``).
+
+    The same work as the ``memsvc`` commands ``gc``, ``stats``, ``doctor``,
+    ``export``, ``import`` and ``import-legacy``, for apps and workers that
+    hold a service, plus an optional background gc task that the service
+    stops when it closes.
+    """
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        settings: Settings,
+        *,
+        dsn: str,
+        assemblies: AssemblyRepository,
+        checkpoints: CheckpointRepository,
+        before_delete: DeleteHook | None,
+    ) -> None:
+        self._pool = pool
+        self._settings = settings
+        self._dsn = dsn
+        self._assemblies = assemblies
+        self._gc = GarbageCollector(
+            pool, settings, before_delete=before_delete, checkpoints=checkpoints
+        )
+        self._background: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ gc
+
+    async def gc(
+        self,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        idle_session_days: float | None = None,
+        max_batches: int | None = None,
+        progress: GcProgress | None = None,
+    ) -> GcReport:
+        """Delete expired memories, prune checkpoints past retention, remove idle sessions.
+
+        Safe to run from several workers at once (rows are taken ``FOR
+        UPDATE SKIP LOCKED``); see :mod:`memsvc.ops.gc`.
+
+        Args:
+            batch_size: Rows per transaction.
+            idle_session_days: Also remove sessions idle this many days; None: never.
+            max_batches: Cap on expired-memory batches this run.
+            progress: Called with (pass name, rows deleted) after each batch.
+        """
+        return await self._gc.run(
+            batch_size=batch_size,
+            idle_session_days=idle_session_days,
+            max_batches=max_batches,
+            progress=progress,
+        )
+
+    def start_background_gc(
+        self,
+        interval_s: float = 300.0,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        idle_session_days: float | None = None,
+    ) -> asyncio.Task[None]:
+        """Run :meth:`gc` every ``interval_s`` seconds until the service closes.
+
+        A failed run is logged and retried at the next interval; it never
+        ends the task. Starting it twice is an error.
+        """
+        if self._background is not None and not self._background.done():
+            raise RuntimeError("background gc is already running")
+        if not interval_s > 0:
+            raise ValueError("interval_s must be positive")
+
+        async def loop() -> None:
+            while True:
+                try:
+                    report = await self.gc(
+                        batch_size=batch_size, idle_session_days=idle_session_days
+                    )
+                    if report.total:
+                        log.info("background gc deleted %d rows: %s", report.total, report)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("background gc failed; retrying in %.0f s", interval_s)
+                await asyncio.sleep(interval_s)
+
+        self._background = asyncio.get_running_loop().create_task(loop(), name="memsvc-gc")
+        return self._background
+
+    async def stop_background_gc(self) -> None:
+        """Stop the background gc task (waiting for a batch in flight to roll back)."""
+        task, self._background = self._background, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def close(self) -> None:
+        """Stop background work (the service calls this when it closes)."""
+        await self.stop_background_gc()
+
+    # ------------------------------------------------------------ inspection
+
+    async def stats(self, *, tenant: str | None = None) -> Stats:
+        """Row counts per tenant and scope level, sizes, gc backlog, checkpoint totals."""
+        async with self._pool.acquire() as conn:
+            return await collect_stats(conn, self._settings.db_schema, tenant)
+
+    async def doctor(self, *, repair: bool = False) -> DoctorReport:
+        """Check the database; with ``repair`` fix what can be (see :mod:`memsvc.ops.doctor`)."""
+        return await Doctor(self._settings, self._dsn, assemblies=self._assemblies).run(
+            repair=repair
+        )
+
+    # ------------------------------------------------------------ export / import
+
+    async def count_export(self, scope: Scope | None = None) -> int:
+        """How many rows :meth:`export` would write."""
+        async with self._pool.acquire() as conn:
+            return await count_export(conn, self._settings.db_schema, scope)
+
+    async def export(
+        self, out: IO[str], *, scope: Scope | None = None, progress: Any = None
+    ) -> ExportReport:
+        """Write every memory, assembly and checkpoint of ``scope`` and below (all when None)
+        as JSONL to ``out``; see :mod:`memsvc.ops.export`."""
+        async with self._pool.acquire() as conn:
+            return await export_jsonl(conn, self._settings, out, scope=scope, progress=progress)
+
+    async def import_file(
+        self, path: Path | str, *, index_mode: IndexMode = "auto", progress: Any = None
+    ) -> LoadReport:
+        """Load a JSONL export, idempotently; rejected lines are in the report."""
+        async with self._pool.acquire() as conn:
+            return await import_jsonl(
+                conn, self._dsn, self._settings, self._assemblies, Path(path),
+                index_mode=index_mode, progress=progress,
+            )
+
+    async def import_legacy(
+        self,
+        path: Path | str,
+        *,
+        tenant: str = "default",
+        dry_run: bool = False,
+        index_mode: IndexMode = "auto",
+        progress: Any = None,
+    ) -> LegacyReport:
+        """Import a file-based legacy store; see :mod:`memsvc.ops.legacy`."""
+        async with self._pool.acquire() as conn:
+            return await import_legacy(
+                conn, self._dsn, self._settings, self._assemblies, Path(path),
+                tenant=tenant, dry_run=dry_run, index_mode=index_mode, progress=progress,
+            )

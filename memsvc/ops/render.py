@@ -1,0 +1,172 @@
+"""Plain-text renderings of the ops reports, for the command line and logs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memsvc.ops.doctor import DoctorReport
+from memsvc.ops.export import ExportReport
+from memsvc.ops.gc import GcReport
+from memsvc.ops.legacy import LegacyReport
+from memsvc.ops.loader import LoadReport
+from memsvc.ops.stats import Stats
+
+MAX_PROBLEMS_SHOWN = 200
+
+
+def human_bytes(size: int | None) -> str:
+    """1536 -> '1.5 KiB'."""
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """Left-aligned text columns (numbers right-aligned)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    numeric = [
+        all(isinstance(row[i], int | float) for row in rows) if rows else False
+        for i in range(len(headers))
+    ]
+    lines = []
+    for row in cells:
+        parts = [
+            cell.rjust(widths[i]) if numeric[i] else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+def stats_lines(stats: Stats) -> list[str]:
+    """``memsvc stats``."""
+    lines = ["memories per tenant and scope level:"]
+    lines += table(
+        ["tenant", "total", "tenant-only", "project", "agent", "session", "expired (gc)",
+         "embedded", "keyed"],
+        [
+            [t.tenant, t.memories, t.tenant_only, t.project, t.agent, t.session, t.expired,
+             t.embedded, t.keyed]
+            for t in stats.tenants
+        ],
+    )
+    lines += ["", "assemblies and checkpoints per tenant:"]
+    lines += table(
+        ["tenant", "assemblies", "memberships", "checkpoints", "checkpoint bytes", "sessions"],
+        [
+            [t.tenant, t.assemblies, t.assembly_members, t.checkpoints,
+             human_bytes(t.checkpoint_bytes), t.checkpoint_sessions]
+            for t in stats.tenants
+        ],
+    )
+    lines += [
+        "",
+        f"expired memories waiting for gc: {stats.expired}",
+        f"checkpoints: {stats.checkpoints} ({human_bytes(stats.checkpoint_bytes)})",
+        "",
+        "tables and indexes:",
+    ]
+    lines += table(
+        ["table / index", "size", "with indexes", "indexes", "rows (estimate)"],
+        [
+            [
+                r.name if r.kind == "table" else f"  {r.name}",
+                human_bytes(r.bytes),
+                human_bytes(r.total_bytes),
+                human_bytes(r.index_bytes),
+                r.estimated_rows if r.kind == "table" else "",
+            ]
+            for r in stats.relations
+        ],
+    )
+    return lines
+
+
+def doctor_lines(report: DoctorReport) -> list[str]:
+    """``memsvc doctor``."""
+    marks = {"ok": "ok  ", "warning": "WARN", "problem": "FAIL", "repaired": "FIXD"}
+    lines = []
+    for check in report.checks:
+        lines.append(f"[{marks[check.status]}] {check.name}: {check.detail}")
+        lines += [f"       fixed: {fix}" for fix in check.fixes]
+    problems = len(report.problems)
+    if not problems:
+        lines.append("no problems")
+    else:
+        lines.append(f"{problems} problem(s) remain" + ("" if report.repair else "; try --repair"))
+    return lines
+
+
+def gc_lines(report: GcReport) -> list[str]:
+    """``memsvc gc``."""
+    lines = [
+        f"expired memories deleted: {report.expired_deleted}",
+        f"checkpoints pruned past retention: {report.checkpoints_pruned}",
+    ]
+    if report.idle_sessions or report.idle_memories_deleted:
+        lines += [
+            f"idle sessions removed: {report.idle_sessions} "
+            f"({report.idle_memories_deleted} memories, {report.idle_assemblies_deleted} "
+            f"assemblies, {report.idle_checkpoints_deleted} checkpoints)"
+        ]
+    lines.append(f"{report.batches} batches in {report.seconds:.1f} s")
+    return lines
+
+
+def export_lines(report: ExportReport, target: str) -> list[str]:
+    """``memsvc export``."""
+    return [
+        f"exported {report.memories} memories, {report.assemblies} assemblies, "
+        f"{report.checkpoints} checkpoints to {target}"
+    ]
+
+
+def load_lines(report: LoadReport, *, dry_run: bool = False) -> list[str]:
+    """What a load did, and every rejected record (up to a limit) with its source."""
+    lines = []
+    if not dry_run:
+        for name, counts in (
+            ("memories", report.memories),
+            ("assemblies", report.assemblies),
+            ("checkpoints", report.checkpoints),
+        ):
+            lines.append(
+                f"{name}: {counts.inserted} inserted, {counts.already_present} already present, "
+                f"{counts.rejected} rejected"
+            )
+        if report.index_rebuilt:
+            lines.append(
+                "vector index dropped for the load and rebuilt "
+                f"({report.index_build_seconds:.1f} s); it is valid"
+            )
+    if report.warnings_total:
+        lines.append(f"{report.warnings_total} warning(s):")
+        lines += [f"  {p}" for p in report.warnings[:MAX_PROBLEMS_SHOWN]]
+    if report.rejected_total:
+        lines.append(f"{report.rejected_total} rejected:")
+        lines += [f"  {p}" for p in report.rejected[:MAX_PROBLEMS_SHOWN]]
+        hidden = report.rejected_total - min(len(report.rejected), MAX_PROBLEMS_SHOWN)
+        if hidden > 0:
+            lines.append(f"  ... and {hidden} more")
+    return lines
+
+
+def legacy_lines(report: LegacyReport) -> list[str]:
+    """``memsvc import-legacy``."""
+    lines = [
+        f"{report.files_read} files read: {report.memories_found} memories, "
+        f"{report.assemblies_found} assemblies, {report.sessions_found} session files"
+    ]
+    if report.dry_run:
+        lines.append(
+            f"dry run: would load {report.memories_valid} memories and "
+            f"{report.assemblies_valid} assemblies (rows already stored are skipped); "
+            "nothing was written"
+        )
+    return lines + load_lines(report.load, dry_run=report.dry_run)

@@ -1,0 +1,74 @@
+"""SQL of :mod:`memsvc.ops.stats`.
+
+Each function returns one statement's text for a schema name (a validated
+identifier); values are ``$n`` parameters. ``$1`` is an optional tenant
+(NULL: every tenant).
+"""
+
+from __future__ import annotations
+
+# The deepest level a row is scoped to (levels may be skipped).
+LEVEL = """CASE WHEN session_id IS NOT NULL THEN 'session'
+            WHEN agent_id IS NOT NULL THEN 'agent'
+            WHEN project_id IS NOT NULL THEN 'project'
+            ELSE 'tenant' END"""
+
+
+def memories_per_tenant(schema: str) -> str:
+    """Memories per tenant: by scope level, expired waiting for gc, with embedding."""
+    return f"""
+SELECT tenant_id,
+       count(*) AS total,
+       count(*) FILTER (WHERE {LEVEL} = 'tenant') AS tenant_only,
+       count(*) FILTER (WHERE {LEVEL} = 'project') AS project,
+       count(*) FILTER (WHERE {LEVEL} = 'agent') AS agent,
+       count(*) FILTER (WHERE {LEVEL} = 'session') AS session,
+       count(*) FILTER (WHERE expires_at <= now()) AS expired,
+       count(embedding) AS embedded,
+       count(key) AS keyed
+FROM {schema}.memories
+WHERE $1::text IS NULL OR tenant_id = $1::text
+GROUP BY tenant_id
+ORDER BY tenant_id"""
+
+
+def assemblies_per_tenant(schema: str) -> str:
+    """Assemblies and memberships per tenant."""
+    return f"""
+SELECT tenant_id, count(*) AS assemblies, coalesce(sum(member_count), 0)::bigint AS members
+FROM {schema}.assemblies
+WHERE $1::text IS NULL OR tenant_id = $1::text
+GROUP BY tenant_id"""
+
+
+def checkpoints_per_tenant(schema: str) -> str:
+    """Checkpoints per tenant: count, bytes, sessions holding them."""
+    return f"""
+SELECT tenant_id, count(*) AS checkpoints,
+       coalesce(sum(size_bytes), 0)::bigint AS bytes,
+       count(DISTINCT (project_id, agent_id, session_id)) AS sessions
+FROM {schema}.session_checkpoints
+WHERE $1::text IS NULL OR tenant_id = $1::text
+GROUP BY tenant_id"""
+
+
+def relation_sizes() -> str:
+    """Size of every table and index of a schema (``$1``: the schema name).
+
+    ``reltuples`` is the planner's row estimate (-1 before the first
+    ANALYZE): free to read, unlike ``count(*)``.
+    """
+    return """
+SELECT c.relname AS name,
+       CASE c.relkind WHEN 'r' THEN 'table' ELSE 'index' END AS kind,
+       coalesce(t.relname, c.relname) AS table_name,
+       pg_relation_size(c.oid) AS bytes,
+       CASE WHEN c.relkind = 'r' THEN pg_total_relation_size(c.oid) END AS total_bytes,
+       CASE WHEN c.relkind = 'r' THEN pg_indexes_size(c.oid) END AS index_bytes,
+       c.reltuples::bigint AS estimated_rows
+FROM pg_class AS c
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+LEFT JOIN pg_index AS i ON i.indexrelid = c.oid
+LEFT JOIN pg_class AS t ON t.oid = i.indrelid
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'i')
+ORDER BY coalesce(t.relname, c.relname), c.relkind DESC, c.relname"""

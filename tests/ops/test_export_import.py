@@ -1,0 +1,196 @@
+"""export / import: JSONL round trip, idempotent re-import, rejected lines, bulk index rebuild."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import asyncpg
+import numpy as np
+
+from memsvc import HashingEmbedder, MemoryService, Scope
+from memsvc.ops.bulk import MEMORY_VECTOR_INDEX
+
+from .conftest import Cli
+
+MEMORY_ROWS = """
+SELECT tenant_id, project_id, agent_id, session_id, id, key, content, content_hash, metadata,
+       embedding::text AS embedding, importance, version, created_at, updated_at, expires_at,
+       access_count, last_accessed_at
+FROM memsvc.memories ORDER BY tenant_id, id"""
+ASSEMBLY_ROWS = """
+SELECT tenant_id, project_id, agent_id, session_id, id, name, description, metadata,
+       member_count, embedded_count, centroid::text AS centroid, version, created_at, updated_at
+FROM memsvc.assemblies ORDER BY tenant_id, id"""
+MEMBER_ROWS = (
+    "SELECT tenant_id, assembly_id, memory_id FROM memsvc.assembly_members ORDER BY 1, 2, 3"
+)
+CHECKPOINT_ROWS = """
+SELECT tenant_id, project_id, agent_id, session_id, id, description, data, size_bytes, created_at
+FROM memsvc.session_checkpoints ORDER BY tenant_id, id"""
+
+
+async def _rows(dsn: str) -> dict[str, list[dict[str, object]]]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return {
+            name: [dict(r) for r in await conn.fetch(sql)]
+            for name, sql in (
+                ("memories", MEMORY_ROWS),
+                ("assemblies", ASSEMBLY_ROWS),
+                ("members", MEMBER_ROWS),
+                ("checkpoints", CHECKPOINT_ROWS),
+            )
+        }
+    finally:
+        await conn.close()
+
+
+async def _populate(service: MemoryService) -> None:
+    rng = np.random.default_rng(7)
+    session = Scope("acme", "bridge", "planner", "s-42")
+    project = Scope("acme", "bridge")
+    added = await service.memories.add_many(
+        session,
+        [
+            {
+                "content": f"fact {i} with unicode \u00e9\u4e2d and a newline\nhere",
+                "embedding": rng.normal(size=384).astype(np.float32),
+                "metadata": {"i": i, "tags": ["a", "b"], "nested": {"x": 1.5}},
+                "importance": float(i % 10) / 10,
+            }
+            for i in range(30)
+        ],
+    )
+    wide = await service.memories.add(project, "project-wide memory", metadata={"kind": "p"})
+    await service.memories.add(Scope("other"), "no embedding here")  # embedder computes one
+    await service.memories.put(session, "prefs/units", "metric", metadata={"v": 2})
+    await service.memories.add(session, "expires soon", ttl=3600)
+    await service.assemblies.create(
+        session, "first ten", description="d", memory_ids=[m.id for m in added[:10]] + [wide.id]
+    )
+    await service.assemblies.create(project, "empty one", metadata={"k": "v"})
+    await service.checkpoints.create(session, {"draft": {"step": 1}, "list": [1, 2, 3]})
+    await service.checkpoints.create(session, "a plain string", description="second")
+
+
+async def test_export_then_import_into_a_fresh_database_reproduces_every_row(
+    service: MemoryService, cli: Cli, memsvc_database_url: str, other_database: str,
+    tmp_path: Path,
+) -> None:
+    await _populate(service)
+    dump = tmp_path / "dump.jsonl"
+    exported = await cli("export", str(dump))
+    assert exported.exit_code == 0, exported.output
+    assert "exported 34 memories, 2 assemblies, 2 checkpoints" in exported.output
+    lines = [json.loads(line) for line in dump.read_text(encoding="utf-8").splitlines()]
+    assert lines[0]["type"] == "header" and lines[0]["embedding_dim"] == 384
+    assert {line["type"] for line in lines[1:]} == {"memory", "assembly", "checkpoint"}
+
+    imported = await cli("import", str(dump), dsn=other_database)
+    assert imported.exit_code == 0, imported.output
+    assert "memories: 34 inserted, 0 already present, 0 rejected" in imported.output
+    source, copy = await _rows(memsvc_database_url), await _rows(other_database)
+    assert copy == source
+
+    events_before = await _count(other_database, "memory_events")
+    again = await cli("import", str(dump), dsn=other_database)
+    assert again.exit_code == 0, again.output
+    assert "memories: 0 inserted, 34 already present, 0 rejected" in again.output
+    assert "assemblies: 0 inserted, 2 already present" in again.output
+    assert "checkpoints: 0 inserted, 2 already present" in again.output
+    assert await _rows(other_database) == source
+    assert await _count(other_database, "memory_events") == events_before
+
+
+async def test_export_of_one_scope_takes_it_and_what_is_under_it(
+    service: MemoryService, cli: Cli, tmp_path: Path
+) -> None:
+    await _populate(service)
+    dump = tmp_path / "bridge.jsonl"
+    result = await cli("export", str(dump), "--tenant", "acme", "--project", "bridge")
+    assert result.exit_code == 0, result.output
+    memories = [
+        json.loads(line) for line in dump.read_text().splitlines() if '"type":"memory"' in line
+    ]
+    assert len(memories) == 33
+    assert {m["tenant"] for m in memories} == {"acme"}
+
+
+async def test_import_reports_each_rejected_line_and_loads_the_rest(
+    service: MemoryService, cli: Cli, tmp_path: Path
+) -> None:
+    existing = await service.memories.add(Scope("t"), "already here")
+    good = {
+        "type": "memory",
+        "tenant": "t",
+        "content": "fine",
+        "id": "0190a5c0-0000-7000-8000-000000000001",
+    }
+    lines = [
+        json.dumps(good),
+        "{not json",
+        json.dumps({**good, "id": "0190a5c0-0000-7000-8000-000000000002", "content": "x",
+                    "embedding": [0.5, 0.5]}),
+        json.dumps({**good, "id": "0190a5c0-0000-7000-8000-000000000003", "content": "y",
+                    "content_hash": "sha256:beef"}),
+        json.dumps({"type": "mystery"}),
+        json.dumps({**good, "id": str(existing.id), "content": "a different text"}),
+        json.dumps({**good, "id": "0190a5c0-0000-7000-8000-000000000004",
+                    "content": "already here"}),
+        json.dumps({**good, "id": "0190a5c0-0000-7000-8000-000000000005", "tenant": "../x\u0000"}),
+        "",
+        json.dumps(["an", "array"]),
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = await cli("import", str(path))
+    assert result.exit_code == 1
+    out = result.output
+    assert "memories: 1 inserted, 0 already present, 5 rejected" in out
+    assert "line 2: line: not valid JSON" in out
+    assert "line 3: memory: embedding: has 2 dimensions, expected 384" in out
+    assert "line 4: memory: content_hash: does not match the content" in out
+    assert "line 5: mystery: type: must be memory, assembly, checkpoint or header" in out
+    assert f"line 6: memory: id {existing.id} is already used by a different memory" in out
+    assert (
+        f"line 7: memory: the same content is already stored in this scope as memory {existing.id}"
+        in out
+    )
+    assert "line 8: memory: scope.tenant: must not contain control characters or NUL" in out
+    assert "line 10: line: line: must be a JSON object, not list" in out
+    assert (await service.memories.get("0190a5c0-0000-7000-8000-000000000001")).content == "fine"
+
+
+async def test_bulk_import_rebuilds_the_vector_index_valid_and_searchable(
+    service: MemoryService, cli: Cli, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    embedder = HashingEmbedder(384)
+    path = tmp_path / "bulk.jsonl"
+    with path.open("w") as out:
+        for i in range(300):
+            text = f"bulk memory about topic {i % 17} item {i}"
+            vector = ",".join(f"{x:.9g}" for x in embedder.embed_one(text).tolist())
+            out.write(json.dumps({"type": "memory", "tenant": "bulk", "content": text})[:-1]
+                      + f',"embedding":[{vector}]}}\n')
+    result = await cli("import", str(path), "--index", "rebuild")
+    assert result.exit_code == 0, result.output
+    assert "vector index dropped for the load and rebuilt" in result.output
+    valid = await db.fetchval(
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "WHERE c.relname = $1", MEMORY_VECTOR_INDEX
+    )
+    assert valid is True
+    hits = await service.memories.search(Scope("bulk"), "topic 3 item 3", k=5, mode="index")
+    assert hits and hits[0].memory.content == "bulk memory about topic 3 item 3"
+    # Ids without a UUID are derived from the content: a second run adds nothing.
+    again = await cli("import", str(path))
+    assert "memories: 0 inserted, 300 already present, 0 rejected" in again.output
+
+
+async def _count(dsn: str, table: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval(f"SELECT count(*) FROM memsvc.{table}"))
+    finally:
+        await conn.close()
