@@ -1,0 +1,170 @@
+"""Row-level security: under a runtime role, no tenant reads or writes another's rows."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import numpy as np
+import pytest
+
+from memsvc import MemoryService, NotFoundError, Scope, ValidationError
+from memsvc.db import migrate
+from memsvc.service import TENANT_TABLES
+from memsvc.testing.postgres import TestPostgres, settings_for_tests
+
+
+def as_user(dsn: str, user: str) -> str:
+    parts = urlsplit(dsn)
+    host = parts.netloc.split("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{user}:@{host}"))
+
+
+@pytest.fixture
+async def rls_database(memsvc_postgres: TestPostgres) -> tuple[str, str]:
+    """A database migrated with row_level_security on, plus a runtime role's DSN.
+
+    The role is a plain login role: not the owner, not a superuser, no
+    BYPASSRLS; it may read and write rows and nothing else.
+    """
+    suffix = uuid.uuid4().hex[:10]
+    name, role = f"memsvc_rls_{suffix}", f"memsvc_rt_{suffix}"
+    dsn = await memsvc_postgres.create_database(name)
+    await asyncio.to_thread(
+        migrate.upgrade, settings_for_tests(dsn, row_level_security=True), dsn
+    )
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS")
+        await admin.execute(f"GRANT USAGE ON SCHEMA memsvc TO {role}")
+        await admin.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA memsvc TO {role}"
+        )
+        await admin.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA memsvc TO {role}")
+    finally:
+        await admin.close()
+    yield dsn, as_user(dsn, role)  # type: ignore[misc]
+    await memsvc_postgres.drop_database(name)
+    admin = await asyncpg.connect(memsvc_postgres.dsn)
+    try:
+        await admin.execute(f"DROP ROLE IF EXISTS {role}")
+    finally:
+        await admin.close()
+
+
+async def test_rls_is_enabled_and_forced_on_every_tenant_table(
+    rls_database: tuple[str, str],
+) -> None:
+    owner_dsn, _ = rls_database
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'memsvc' AND c.relname = ANY($1::text[])",
+            list(TENANT_TABLES),
+        )
+    finally:
+        await conn.close()
+    assert {r["relname"] for r in rows} == set(TENANT_TABLES)
+    assert all(r["relrowsecurity"] and r["relforcerowsecurity"] for r in rows)
+
+
+async def test_tenants_never_see_or_change_each_others_rows(
+    rls_database: tuple[str, str],
+) -> None:
+    _, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    vector = np.ones(384, dtype=np.float32)
+    async with MemoryService.open(settings) as svc:
+        mine: dict[str, list[uuid.UUID]] = {}
+        for tenant in ("alpha", "beta"):
+            scope = Scope(tenant, "p", "a", "s")
+            memories = [
+                await svc.memories.add(scope, f"{tenant} secret {i}", embedding=vector)
+                for i in range(3)
+            ]
+            await svc.memories.put(scope, "key", f"{tenant} keyed", embedding=vector)
+            await svc.assemblies.create(scope, "group", memory_ids=[m.id for m in memories])
+            await svc.checkpoints.create(scope, {"tenant": tenant})
+            await svc.working(scope).create_checkpoint("wm")
+            mine[tenant] = [m.id for m in memories]
+
+        alpha_id = mine["alpha"][0]
+        # select / search / list / count, seen from beta
+        with pytest.raises(NotFoundError):
+            await svc.memories.get(alpha_id, tenant="beta")
+        assert await svc.memories.get_many(mine["alpha"], tenant="beta") == []
+        hits = await svc.memories.search(Scope("beta"), vector, k=50, include="descendants")
+        assert hits and {h.memory.scope.tenant for h in hits} == {"beta"}
+        listed = await svc.memories.list(Scope("alpha"), include="descendants", limit=50)
+        assert {m.scope.tenant for m in listed} == {"alpha"}
+        assert await svc.memories.history(alpha_id, tenant="beta") == []
+        found = await svc.assemblies.search(Scope("beta"), vector, k=10, include="descendants")
+        assert {h.assembly.scope.tenant for h in found} == {"beta"}
+        # update / delete, aimed from beta at alpha's rows
+        with pytest.raises(NotFoundError):
+            await svc.memories.update(alpha_id, content="stolen", tenant="beta")
+        with pytest.raises(NotFoundError):
+            await svc.memories.patch_metadata(alpha_id, {"x": 1}, tenant="beta")
+        assert await svc.memories.delete(alpha_id, tenant="beta") is False
+        # an id alone names no tenant: refused rather than guessed
+        with pytest.raises(ValidationError) as raised:
+            await svc.memories.get(alpha_id)
+        assert raised.value.field == "tenant"
+        # alpha's rows are intact
+        alpha = await svc.memories.get(alpha_id, tenant="alpha")
+        assert alpha.content == "alpha secret 0" and alpha.version == 1
+        assert await svc.memories.count(Scope("alpha", "p", "a", "s")) == 4
+
+
+async def test_without_a_tenant_the_runtime_role_sees_nothing(
+    rls_database: tuple[str, str],
+) -> None:
+    _, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    async with MemoryService.open(settings) as svc:
+        await svc.memories.add(Scope("alpha"), "alpha only")
+    conn = await asyncpg.connect(runtime_dsn)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM memsvc.memories") == 0
+        async with conn.transaction():
+            await conn.execute("SELECT set_config('memsvc.tenant', 'beta', true)")
+            assert await conn.fetchval("SELECT count(*) FROM memsvc.memories") == 0
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await conn.execute(
+                    "INSERT INTO memsvc.memories (tenant_id, id, content, content_hash) "
+                    "VALUES ('alpha', gen_random_uuid(), 'forged', 'sha256:00')"
+                )
+        async with conn.transaction():
+            await conn.execute("SELECT set_config('memsvc.tenant', 'alpha', true)")
+            assert await conn.fetchval("SELECT count(*) FROM memsvc.memories") == 1
+        # the setting was transaction-local: gone again
+        assert await conn.fetchval("SELECT count(*) FROM memsvc.memories") == 0
+    finally:
+        await conn.close()
+
+
+async def test_runtime_role_cannot_run_ddl_or_truncate(rls_database: tuple[str, str]) -> None:
+    _, runtime_dsn = rls_database
+    conn = await asyncpg.connect(runtime_dsn)
+    try:
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("CREATE TABLE memsvc.intruder (i int)")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("TRUNCATE memsvc.memories")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("ALTER TABLE memsvc.memories DISABLE ROW LEVEL SECURITY")
+    finally:
+        await conn.close()
+
+
+async def test_open_refuses_rls_setting_on_a_schema_without_enforcement(
+    memsvc_database_url: str,
+) -> None:
+    from memsvc import SchemaError
+
+    with pytest.raises(SchemaError, match="do not enforce it"):
+        await MemoryService.open(settings_for_tests(memsvc_database_url, row_level_security=True))
