@@ -65,6 +65,11 @@ class EmbeddedPostgres:
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         already_running = running_postmaster_pid(self.data_dir) is not None
+        if not already_running:
+            # The wheel caches one server object per data directory; after a
+            # crash that object describes a dead server and would be handed
+            # back unstarted. Forget it so a fresh one starts (and recovers).
+            _pgserver().PostgresServer._instances.pop(pgdata_path(self.data_dir), None)
         self.started_here = not already_running
         cleanup = None if (keep_running or already_running) else "stop"
         try:

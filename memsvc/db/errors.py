@@ -44,7 +44,7 @@ def translate(exc: BaseException) -> MemsvcError:
         return StorageError(f"database error: {detail}", sqlstate=state or None)
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
         return StorageError("timed out waiting for PostgreSQL")
-    if isinstance(exc, asyncpg.InterfaceError | OSError | ConnectionError):
+    if isinstance(exc, asyncpg.InterfaceError | asyncpg.InternalClientError | OSError):
         return StorageError(f"PostgreSQL connection failed: {type(exc).__name__}: {exc}")
     raise exc  # not a driver error: a bug, let it surface unchanged
 
@@ -56,5 +56,30 @@ def translate_errors() -> Iterator[None]:
         yield
     except MemsvcError:
         raise
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+    except (
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+        asyncpg.InternalClientError,
+        OSError,
+        TimeoutError,
+    ) as exc:
         raise translate(exc) from exc
+
+
+def connection_is_broken(exc: BaseException) -> bool:
+    """Whether a failure leaves the connection unusable (it must not go back to a pool).
+
+    A backend that was terminated, a reset socket or a timed-out read can
+    leave the protocol mid-message: the next statement on it would fail
+    with a confusing client error, so such connections are closed instead.
+    """
+    for error in (exc, exc.__cause__):
+        if isinstance(
+            error,
+            asyncpg.InterfaceError | asyncpg.InternalClientError | OSError | TimeoutError,
+        ):
+            return True
+        state = getattr(error, "sqlstate", None) or ""
+        if state.startswith(("08", "57P0")):
+            return True
+    return False

@@ -10,8 +10,14 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from memsvc.db.errors import translate_errors
-from memsvc.errors import ConcurrencyError, ConflictError, NotFoundError, ValidationError
+from memsvc.db.errors import connection_is_broken, translate_errors
+from memsvc.errors import (
+    ConcurrencyError,
+    ConflictError,
+    NotFoundError,
+    StorageError,
+    ValidationError,
+)
 from memsvc.repositories.tenancy import SET_TENANT, current_tenant
 from memsvc.settings import Settings
 
@@ -56,7 +62,12 @@ class Repository:
             return
         with translate_errors():
             async with self._pool.acquire(timeout=self._settings.command_timeout_s) as pooled:
-                yield pooled
+                try:
+                    yield pooled
+                except BaseException as exc:
+                    if connection_is_broken(exc):
+                        pooled.terminate()
+                    raise
                 # Reached only when the block succeeded: memsvc's statements
                 # leave no session state, so the pool may skip its reset.
                 pooled.mark_clean()
@@ -73,9 +84,14 @@ class Repository:
                     yield conn
                 return
             async with self._pool.acquire(timeout=self._settings.command_timeout_s) as pooled:
-                async with pooled.transaction():
-                    await self._set_tenant(pooled)
-                    yield pooled
+                try:
+                    async with pooled.transaction():
+                        await self._set_tenant(pooled)
+                        yield pooled
+                except BaseException as exc:
+                    if connection_is_broken(exc):
+                        pooled.terminate()
+                    raise
                 pooled.mark_clean()
 
     async def _set_tenant(self, conn: asyncpg.Connection) -> None:
@@ -87,6 +103,19 @@ class Repository:
                 "tenant", "row_level_security is on: pass the scope or tenant= of the rows"
             )
         await conn.execute(SET_TENANT, tenant)
+
+    async def _read(
+        self,
+        conn: asyncpg.Connection | None,
+        statement: Callable[[asyncpg.Connection], Awaitable[T]],
+    ) -> T:
+        """Run a read; on a pooled connection found broken, once more on another."""
+
+        async def attempt() -> T:
+            async with self._connection(conn) as active:
+                return await statement(active)
+
+        return await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
 
     @staticmethod
     def _versioned_outcome(row: Any, what: str, expected_version: int | None) -> Any:
@@ -120,21 +149,39 @@ class Repository:
 
         return await self._retrying(attempt, owns_transaction=conn is None)
 
-    async def _retrying(self, attempt: Callable[[], Awaitable[T]], owns_transaction: bool) -> T:
-        """Run ``attempt``, retrying serialization failures and deadlocks.
+    async def _retrying(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        owns_transaction: bool,
+        *,
+        idempotent: bool = False,
+    ) -> T:
+        """Run ``attempt``, retrying what a retry can fix.
 
-        Only where memsvc owns the transaction: inside a caller's transaction
-        the whole transaction is doomed, so the error goes to the caller.
+        Only where memsvc owns the transaction (inside a caller's transaction
+        the whole transaction is doomed, so the error goes to the caller):
+
+        - serialization failures and deadlocks, with capped, jittered backoff;
+        - a pooled connection found broken before anything was sent (its
+          backend was terminated while it sat idle in the pool);
+        - for ``idempotent`` calls (reads), any broken connection.
+
         Lock timeouts are not retried: they already used the time budget.
-        Backoff is capped and jittered so retries of colliding callers spread.
         """
         for tries in range(1, MAX_ATTEMPTS + 1):
             try:
                 return await attempt()
             except ConcurrencyError as exc:
-                cause = exc.__cause__
-                state = getattr(cause, "sqlstate", None)
+                state = getattr(exc.__cause__, "sqlstate", None)
                 if not owns_transaction or state not in RETRY_SQLSTATES or tries == MAX_ATTEMPTS:
                     raise
                 await asyncio.sleep(min(0.5, 0.01 * 2**tries) * random.random())
+            except StorageError as exc:
+                unsent = isinstance(exc.__cause__, asyncpg.InternalClientError)
+                # A timeout used the call's deadline up: it is reported, not retried.
+                timed_out = isinstance(exc.__cause__, TimeoutError)
+                broken = idempotent and connection_is_broken(exc) and not timed_out
+                if not owns_transaction or not (unsent or broken) or tries == MAX_ATTEMPTS:
+                    raise
+                # The broken connection was closed; the next attempt gets another.
         raise AssertionError("unreachable")

@@ -38,7 +38,9 @@ def _is_number(value: Any) -> bool:
 def _equals(column: str, key: str, value: Any, params: Params, field: str) -> str:
     if isinstance(value, dict | list):
         # Containment on arrays/objects is not equality; compare the values.
-        return f"({column} -> {params.add(key)}) = {params.add(_json(value, field))}::jsonb"
+        # coalesce: a missing key compares as NULL, which must mean "not equal".
+        test = f"({column} -> {params.add(key)}) = {params.add(_json(value, field))}::jsonb"
+        return f"coalesce({test}, false)"
     return f"{column} @> {params.add(_json({key: value}, field))}::jsonb"
 
 

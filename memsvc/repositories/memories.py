@@ -188,16 +188,20 @@ class MemoryRepository(Repository):
         memory_id = new_id() if id is None else parse_id("id", id)
         vector = await self._embedding_for(text, embedding)
         args = [*_scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
-        async with self._writing(scope, conn) as active:
-            for _ in range(3):
-                row = await active.fetchrow(self._insert_sql, *args)
-                if row is not None:
-                    return Memory.from_row(row)
-                existing = await self._find_duplicate(active, scope, memory_id, digest)
-                if existing is not None:
-                    return existing
-                # The row we collided with was deleted in between: try again.
-        raise ConflictError("memory could not be inserted: it kept colliding with a deletion")
+
+        async def attempt() -> Memory:
+            async with self._writing(scope, conn) as active:
+                for _ in range(3):
+                    row = await active.fetchrow(self._insert_sql, *args)
+                    if row is not None:
+                        return Memory.from_row(row)
+                    existing = await self._find_duplicate(active, scope, memory_id, digest)
+                    if existing is not None:
+                        return existing
+                    # The row we collided with was deleted in between: try again.
+            raise ConflictError("memory could not be inserted: it kept colliding with a deletion")
+
+        return await self._retrying(attempt, owns_transaction=conn is None)
 
     @asynccontextmanager
     async def _writing(
@@ -266,12 +270,16 @@ class MemoryRepository(Repository):
         params.values.extend([weight, ttl_s])
         scope_sql = scope_condition(scope, "exact", params)
         sql = q.upsert_by_key(self._schema, scope_sql)
-        async with self._writing(scope, conn, always_transaction=True) as active:
-            row = await active.fetchrow(sql, *params.values)
-            assert row is not None
-            if row["in_assembly"] and self._embeddings_changed is not None:
-                await self._embeddings_changed(active, [row["tenant_id"]], [row["id"]])
-        return Memory.from_row(row)
+
+        async def attempt() -> Any:
+            async with self._writing(scope, conn, always_transaction=True) as active:
+                row = await active.fetchrow(sql, *params.values)
+                assert row is not None
+                if row["in_assembly"] and self._embeddings_changed is not None:
+                    await self._embeddings_changed(active, [row["tenant_id"]], [row["id"]])
+            return row
+
+        return Memory.from_row(await self._retrying(attempt, owns_transaction=conn is None))
 
     async def get_by_key(
         self, scope: Scope, key: str, *, conn: asyncpg.Connection | None = None
@@ -280,8 +288,7 @@ class MemoryRepository(Repository):
         scope = _check_scope(scope)
         params = Params(_check_key(key))
         sql = q.select_by_key(self._schema, scope_condition(scope, "exact", params))
-        async with self._connection(conn) as active:
-            row = await active.fetchrow(sql, *params.values)
+        row = await self._read(conn, lambda active: active.fetchrow(sql, *params.values))
         if row is None:
             raise NotFoundError(f"no memory under key {key!r} in this scope")
         return Memory.from_row(row)
@@ -311,35 +318,42 @@ class MemoryRepository(Repository):
         if not ids:
             return []
         wire = [None if v is None else vector_bytes(v, self._settings.vector_type) for v in vectors]
-        by_id: dict[uuid.UUID, Memory] = {}
-        async with self._writing(scope, conn, always_transaction=True) as active:
-            for start in range(0, len(ids), ADD_MANY_CHUNK):
-                chunk = slice(start, start + ADD_MANY_CHUNK)
-                rows = await active.fetch(
-                    self._insert_many_sql,
-                    *_scope_params(scope),
-                    ids[chunk],
-                    texts[chunk],
-                    digests[chunk],
-                    metas[chunk],
-                    wire[chunk],
-                    weights[chunk],
-                    ttls[chunk],
-                )
-                for row in rows:
-                    by_id[row["id"]] = Memory.from_row(row)
-            absent = [i for i in range(len(ids)) if ids[i] not in by_id]
-            by_digest: dict[str, Memory] = {}
-            if absent:
-                params = Params(
-                    scope.tenant, [ids[i] for i in absent], [digests[i] for i in absent]
-                )
-                sql = q.find_batch_duplicates(self._schema, scope_condition(scope, "exact", params))
-                for row in await active.fetch(sql, *params.values):
-                    found = Memory.from_row(row)
-                    by_id.setdefault(found.id, found)
-                    if found.scope == scope and found.key is None:
-                        by_digest[found.content_hash] = found
+
+        async def attempt() -> tuple[dict[uuid.UUID, Memory], dict[str, Memory]]:
+            by_id: dict[uuid.UUID, Memory] = {}
+            async with self._writing(scope, conn, always_transaction=True) as active:
+                for start in range(0, len(ids), ADD_MANY_CHUNK):
+                    chunk = slice(start, start + ADD_MANY_CHUNK)
+                    rows = await active.fetch(
+                        self._insert_many_sql,
+                        *_scope_params(scope),
+                        ids[chunk],
+                        texts[chunk],
+                        digests[chunk],
+                        metas[chunk],
+                        wire[chunk],
+                        weights[chunk],
+                        ttls[chunk],
+                    )
+                    for row in rows:
+                        by_id[row["id"]] = Memory.from_row(row)
+                absent = [i for i in range(len(ids)) if ids[i] not in by_id]
+                by_digest: dict[str, Memory] = {}
+                if absent:
+                    params = Params(
+                        scope.tenant, [ids[i] for i in absent], [digests[i] for i in absent]
+                    )
+                    sql = q.find_batch_duplicates(
+                        self._schema, scope_condition(scope, "exact", params)
+                    )
+                    for row in await active.fetch(sql, *params.values):
+                        found = Memory.from_row(row)
+                        by_id.setdefault(found.id, found)
+                        if found.scope == scope and found.key is None:
+                            by_digest[found.content_hash] = found
+            return by_id, by_digest
+
+        by_id, by_digest = await self._retrying(attempt, owns_transaction=conn is None)
         result = []
         for i, memory_id in enumerate(ids):
             memory = by_id.get(memory_id)
@@ -443,16 +457,20 @@ class MemoryRepository(Repository):
             weight is not None, weight,
             vector is not None, vector,
         )  # fmt: skip
-        if vector is None or self._embeddings_changed is None:
-            async with self._connection(conn) as active:
-                row = await active.fetchrow(sql, *args)
-        else:
+
+        async def attempt() -> Any:
+            if vector is None or self._embeddings_changed is None:
+                async with self._connection(conn) as active:
+                    return await active.fetchrow(sql, *args)
             # A new embedding moves the centroids of the memory's assemblies:
             # recompute them in the same transaction, after the row lock.
             async with self._transaction(conn) as active:
                 row = await active.fetchrow(sql, *args)
                 if row is not None and row["id"] is not None:
                     await self._embeddings_changed(active, [row["tenant_id"]], [row["id"]])
+            return row
+
+        row = await self._retrying(attempt, owns_transaction=conn is None)
         return Memory.from_row(
             self._versioned_outcome(row, f"memory {memory_id}", expected_version)
         )
@@ -481,8 +499,12 @@ class MemoryRepository(Repository):
         else:
             sql = sql.replace("$4", "$3")
         args.append(self._settings.max_metadata_bytes)
-        async with self._connection(conn) as active:
-            row = await active.fetchrow(sql, *args)
+
+        async def attempt() -> Any:
+            async with self._connection(conn) as active:
+                return await active.fetchrow(sql, *args)
+
+        row = await self._retrying(attempt, owns_transaction=conn is None)
         assert row is not None
         if row["found"] == 0:
             raise NotFoundError(f"memory {memory_id} not found")
@@ -605,8 +627,11 @@ class MemoryRepository(Repository):
         make = q.touch_by_ids if track_access else q.select_by_ids
         sql = make(self._schema, tenant is not None)
         args: builtins.list[object] = [ids] if tenant is None else [ids, tenant]
-        async with self._connection(conn) as active:
-            rows = await active.fetch(sql, *args)
+        if track_access:
+            async with self._connection(conn) as active:
+                rows = await active.fetch(sql, *args)
+        else:
+            rows = await self._read(conn, lambda active: active.fetch(sql, *args))
         return [Memory.from_row(row) for row in rows]
 
     async def list(
@@ -630,8 +655,7 @@ class MemoryRepository(Repository):
         scope_sql = scope_condition(scope, include, params)
         after_param = None if after is None else params.add(parse_id("after", after))
         sql = q.list_page(self._schema, scope_sql, after_param, params.add(limit))
-        async with self._connection(conn) as active:
-            rows = await active.fetch(sql, *params.values)
+        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
         return [Memory.from_row(row) for row in rows]
 
     async def count(
@@ -641,8 +665,7 @@ class MemoryRepository(Repository):
         scope = _check_scope(scope)
         params = Params()
         sql = q.count(self._schema, scope_condition(scope, validate_include(include), params))
-        async with self._connection(conn) as active:
-            result: int = await active.fetchval(sql, *params.values)
+        result: int = await self._read(conn, lambda active: active.fetchval(sql, *params.values))
         return result
 
     async def history(
@@ -655,8 +678,8 @@ class MemoryRepository(Repository):
         """The memory's events (created, updated, deleted), oldest first."""
         memory_id = parse_id("id", id)
         args: builtins.list[object] = [memory_id] if tenant is None else [memory_id, tenant]
-        async with self._connection(conn) as active:
-            rows = await active.fetch(q.history(self._schema, tenant is not None), *args)
+        sql = q.history(self._schema, tenant is not None)
+        rows = await self._read(conn, lambda active: active.fetch(sql, *args))
         return [MemoryEvent.from_row(row) for row in rows]
 
     async def search(
@@ -714,7 +737,8 @@ class MemoryRepository(Repository):
             rank,
             mode,
         )
-        async with self._connection(conn) as active:
+
+        async def run(active: asyncpg.Connection) -> builtins.list[Any]:
             rows = await self._run_search(active, statement.sql, statement.values)
             if (
                 len(rows) < statement.fetch
@@ -724,6 +748,9 @@ class MemoryRepository(Repository):
                 # The index ran out (max_scan_tuples) before filters let k rows
                 # through, or the scope is empty: scan exactly to be sure.
                 rows = await self._run_search(active, statement.exact_sql, statement.values)
+            return rows
+
+        rows = await self._read(conn, run)
         hits = [
             SearchHit(Memory.from_row(row), float(row["similarity"]), float(row["similarity"]))
             for row in rows
