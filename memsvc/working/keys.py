@@ -42,6 +42,20 @@ def encode_scope(scope: Scope) -> str:
     return "".join(parts)
 
 
+def tenant_key_pattern(tenant: str) -> str:
+    """The Redis ACL key pattern matching every working-memory key of one tenant.
+
+    Keys of tenant ``t`` all begin with ``memsvc:wm:{<n>:<escaped t>`` and,
+    the level being length-prefixed, no other tenant's keys do. Glob
+    characters in the id are escaped, so the pattern matches that prefix
+    only. Use it as ``ACL SETUSER <user> on ><password> ~<pattern> +@all``.
+    """
+    escaped = tenant.translate(_ESCAPE)
+    prefix = f"{NAMESPACE}{{{len(escaped)}:{escaped}"
+    globbed = "".join("\\" + char if char in "*?[]\\" else char for char in prefix)
+    return globbed + "*"
+
+
 def _unescape(text: str) -> str:
     out: list[str] = []
     i = 0
