@@ -61,16 +61,28 @@ class Repository:
                 yield conn
             return
         with translate_errors():
-            async with self._pool.acquire(timeout=self._settings.command_timeout_s) as pooled:
-                try:
-                    yield pooled
-                except BaseException as exc:
-                    if connection_is_broken(exc):
-                        pooled.terminate()
-                    raise
-                # Reached only when the block succeeded: memsvc's statements
-                # leave no session state, so the pool may skip its reset.
+            pooled = await self._acquire()
+            try:
+                yield pooled
+            except BaseException as exc:
+                if connection_is_broken(exc):
+                    pooled.terminate()
+                raise
+            else:
+                # memsvc's statements leave no session state, so the pool
+                # may skip its reset for this connection.
                 pooled.mark_clean()
+            finally:
+                await self._pool.release(pooled)
+
+    async def _acquire(self) -> Any:
+        """A pooled connection, waited for at most ``command_timeout_s``.
+
+        ``asyncio.timeout`` rather than ``acquire(timeout=)``: the latter wraps
+        every acquire in ``wait_for``, a new task per call on the hot path.
+        """
+        async with asyncio.timeout(self._settings.command_timeout_s):
+            return await self._pool.acquire()
 
     @asynccontextmanager
     async def _transaction(
@@ -83,16 +95,19 @@ class Repository:
                     await self._set_tenant(conn)
                     yield conn
                 return
-            async with self._pool.acquire(timeout=self._settings.command_timeout_s) as pooled:
-                try:
-                    async with pooled.transaction():
-                        await self._set_tenant(pooled)
-                        yield pooled
-                except BaseException as exc:
-                    if connection_is_broken(exc):
-                        pooled.terminate()
-                    raise
+            pooled = await self._acquire()
+            try:
+                async with pooled.transaction():
+                    await self._set_tenant(pooled)
+                    yield pooled
+            except BaseException as exc:
+                if connection_is_broken(exc):
+                    pooled.terminate()
+                raise
+            else:
                 pooled.mark_clean()
+            finally:
+                await self._pool.release(pooled)
 
     async def _set_tenant(self, conn: asyncpg.Connection) -> None:
         if not self._settings.row_level_security:

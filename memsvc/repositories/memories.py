@@ -194,7 +194,20 @@ class MemoryRepository(Repository):
                 for _ in range(3):
                     row = await active.fetchrow(self._insert_sql, *args)
                     if row is not None:
-                        return Memory.from_row(row)
+                        return Memory(
+                            id=memory_id,
+                            scope=scope,
+                            content=text,
+                            content_hash=digest,
+                            metadata=json.loads(meta),
+                            embedding=None if vector is None else vector.tolist(),
+                            # the column is REAL: report what it stores
+                            importance=float(np.float32(weight)),
+                            version=row["version"],
+                            created_at=row["created_at"],
+                            updated_at=row["updated_at"],
+                            expires_at=row["expires_at"],
+                        )
                     existing = await self._find_duplicate(active, scope, memory_id, digest)
                     if existing is not None:
                         return existing

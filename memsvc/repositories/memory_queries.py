@@ -42,7 +42,11 @@ SIMILARITY = {
 
 
 def insert_memory(schema: str) -> str:
-    """Insert one memory (no-op on a duplicate id or content) and its 'created' event."""
+    """Insert one memory (no-op on a duplicate id or content) and its 'created' event.
+
+    Returns only what the server decides (version, timestamps): the caller
+    has the rest, and sending the embedding back would double the traffic.
+    """
     return f"""
 WITH ins AS (
     INSERT INTO {schema}.memories
@@ -51,7 +55,7 @@ WITH ins AS (
     VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8::jsonb, $9, $10,
             now() + $11::float8 * interval '1 second')
     ON CONFLICT DO NOTHING
-    RETURNING {MEMORY_COLUMNS}
+    RETURNING tenant_id, id, version, created_at, updated_at, expires_at
 ), ev AS (
     INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version)
     SELECT tenant_id, id, 'created', version FROM ins
