@@ -84,7 +84,7 @@ class MemoryService:
             dsn=dsn,
             assemblies=self.assemblies,
             checkpoints=self.checkpoints,
-            before_delete=self.assemblies.detach_memories,
+            memories=self.memories,
         )
 
     @classmethod
@@ -129,7 +129,11 @@ class MemoryService:
                 await asyncio.to_thread(embedded.close)
             raise
         return cls(
-            settings, pool, dsn=dsn, embedder=embedder, embedded=embedded,
+            settings,
+            pool,
+            dsn=dsn,
+            embedder=embedder,
+            embedded=embedded,
             working_store=working_store,
         )
 

@@ -21,16 +21,15 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 
 from memsvc.db.errors import translate_errors
 from memsvc.errors import ConcurrencyError, ValidationError
 from memsvc.ops import gc_queries as q
-from memsvc.repositories import memory_queries
 from memsvc.repositories.checkpoints import CheckpointRepository
-from memsvc.repositories.memories import DeleteHook
+from memsvc.repositories.memories import MemoryRepository
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.scope import Scope
 from memsvc.settings import Settings
@@ -80,13 +79,13 @@ class GarbageCollector:
         pool: asyncpg.Pool,
         settings: Settings,
         *,
-        before_delete: DeleteHook | None,
+        memories: MemoryRepository,
         checkpoints: CheckpointRepository,
     ) -> None:
         self._pool = pool
         self._settings = settings
         self._schema = settings.db_schema
-        self._before_delete = before_delete
+        self._memories = memories
         self._checkpoints = checkpoints
 
     async def run(
@@ -146,22 +145,11 @@ class GarbageCollector:
                 await asyncio.sleep(0.05 * tries)
         raise AssertionError("unreachable")
 
-    async def _delete_locked(self, conn: asyncpg.Connection, rows: list[Any]) -> int:
-        """Delete locked memory rows the way the memory repository does."""
-        if not rows:
-            return 0
-        tenants = [row["tenant_id"] for row in rows]
-        ids = [row["id"] for row in rows]
-        if self._before_delete is not None:
-            await self._before_delete(conn, tenants, ids)
-        deleted: int = await conn.fetchval(memory_queries.delete_locked(self._schema), tenants, ids)
-        return deleted
-
     async def _delete_expired_batch(self, batch_size: int) -> int:
         with translate_errors():
             async with self._pool.acquire() as conn, conn.transaction():
                 rows = await conn.fetch(q.lock_expired(self._schema), batch_size)
-                return await self._delete_locked(conn, rows)
+                return await self._memories.delete_locked(conn, rows)
 
     async def _prune_checkpoints(self, progress: Progress | None) -> int:
         keep = self._settings.checkpoint_keep_last
@@ -187,9 +175,7 @@ class GarbageCollector:
     ) -> None:
         with translate_errors():
             async with self._pool.acquire() as conn:
-                sessions = await conn.fetch(
-                    q.idle_sessions(self._schema), cutoff, SESSIONS_PER_RUN
-                )
+                sessions = await conn.fetch(q.idle_sessions(self._schema), cutoff, SESSIONS_PER_RUN)
         for row in sessions:
             scope = Scope.trusted(
                 row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"]
@@ -221,7 +207,7 @@ class GarbageCollector:
             with translate_errors():
                 async with self._pool.acquire() as conn, conn.transaction():
                     rows = await conn.fetch(lock_sql, *params.values)
-                    return await self._delete_locked(conn, rows)
+                    return await self._memories.delete_locked(conn, rows)
 
         while True:
             deleted = await self._retrying(batch)

@@ -19,7 +19,7 @@ from memsvc.ops.loader import LoadReport
 from memsvc.ops.stats import Stats, collect_stats
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.checkpoints import CheckpointRepository
-from memsvc.repositories.memories import DeleteHook
+from memsvc.repositories.memories import MemoryRepository
 from memsvc.scope import Scope
 from memsvc.settings import Settings
 
@@ -43,15 +43,13 @@ class Maintenance:
         dsn: str,
         assemblies: AssemblyRepository,
         checkpoints: CheckpointRepository,
-        before_delete: DeleteHook | None,
+        memories: MemoryRepository,
     ) -> None:
         self._pool = pool
         self._settings = settings
         self._dsn = dsn
         self._assemblies = assemblies
-        self._gc = GarbageCollector(
-            pool, settings, before_delete=before_delete, checkpoints=checkpoints
-        )
+        self._gc = GarbageCollector(pool, settings, memories=memories, checkpoints=checkpoints)
         self._background: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ gc
@@ -163,8 +161,13 @@ class Maintenance:
         """Load a JSONL export, idempotently; rejected lines are in the report."""
         async with self._pool.acquire() as conn:
             return await import_jsonl(
-                conn, self._dsn, self._settings, self._assemblies, Path(path),
-                index_mode=index_mode, progress=progress,
+                conn,
+                self._dsn,
+                self._settings,
+                self._assemblies,
+                Path(path),
+                index_mode=index_mode,
+                progress=progress,
             )
 
     async def import_legacy(
@@ -179,6 +182,13 @@ class Maintenance:
         """Import a file-based legacy store; see :mod:`memsvc.ops.legacy`."""
         async with self._pool.acquire() as conn:
             return await import_legacy(
-                conn, self._dsn, self._settings, self._assemblies, Path(path),
-                tenant=tenant, dry_run=dry_run, index_mode=index_mode, progress=progress,
+                conn,
+                self._dsn,
+                self._settings,
+                self._assemblies,
+                Path(path),
+                tenant=tenant,
+                dry_run=dry_run,
+                index_mode=index_mode,
+                progress=progress,
             )

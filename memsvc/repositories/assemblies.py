@@ -214,7 +214,13 @@ class AssemblyRepository(Repository):
                     aggregates.change([embeddings[m] for m in wanted], 1)
                 row = await active.fetchrow(
                     self._insert_sql,
-                    *scope.levels, assembly_id, name, text, meta, *aggregates.values(), wanted,
+                    *scope.levels,
+                    assembly_id,
+                    name,
+                    text,
+                    meta,
+                    *aggregates.values(),
+                    wanted,
                 )
             assert row is not None
             return Assembly.from_row(row)
@@ -268,9 +274,9 @@ class AssemblyRepository(Repository):
         if not wanted:
             return await self.get(assembly_id, tenant=tenant, conn=conn)
         lock_sql = q.lock_memories_for_assembly(self._schema, None if tenant is None else "$3")
-        args: list[object] = [assembly_id, wanted] if tenant is None else [
-            assembly_id, wanted, tenant
-        ]
+        args: list[object] = (
+            [assembly_id, wanted] if tenant is None else [assembly_id, wanted, tenant]
+        )
 
         async def attempt() -> Assembly:
             async with self._transaction(conn) as active:
@@ -286,7 +292,9 @@ class AssemblyRepository(Repository):
                     )
                 first = rows[0]
                 scope = Scope(
-                    first["tenant_id"], first["a_project_id"], first["a_agent_id"],
+                    first["tenant_id"],
+                    first["a_project_id"],
+                    first["a_agent_id"],
                     first["a_session_id"],
                 )
                 embeddings = self._check_members(scope, wanted, rows)
@@ -476,7 +484,12 @@ class AssemblyRepository(Repository):
         async with self._connection(conn) as active:
             row = await active.fetchrow(
                 q.update_assembly(self._schema),
-                assembly_id, tenant, expected_version, new_name, text, meta,
+                assembly_id,
+                tenant,
+                expected_version,
+                new_name,
+                text,
+                meta,
             )
         return Assembly.from_row(
             self._versioned_outcome(row, f"assembly {assembly_id}", expected_version)
@@ -672,19 +685,3 @@ class AssemblyRepository(Repository):
                 exact_sql = q.search(self._schema, mode="exact", **options)
                 rows = await self._run_search(active, exact_sql, params.values[:-1])
         return [AssemblyHit(Assembly.from_row(row), float(row["similarity"])) for row in rows]
-
-    async def _run_search(
-        self, conn: asyncpg.Connection, sql: str, values: builtins.list[object]
-    ) -> builtins.list[Any]:
-        if not self._settings.pgbouncer:
-            rows: builtins.list[Any] = await conn.fetch(sql, *values)
-            return rows
-        # Behind pgbouncer the connection's startup settings are not ours.
-        async with conn.transaction():
-            await conn.execute(
-                f"SET LOCAL hnsw.ef_search = {int(self._settings.hnsw_ef_search)};"
-                " SET LOCAL hnsw.iterative_scan = relaxed_order;"
-                f" SET LOCAL hnsw.max_scan_tuples = {int(self._settings.hnsw_max_scan_tuples)}"
-            )
-            rows = await conn.fetch(sql, *values)
-        return rows

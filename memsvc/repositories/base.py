@@ -132,6 +132,27 @@ class Repository:
 
         return await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
 
+    async def _run_search(
+        self, conn: asyncpg.Connection, sql: str, values: list[object]
+    ) -> list[Any]:
+        """Run a vector search statement with memsvc's HNSW settings in force.
+
+        Normally they are the connection's startup settings (no round trip).
+        Behind pgbouncer those are not ours, so they are set for one
+        transaction only.
+        """
+        if not self._settings.pgbouncer:
+            rows: list[Any] = await conn.fetch(sql, *values)
+            return rows
+        async with conn.transaction():
+            await conn.execute(
+                f"SET LOCAL hnsw.ef_search = {int(self._settings.hnsw_ef_search)};"
+                " SET LOCAL hnsw.iterative_scan = relaxed_order;"
+                f" SET LOCAL hnsw.max_scan_tuples = {int(self._settings.hnsw_max_scan_tuples)}"
+            )
+            rows = await conn.fetch(sql, *values)
+        return rows
+
     @staticmethod
     def _versioned_outcome(row: Any, what: str, expected_version: int | None) -> Any:
         """Check the row a version-guarded update statement returned.

@@ -182,8 +182,12 @@ class CheckpointRepository(Repository):
         elif after is not None:
             cursor_id = (params.add(scope.tenant), params.add(parse_id("after", after)))
         sql = q.list_page(
-            self._schema, scope_sql, with_data=with_data, after=cursor,
-            after_id=cursor_id, limit_param=params.add(limit),
+            self._schema,
+            scope_sql,
+            with_data=with_data,
+            after=cursor,
+            after_id=cursor_id,
+            limit_param=params.add(limit),
         )
         async with self._connection(conn) as active:
             rows = await active.fetch(sql, *params.values)

@@ -548,11 +548,17 @@ class MemoryRepository(Repository):
                 rows = await active.fetch(sql, *args)
                 if len(rows) > 1:
                     raise ConflictError(f"memory id {memory_id} exists in several tenants")
-                return await self._delete_locked(active, rows) > 0
+                return await self.delete_locked(active, rows) > 0
 
         return await self._retrying(attempt, owns_transaction=conn is None)
 
-    async def _delete_locked(self, conn: asyncpg.Connection, rows: Sequence[Any]) -> int:
+    async def delete_locked(self, conn: asyncpg.Connection, rows: Sequence[Any]) -> int:
+        """Delete memory rows the caller has locked (``tenant_id``, ``id`` columns).
+
+        The one way rows leave the table: assemblies are detached first (the
+        delete hook), then each row goes with its ``deleted`` history event.
+        For maintenance (gc), which selects and locks its own batches.
+        """
         if not rows:
             return 0
         tenants = [row["tenant_id"] for row in rows]
@@ -587,7 +593,7 @@ class MemoryRepository(Repository):
             async def attempt() -> int:
                 async with self._transaction(conn) as active:
                     rows = await active.fetch(sql, *params.values)
-                    return await self._delete_locked(active, rows)
+                    return await self.delete_locked(active, rows)
 
             deleted = await self._retrying(attempt, owns_transaction=conn is None)
             total += deleted
@@ -852,23 +858,6 @@ class MemoryRepository(Repository):
         # A short page from the exact branch is the whole answer; a short (or
         # empty) page from the index may not be.
         return bool(rows) and bool(rows[0]["via_exact"])
-
-    async def _run_search(
-        self, conn: asyncpg.Connection, sql: str, values: builtins.list[object]
-    ) -> builtins.list[Any]:
-        if not self._settings.pgbouncer:
-            rows: builtins.list[Any] = await conn.fetch(sql, *values)
-            return rows
-        # Behind pgbouncer the connection's startup settings are not ours:
-        # set the search parameters for this transaction only.
-        async with conn.transaction():
-            await conn.execute(
-                f"SET LOCAL hnsw.ef_search = {int(self._settings.hnsw_ef_search)};"
-                " SET LOCAL hnsw.iterative_scan = relaxed_order;"
-                f" SET LOCAL hnsw.max_scan_tuples = {int(self._settings.hnsw_max_scan_tuples)}"
-            )
-            rows = await conn.fetch(sql, *values)
-        return rows
 
     @staticmethod
     def _rank_for_recall(hits: builtins.list[SearchHit]) -> builtins.list[SearchHit]:
