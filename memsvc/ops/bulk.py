@@ -8,7 +8,11 @@ table is several times faster. :class:`VectorIndexRebuild` does that safely:
   readers or writers; prepared plans using it are re-planned), and rebuilt
   with ``CREATE INDEX CONCURRENTLY`` from its own ``pg_get_indexdef`` (the
   migration's definition, byte for byte; from the schema metadata if it was
-  already missing), with enough ``maintenance_work_mem`` for the graph;
+  already missing), with enough ``maintenance_work_mem`` for the graph. The
+  build runs in parallel (pgvector uses ``max_parallel_maintenance_workers``
+  workers, and the leader builds too); on a server on this machine the
+  workers are capped at one fewer than the CPUs, as more processes than
+  CPUs only contend for the graph's locks;
 - while it is missing, searches still return correct results: the planner
   falls back to exact scans (slower, never wrong), and concurrent writers
   keep writing (the concurrent build includes their rows);
@@ -27,10 +31,13 @@ Callers only use it when the table is empty or small next to the load
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import asyncpg
 from sqlalchemy.dialects import postgresql
@@ -87,6 +94,20 @@ def build_memory_mb(rows: int, settings: Settings) -> int:
     return max(MIN_BUILD_MEMORY_MB, min(MAX_BUILD_MEMORY_MB, wanted))
 
 
+def build_workers(server: Mapping[str, Any], cpus: int | None) -> int | None:
+    """Parallel workers to ask for when building, or None to keep the server's setting.
+
+    The leader process builds as well, so a build uses workers + 1 CPUs;
+    beyond the CPUs there are, pgvector's processes only wait on each
+    other. Only for a server on this machine (a Unix socket), whose CPUs we
+    can count; never more workers than the server allows.
+    """
+    configured = int(server["workers"])
+    if not server["local"] or cpus is None or configured <= cpus - 1:
+        return None
+    return max(0, cpus - 1)
+
+
 def metadata_index_definition(settings: Settings, name: str) -> str:
     """The CREATE INDEX statement of an index as the schema metadata declares it."""
     for table in build_metadata(settings).tables.values():
@@ -131,6 +152,9 @@ async def build_index(
     schema = settings.db_schema
     with translate_errors():
         await conn.execute(q.build_settings(build_memory_mb(rows, settings)))
+        workers = build_workers(await conn.fetchrow(q.BUILD_WORKERS), os.cpu_count())
+        if workers is not None:
+            await conn.execute(q.limit_build_workers(workers))
         for attempt in (1, 2):
             state = await index_state(conn, schema, name)
             if state is not None and state.valid:

@@ -43,5 +43,17 @@ def build_settings(maintenance_work_mem_mb: int) -> str:
     )
 
 
+# Whether the server is on this machine (a Unix-socket connection has no
+# server address), and how many workers a maintenance command may use.
+BUILD_WORKERS = """
+SELECT inet_server_addr() IS NULL AS local,
+       current_setting('max_parallel_maintenance_workers')::int AS workers"""
+
+
+def limit_build_workers(workers: int) -> str:
+    """Use at most ``workers`` parallel workers (besides the leader) for the build."""
+    return f"SET max_parallel_maintenance_workers = {int(workers)}"
+
+
 TRY_LOCK = "SELECT pg_try_advisory_lock($1)"
 UNLOCK = "SELECT pg_advisory_unlock($1)"

@@ -3,8 +3,11 @@
 :class:`Loader` takes records one at a time, with where each came from (a
 line number, a file path), and writes them in batches on a connection of its
 own: memories by binary COPY into a staging table and one ``INSERT ... ON
-CONFLICT DO NOTHING`` per batch (with their ``created`` events), assemblies
-and checkpoints as they come. Nothing is ever duplicated: a record whose id
+CONFLICT DO NOTHING`` per batch (with their ``created`` events), or, into
+a table that was empty when the load began, by COPY straight into the table
+(events copied in the same transaction; any error sends the batch, and the
+rest of the load, down the staging path); assemblies and checkpoints as
+they come. Nothing is ever duplicated: a record whose id
 is already stored as the same row counts as ``already present``; one that
 collides with a different row (its id, its content in the scope, its key)
 is rejected with the reason and its source. Memory held is one batch.
@@ -14,12 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import asyncpg
+import numpy as np
 
 from memsvc.db.codecs import register_codecs
 from memsvc.db.errors import translate_errors
@@ -32,7 +38,11 @@ from memsvc.scope import Scope
 from memsvc.settings import Settings
 from memsvc.validation import validate_embedding
 
+log = logging.getLogger(__name__)
+
 MEMORY_BATCH = 2_000
+# While a batch is being written, hand the event loop to it every this many records.
+YIELD_EVERY = 4
 CHECKPOINT_BATCH_BYTES = 32 * 2**20
 CHECKPOINT_BATCH = 500
 # Problems kept for the report; beyond this only the count grows (constant memory).
@@ -111,6 +121,59 @@ def _scope_params(scope: Scope) -> list[str | None]:
     return [scope.tenant, scope.project, scope.agent, scope.session]
 
 
+def _copy_text(value: str | None) -> str:
+    """A value in COPY's text format: backslash, newline, return and tab escaped."""
+    if value is None:
+        return "\\N"
+    if "\\" in value:
+        value = value.replace("\\", "\\\\")
+    if "\n" in value:
+        value = value.replace("\n", "\\n")
+    if "\r" in value:
+        value = value.replace("\r", "\\r")
+    if "\t" in value:
+        value = value.replace("\t", "\\t")
+    return value
+
+
+def _copy_time(value: datetime | None) -> str:
+    return "\\N" if value is None else value.isoformat()
+
+
+def _copy_line(record: MemoryRecord, now: str) -> str:
+    """One memory as a line of text COPY into memories (``q.DIRECT_COLUMNS``).
+
+    ``now`` is the transaction's ``now()`` as text, for missing timestamps
+    (what the staging path's ``coalesce(created_at, now())`` gives).
+    """
+    scope = record.scope
+    embedding = record.embedding
+    if not isinstance(embedding, str | None):
+        raise TypeError("only vectors given as text are copied directly")
+    created = now if record.created_at is None else record.created_at.isoformat()
+    return "\t".join(
+        (
+            _copy_text(scope.tenant),
+            _copy_text(scope.project),
+            _copy_text(scope.agent),
+            _copy_text(scope.session),
+            str(record.id),
+            _copy_text(record.key),
+            _copy_text(record.content),
+            _copy_text(record.content_hash),
+            _copy_text(record.metadata),
+            _copy_text(embedding),
+            repr(record.importance),
+            str(record.version),
+            created,
+            created if record.updated_at is None else record.updated_at.isoformat(),
+            _copy_time(record.expires_at),
+            str(record.access_count),
+            _copy_time(record.last_accessed_at),
+        )
+    )
+
+
 class Loader:
     """Writes records in batches on its own connection; see the module docstring.
 
@@ -139,6 +202,10 @@ class Loader:
         self._checkpoints: list[tuple[CheckpointRecord, str]] = []
         self._checkpoint_bytes = 0
         self._insert_sql = ""
+        # Whether batches may be copied straight into the table (decided on
+        # entering: an empty table without row-level security; any failure
+        # turns it off for the rest of the load).
+        self._direct = False
         # The memory batch being written while the next one is parsed: the
         # server inserts (and parses vectors) as Python reads on, which uses
         # both cores of a small machine.
@@ -156,6 +223,7 @@ class Loader:
                         vector_schema, self._settings.vector_type, self._settings.embedding_dim
                     )
                 )
+                self._direct = bool(await conn.fetchval(q.direct_copy_possible(self._schema)))
         except BaseException:
             await conn.close()
             raise
@@ -191,6 +259,10 @@ class Loader:
             self._memories.append((record, source))
             if len(self._memories) >= self._memory_batch:
                 await self._start_memory_batch()
+            elif self._in_flight is not None and len(self._memories) % YIELD_EVERY == 0:
+                # Reading records never suspends: let the batch in flight send
+                # its next message, or it would only start when we wait for it.
+                await asyncio.sleep(0)
         elif isinstance(record, CheckpointRecord):
             self._checkpoints.append((record, source))
             self._checkpoint_bytes += len(record.data)
@@ -256,8 +328,49 @@ class Loader:
             kept.append((record, source))
         return kept
 
+    async def _copy_memories(self, batch: list[tuple[MemoryRecord, str]]) -> bool:
+        """Copy a batch straight into memories, with its events; False if it did not go in.
+
+        One transaction: the rows and their ``created`` events commit
+        together or not at all. On any error the transaction is rolled back,
+        direct copies stop for this load, and the caller stages the batch.
+        """
+        conn = self.conn
+        try:
+            async with conn.transaction():
+                now: datetime = await conn.fetchval(q.NOW)
+                now_text = now.isoformat()
+                data = "\n".join(_copy_line(r, now_text) for r, _ in batch) + "\n"
+                await conn.copy_to_table(
+                    "memories",
+                    schema_name=self._schema,
+                    source=memoryview(data.encode()),  # bytes would be taken for a path
+                    columns=q.DIRECT_COLUMNS,
+                    format="text",
+                )
+                await conn.copy_records_to_table(
+                    "memory_events",
+                    schema_name=self._schema,
+                    records=[(r.scope.tenant, r.id, "created", r.version) for r, _ in batch],
+                    columns=q.EVENT_COLUMNS,
+                )
+        except asyncpg.PostgresError as exc:
+            # A duplicate (in the input or from a concurrent writer), a vector
+            # PostgreSQL refuses...: the staging path sorts them out row by row.
+            log.info("direct COPY of a batch failed (%s); staging from now on", exc)
+            self._direct = False
+            return False
+        self.report.memories.inserted += len(batch)
+        return True
+
     async def _insert_memories(self, batch: list[tuple[MemoryRecord, str]]) -> None:
         if not batch:
+            return
+        if (
+            self._direct
+            and not any(isinstance(r.embedding, np.ndarray) for r, _ in batch)
+            and await self._copy_memories(batch)
+        ):
             return
         rows = [
             (

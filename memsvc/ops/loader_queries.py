@@ -5,6 +5,11 @@ inserted with ``ON CONFLICT DO NOTHING``: a row whose id, content (in its
 scope) or key is already taken is skipped, never duplicated, which is what
 makes an import safe to run twice. Each inserted memory gets its
 ``created`` history event in the same statement.
+
+Into a table that was empty when the load began, batches are first copied
+(text COPY) straight into ``memories``, with their events copied in the same
+transaction: no staging round trip. Any error (a duplicate, a bad vector)
+rolls that batch back and it goes through the staging path instead.
 """
 
 from __future__ import annotations
@@ -32,6 +37,44 @@ STAGING_COLUMNS = (
     "access_count",
     "last_accessed_at",
 )
+
+
+# The columns of a direct COPY into memories, in the order the loader writes them.
+DIRECT_COLUMNS = (
+    "tenant_id",
+    "project_id",
+    "agent_id",
+    "session_id",
+    "id",
+    "key",
+    "content",
+    "content_hash",
+    "metadata",
+    "embedding",
+    "importance",
+    "version",
+    "created_at",
+    "updated_at",
+    "expires_at",
+    "access_count",
+    "last_accessed_at",
+)
+EVENT_COLUMNS = ("tenant_id", "memory_id", "kind", "version")
+
+NOW = "SELECT now()"
+
+
+def direct_copy_possible(schema: str) -> str:
+    """Whether batches may be copied straight into memories (see the module docstring).
+
+    Only into an empty table (nothing an import could collide with but its
+    own duplicates), and only without row-level security in force for this
+    role: COPY FROM refuses tables whose policies apply.
+    """
+    return f"""
+SELECT NOT row_security_active('{schema}.memories')
+       AND NOT row_security_active('{schema}.memory_events')
+       AND NOT EXISTS (SELECT 1 FROM {schema}.memories)"""
 
 
 # Before the session's first temporary table: a batch of staged rows fits in
@@ -85,7 +128,10 @@ WITH ins AS (
     INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version)
     SELECT tenant_id, id, 'created', version FROM ins
 )
-SELECT s.ord FROM {STAGING} AS s JOIN ins ON ins.tenant_id = s.tenant_id AND ins.id = s.id"""
+-- Two staged rows with one id: the first (staged, hence inserted, first) went in.
+SELECT DISTINCT ON (s.tenant_id, s.id) s.ord
+FROM {STAGING} AS s JOIN ins ON ins.tenant_id = s.tenant_id AND ins.id = s.id
+ORDER BY s.tenant_id, s.id, s.ord"""
 
 
 def diagnose_skipped(schema: str) -> str:
