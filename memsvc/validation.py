@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from memsvc.errors import ValidationError
+from memsvc.scope import Scope, validate_id
 
 # Largest finite values each vector type can store.
 _VECTOR_LIMITS = {"vector": float(np.finfo(np.float32).max), "halfvec": 65504.0}
@@ -128,6 +129,28 @@ def validate_ttl(value: object, field: str = "ttl") -> float | None:
     if not math.isfinite(value) or value <= 0:
         raise ValidationError(field, "must be a positive number of seconds")
     return float(value)
+
+
+def validate_scope(value: object, field: str = "scope") -> Scope:
+    """Check that a scope argument is a :class:`memsvc.Scope`."""
+    if not isinstance(value, Scope):
+        raise ValidationError(field, "must be a memsvc.Scope")
+    return value
+
+
+def validate_tenant(value: object, field: str = "tenant") -> str | None:
+    """Check an optional ``tenant=`` argument (a scope id, or None)."""
+    return None if value is None else validate_id(field, value)
+
+
+def validate_name(value: object, field: str, max_length: int) -> str:
+    """Check a name or key: a non-empty string of at most ``max_length`` characters."""
+    if not isinstance(value, str) or not value:
+        raise ValidationError(field, "must be a non-empty string")
+    check_text(field, value)
+    if len(value) > max_length:
+        raise ValidationError(field, f"must be at most {max_length} characters")
+    return value
 
 
 def validate_limit(value: object, field: str, maximum: int) -> int:

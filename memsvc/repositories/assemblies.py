@@ -41,14 +41,16 @@ from memsvc.repositories import assembly_queries as q
 from memsvc.repositories.base import Repository
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
-from memsvc.scope import Include, Scope, validate_id, validate_include
+from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
 from memsvc.validation import (
-    check_text,
     validate_content,
     validate_embedding,
     validate_limit,
     validate_metadata,
+    validate_name,
+    validate_scope,
+    validate_tenant,
 )
 
 SearchMode = Literal["auto", "exact", "index"]
@@ -60,25 +62,6 @@ MAX_PAGE = 10_000
 MAX_K = 1000
 
 Vector = np.ndarray[Any, Any]
-
-
-def _check_scope(scope: object) -> Scope:
-    if not isinstance(scope, Scope):
-        raise ValidationError("scope", "must be a memsvc.Scope")
-    return scope
-
-
-def _check_name(name: object) -> str:
-    if not isinstance(name, str) or not name:
-        raise ValidationError("name", "must be a non-empty string")
-    check_text("name", name)
-    if len(name) > MAX_NAME_LENGTH:
-        raise ValidationError("name", f"must be at most {MAX_NAME_LENGTH} characters")
-    return name
-
-
-def _check_tenant(tenant: object) -> str | None:
-    return None if tenant is None else validate_id("tenant", tenant)
 
 
 def _member_ids(values: object, field: str = "memory_ids") -> list[uuid.UUID]:
@@ -196,8 +179,8 @@ class AssemblyRepository(Repository):
                 its ancestors' or its descendants'), else ValidationError.
             conn: A connection (and transaction) of your own to run on.
         """
-        scope = _check_scope(scope)
-        name = _check_name(name)
+        scope = validate_scope(scope)
+        name = validate_name(name, "name", MAX_NAME_LENGTH)
         text = self._description(description)
         meta = validate_metadata(metadata, self._settings.max_metadata_bytes)
         wanted = _member_ids(memory_ids)
@@ -270,7 +253,7 @@ class AssemblyRepository(Repository):
         """
         assembly_id = parse_id("id", id)
         wanted = _member_ids(memory_ids)
-        tenant = _check_tenant(tenant)
+        tenant = validate_tenant(tenant)
         if not wanted:
             return await self.get(assembly_id, tenant=tenant, conn=conn)
         lock_sql = q.lock_memories_for_assembly(self._schema, None if tenant is None else "$3")
@@ -333,7 +316,7 @@ class AssemblyRepository(Repository):
         """
         assembly_id = parse_id("id", id)
         wanted = _member_ids(memory_ids)
-        tenant = _check_tenant(tenant)
+        tenant = validate_tenant(tenant)
         if not wanted:
             return await self.get(assembly_id, tenant=tenant, conn=conn)
         lock_sql = q.lock_assembly(self._schema, None if tenant is None else "$2")
@@ -438,7 +421,7 @@ class AssemblyRepository(Repository):
         Never needed in normal operation; useful after editing rows by hand.
         """
         assembly_id = parse_id("id", id)
-        tenant = _check_tenant(tenant)
+        tenant = validate_tenant(tenant)
         lock_sql = q.lock_assembly(self._schema, None if tenant is None else "$2")
         args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
 
@@ -473,14 +456,14 @@ class AssemblyRepository(Repository):
             isinstance(expected_version, bool) or not isinstance(expected_version, int)
         ):
             raise ValidationError("expected_version", "must be an integer")
-        new_name = None if name is None else _check_name(name)
+        new_name = None if name is None else validate_name(name, "name", MAX_NAME_LENGTH)
         text = None if description is None else self._description(description)
         meta = (
             None
             if metadata is None
             else validate_metadata(metadata, self._settings.max_metadata_bytes)
         )
-        tenant = _check_tenant(tenant)
+        tenant = validate_tenant(tenant)
         async with self._connection(conn) as active:
             row = await active.fetchrow(
                 q.update_assembly(self._schema),
@@ -504,7 +487,7 @@ class AssemblyRepository(Repository):
     ) -> bool:
         """Delete an assembly; its member memories are kept. False if it did not exist."""
         assembly_id = parse_id("id", id)
-        tenant = _check_tenant(tenant)
+        tenant = validate_tenant(tenant)
         sql = q.delete_assembly(self._schema, None if tenant is None else "$2")
         args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
         return await self._delete_one(sql, args, f"assembly {assembly_id}", conn)
@@ -543,7 +526,7 @@ class AssemblyRepository(Repository):
     ) -> Assembly:
         """The assembly with this id (NotFoundError if there is none)."""
         assembly_id = parse_id("id", id)
-        tenant = _check_tenant(tenant)
+        tenant = validate_tenant(tenant)
         sql = q.select_by_id(self._schema, None if tenant is None else "$2")
         args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
         async with self._connection(conn) as active:
@@ -554,10 +537,12 @@ class AssemblyRepository(Repository):
         self, scope: Scope, name: str, *, conn: asyncpg.Connection | None = None
     ) -> Assembly:
         """The assembly named ``name`` in this exact scope (NotFoundError if none)."""
-        scope = _check_scope(scope)
+        scope = validate_scope(scope)
         params = Params()
         scope_sql = scope_condition(scope, "exact", params)
-        sql = q.select_by_name(self._schema, scope_sql, params.add(_check_name(name)))
+        sql = q.select_by_name(
+            self._schema, scope_sql, params.add(validate_name(name, "name", MAX_NAME_LENGTH))
+        )
         async with self._connection(conn) as active:
             row = await active.fetchrow(sql, *params.values)
         if row is None:
@@ -578,7 +563,7 @@ class AssemblyRepository(Repository):
         Pass the last id of a page as ``after`` to get the next (keyset
         pagination). ``include`` widens the scope as in searches.
         """
-        scope = _check_scope(scope)
+        scope = validate_scope(scope)
         include = validate_include(include)
         limit = validate_limit(limit, "limit", MAX_PAGE)
         params = Params()
@@ -607,7 +592,7 @@ class AssemblyRepository(Repository):
         assembly_id = parse_id("id", id)
         limit = validate_limit(limit, "limit", MAX_PAGE)
         after_id = None if after is None else parse_id("after", after)
-        tenant = _check_tenant(tenant)
+        tenant = validate_tenant(tenant)
         sql = q.members_page(self._schema, None if tenant is None else "$4")
         args: list[object] = [assembly_id, after_id, limit]
         if tenant is not None:
@@ -627,7 +612,7 @@ class AssemblyRepository(Repository):
     ) -> builtins.list[Assembly]:
         """The assemblies a memory belongs to, in creation order (empty if none)."""
         wanted = parse_id("memory_id", memory_id)
-        tenant = _check_tenant(tenant)
+        tenant = validate_tenant(tenant)
         sql = q.memberships(self._schema, None if tenant is None else "$2")
         args: list[object] = [wanted] if tenant is None else [wanted, tenant]
         async with self._connection(conn) as active:
@@ -658,7 +643,7 @@ class AssemblyRepository(Repository):
             Hits; ``score`` is the similarity (1 - cosine distance for cosine).
             Assemblies without a centroid (no member has an embedding) never match.
         """
-        scope = _check_scope(scope)
+        scope = validate_scope(scope)
         include = validate_include(include)
         k = validate_limit(k, "k", MAX_K)
         if mode not in ("auto", "exact", "index"):

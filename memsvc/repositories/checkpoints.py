@@ -31,24 +31,25 @@ from memsvc.repositories import checkpoint_queries as q
 from memsvc.repositories.base import Repository
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
-from memsvc.scope import Scope, validate_id
-from memsvc.validation import encode_json, validate_content, validate_limit
+from memsvc.scope import Scope
+from memsvc.validation import (
+    encode_json,
+    validate_content,
+    validate_limit,
+    validate_scope,
+    validate_tenant,
+)
 
 MAX_DESCRIPTION_BYTES = 64 * 1024
 MAX_PAGE = 10_000
 MAX_KEEP = 1_000_000
 
 
-def _session_scope(scope: object) -> Scope:
-    if not isinstance(scope, Scope):
-        raise ValidationError("scope", "must be a memsvc.Scope")
+def _session_scope(value: object) -> Scope:
+    scope = validate_scope(value)
     if scope.session is None:
         raise ValidationError("scope.session", "checkpoints belong to a session: set one")
     return scope
-
-
-def _check_tenant(tenant: object) -> str | None:
-    return None if tenant is None else validate_id("tenant", tenant)
 
 
 def _checkpoint(row: Any, data: Any) -> Checkpoint:
@@ -126,7 +127,7 @@ class CheckpointRepository(Repository):
     ) -> Checkpoint:
         """The checkpoint with this id, with its data (NotFoundError if none)."""
         checkpoint_id = parse_id("id", id)
-        tenant = _check_tenant(tenant)
+        tenant = validate_tenant(tenant)
         sql = q.select_by_id(self._schema, None if tenant is None else "$2")
         args: list[object] = [checkpoint_id] if tenant is None else [checkpoint_id, tenant]
         async with self._connection(conn) as active:
@@ -202,7 +203,7 @@ class CheckpointRepository(Repository):
     ) -> bool:
         """Delete a checkpoint. False if it did not exist."""
         checkpoint_id = parse_id("id", id)
-        tenant = _check_tenant(tenant)
+        tenant = validate_tenant(tenant)
         sql = q.delete(self._schema, None if tenant is None else "$2")
         args: list[object] = [checkpoint_id] if tenant is None else [checkpoint_id, tenant]
         return await self._delete_one(sql, args, f"checkpoint {checkpoint_id}", conn)

@@ -35,6 +35,8 @@ from memsvc.validation import (
     validate_importance,
     validate_limit,
     validate_metadata,
+    validate_name,
+    validate_scope,
     validate_ttl,
 )
 
@@ -65,21 +67,6 @@ def content_hash(content: str) -> str:
 
 def _scope_params(scope: Scope) -> list[object]:
     return [scope.tenant, scope.project, scope.agent, scope.session]
-
-
-def _check_scope(scope: object) -> Scope:
-    if not isinstance(scope, Scope):
-        raise ValidationError("scope", "must be a memsvc.Scope")
-    return scope
-
-
-def _check_key(key: object) -> str:
-    if not isinstance(key, str) or not key:
-        raise ValidationError("key", "must be a non-empty string")
-    check_text("key", key)
-    if len(key) > KEY_MAX_LENGTH:
-        raise ValidationError("key", f"must be at most {KEY_MAX_LENGTH} characters")
-    return key
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +170,7 @@ class MemoryRepository(Repository):
             id: A client-chosen UUID.
             conn: A connection (and transaction) of your own to run on.
         """
-        scope = _check_scope(scope)
+        scope = validate_scope(scope)
         text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
         memory_id = new_id() if id is None else parse_id("id", id)
         vector = await self._embedding_for(text, embedding)
@@ -275,8 +262,8 @@ class MemoryRepository(Repository):
         One atomic upsert: racing writers never create two rows for a key; each
         replacement bumps ``version`` and records the prior value in history.
         """
-        scope = _check_scope(scope)
-        key = _check_key(key)
+        scope = validate_scope(scope)
+        key = validate_name(key, "key", KEY_MAX_LENGTH)
         text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
         vector = await self._embedding_for(text, embedding)
         params = Params(*_scope_params(scope), key, new_id(), text, digest, meta, vector)
@@ -298,8 +285,8 @@ class MemoryRepository(Repository):
         self, scope: Scope, key: str, *, conn: asyncpg.Connection | None = None
     ) -> Memory:
         """The memory stored under ``key`` in this exact scope (NotFoundError if none)."""
-        scope = _check_scope(scope)
-        params = Params(_check_key(key))
+        scope = validate_scope(scope)
+        params = Params(validate_name(key, "key", KEY_MAX_LENGTH))
         sql = q.select_by_key(self._schema, scope_condition(scope, "exact", params))
         row = await self._read(conn, lambda active: active.fetchrow(sql, *params.values))
         if row is None:
@@ -321,7 +308,7 @@ class MemoryRepository(Repository):
         memories or within the batch) come back as the existing memory, so the
         result has one memory per item, in order.
         """
-        scope = _check_scope(scope)
+        scope = validate_scope(scope)
         ids, texts, digests, metas, vectors, weights, ttls = self._prepare_batch(items)
         missing = [i for i, vector in enumerate(vectors) if vector is None]
         if missing and self._embedder is not None:
@@ -581,7 +568,7 @@ class MemoryRepository(Repository):
         Works in batches, each its own transaction (unless you pass ``conn``),
         until nothing is left, however many rows there are. Returns the count.
         """
-        scope = _check_scope(scope)
+        scope = validate_scope(scope)
         include = validate_include(include)
         batch_size = validate_limit(batch_size, "batch_size", 100_000)
         params = Params()
@@ -667,7 +654,7 @@ class MemoryRepository(Repository):
         Pass the last id of a page as ``after`` to get the next one (keyset
         pagination: stable and fast however deep you page).
         """
-        scope = _check_scope(scope)
+        scope = validate_scope(scope)
         include = validate_include(include)
         limit = validate_limit(limit, "limit", MAX_PAGE)
         params = Params()
@@ -681,7 +668,7 @@ class MemoryRepository(Repository):
         self, scope: Scope, *, include: Include = "exact", conn: asyncpg.Connection | None = None
     ) -> int:
         """Number of live memories in a scope."""
-        scope = _check_scope(scope)
+        scope = validate_scope(scope)
         params = Params()
         sql = q.count(self._schema, scope_condition(scope, validate_include(include), params))
         result: int = await self._read(conn, lambda active: active.fetchval(sql, *params.values))
@@ -813,7 +800,7 @@ class MemoryRepository(Repository):
         rank: Rank,
         mode: SearchMode,
     ) -> _SearchStatement:
-        scope = _check_scope(scope)
+        scope = validate_scope(scope)
         include = validate_include(include)
         k = validate_limit(k, "k", MAX_K)
         if rank not in ("similarity", "recall"):
