@@ -32,6 +32,8 @@ import numpy as np
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
+from memsvc.ids import new_id
+from memsvc.repositories.memories import content_hash
 from memsvc.repositories.memory_queries import MEMORY_COLUMNS
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "embeddings-small"
@@ -386,11 +388,7 @@ ROW_COLUMNS = [
 
 def _new_row(content: str, vector: Any) -> tuple[Any, ...]:
     """id, key, content, content_hash, metadata, embedding, importance for COPY."""
-    import hashlib
-
-    from memsvc.ids import new_id
-
-    digest = "sha256:" + hashlib.sha256(content.encode()).hexdigest()
+    digest = content_hash(content)
     embedding = None if vector is None else vector_bytes(vector)
     return (new_id(), None, content, digest, "{}", embedding, 0.5)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,11 +15,6 @@ def scope_from_row(row: Mapping[str, Any]) -> Scope:
     """Build a Scope from a row's scope columns."""
     return Scope.trusted(row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"])
 
-
-def _json(value: Any) -> Any:
-    # jsonb columns arrive as text from asyncpg unless a codec is set; the pool
-    # sets one, but rows built by hand (tests, imports) may still carry text.
-    return json.loads(value) if isinstance(value, str) else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +45,7 @@ class Memory:
             scope=scope_from_row(row),
             content=row["content"],
             content_hash=row["content_hash"],
-            metadata=_json(row["metadata"]),
+            metadata=row["metadata"],
             embedding=None if embedding is None else embedding.tolist(),
             importance=row["importance"],
             version=row["version"],
@@ -92,7 +86,7 @@ class MemoryEvent:
             memory_id=row["memory_id"],
             kind=row["kind"],
             version=row["version"],
-            prior=_json(row["prior"]),
+            prior=row["prior"],
             at=row["at"],
         )
 
@@ -121,7 +115,7 @@ class Assembly:
             scope=scope_from_row(row),
             name=row["name"],
             description=row["description"],
-            metadata=_json(row["metadata"]),
+            metadata=row["metadata"],
             member_count=row["member_count"],
             centroid=None if centroid is None else centroid.tolist(),
             version=row["version"],

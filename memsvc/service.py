@@ -109,13 +109,7 @@ class MemoryService:
         else:
             dsn = settings.database_url
         try:
-            await prepare_database(settings, dsn)
-            conn = await connect(dsn, settings)
-            try:
-                with translate_errors():
-                    vector_schema = await find_vector_schema(conn)
-            finally:
-                await conn.close()
+            vector_schema = await prepare_database(settings, dsn)
             pool = await create_pool(dsn, settings, vector_schema)
         except BaseException:
             if embedded is not None:
@@ -197,60 +191,56 @@ class _Opening:
             await self._service.close()
 
 
-async def prepare_database(settings: Settings, dsn: str) -> None:
-    """Check the database is at the migrations' head (migrating if allowed) and
-    was created with the same vector settings."""
+async def prepare_database(settings: Settings, dsn: str) -> str:
+    """Check the database before the pool opens; returns pgvector's schema.
+
+    It must be at the migrations' head (migrated here when allowed), created
+    with the same vector settings, and, with row-level security on, enforce
+    it on every tenant table. One connection serves every check.
+    """
     head = migrate.head_revision()
     conn = await connect(dsn, settings)
     try:
         with translate_errors():
             current = await migrate.current_revision(conn, settings.db_schema)
-    finally:
-        await conn.close()
-    if current != head:
-        if not settings.should_auto_migrate:
-            raise SchemaError(
-                f"database schema {settings.db_schema!r} is at revision {current or 'none'}, "
-                f"this memsvc needs {head}: run `memsvc migrate` (or `alembic upgrade head`), "
-                "or set MEMSVC_AUTO_MIGRATE=true"
-            )
-        log.info("migrating schema %s from %s to %s", settings.db_schema, current, head)
-        await migrate.upgrade_async(settings, dsn)
-    conn = await connect(dsn, settings)
-    try:
-        with translate_errors():
+            if current != head:
+                if not settings.should_auto_migrate:
+                    raise SchemaError(
+                        f"database schema {settings.db_schema!r} is at revision "
+                        f"{current or 'none'}, this memsvc needs {head}: run `memsvc migrate` "
+                        "(or `alembic upgrade head`), or set MEMSVC_AUTO_MIGRATE=true"
+                    )
+                log.info("migrating schema %s from %s to %s", settings.db_schema, current, head)
+                await migrate.upgrade_async(settings, dsn)
             rows = await conn.fetch(f"SELECT key, value FROM {settings.db_schema}.schema_info")
+            recorded = {row["key"]: row["value"] for row in rows}
+            mismatches = migrate.recorded_settings_mismatch(recorded, settings)
+            if mismatches:
+                raise SchemaError(
+                    "the database was created with other vector settings: "
+                    + "; ".join(mismatches)
+                    + ". Use the same settings, or a new db_schema / database."
+                )
+            if settings.row_level_security:
+                await _check_row_level_security(conn, settings)
+            return await find_vector_schema(conn)
     finally:
         await conn.close()
-    if settings.row_level_security:
-        await _check_row_level_security(settings, dsn)
-    mismatches = migrate.recorded_settings_mismatch({r["key"]: r["value"] for r in rows}, settings)
-    if mismatches:
-        raise SchemaError(
-            "the database was created with other vector settings: "
-            + "; ".join(mismatches)
-            + ". Use the same settings, or a new db_schema / database."
-        )
 
 
-async def _check_row_level_security(settings: Settings, dsn: str) -> None:
+async def _check_row_level_security(conn: asyncpg.Connection, settings: Settings) -> None:
     """With row_level_security on, refuse tables whose policies are not enforced."""
-    conn = await connect(dsn, settings)
-    try:
-        with translate_errors():
-            loose = await conn.fetch(
-                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = $1 AND c.relname = ANY($2::text[]) "
-                "AND NOT (c.relrowsecurity AND c.relforcerowsecurity)",
-                settings.db_schema,
-                list(TENANT_TABLES),
-            )
-    finally:
-        await conn.close()
+    loose = await conn.fetch(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = $1 AND c.relname = ANY($2::text[]) "
+        "AND NOT (c.relrowsecurity AND c.relforcerowsecurity)",
+        settings.db_schema,
+        list(TENANT_TABLES),
+    )
     if loose:
         names = ", ".join(row["relname"] for row in loose)
         raise SchemaError(
             f"row_level_security is on but these tables do not enforce it: {names}. Run "
-            f"ALTER TABLE ... ENABLE ROW LEVEL SECURITY and FORCE ROW LEVEL SECURITY on them "
+            "ALTER TABLE ... ENABLE ROW LEVEL SECURITY and FORCE ROW LEVEL SECURITY on them "
             "(as their owner), or migrate a new schema with MEMSVC_ROW_LEVEL_SECURITY=true"
         )

@@ -319,8 +319,8 @@ class AssemblyRepository(Repository):
         tenant = validate_tenant(tenant)
         if not wanted:
             return await self.get(assembly_id, tenant=tenant, conn=conn)
-        lock_sql = q.lock_assembly(self._schema, None if tenant is None else "$2")
-        args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
+        tenant_param, args = self._by_id(assembly_id, tenant)
+        lock_sql = q.lock_assembly(self._schema, tenant_param)
 
         async def attempt() -> Assembly:
             async with self._transaction(conn) as active:
@@ -422,8 +422,8 @@ class AssemblyRepository(Repository):
         """
         assembly_id = parse_id("id", id)
         tenant = validate_tenant(tenant)
-        lock_sql = q.lock_assembly(self._schema, None if tenant is None else "$2")
-        args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
+        tenant_param, args = self._by_id(assembly_id, tenant)
+        lock_sql = q.lock_assembly(self._schema, tenant_param)
 
         async def attempt() -> Assembly:
             async with self._transaction(conn) as active:
@@ -488,34 +488,22 @@ class AssemblyRepository(Repository):
         """Delete an assembly; its member memories are kept. False if it did not exist."""
         assembly_id = parse_id("id", id)
         tenant = validate_tenant(tenant)
-        sql = q.delete_assembly(self._schema, None if tenant is None else "$2")
-        args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
+        tenant_param, args = self._by_id(assembly_id, tenant)
+        sql = q.delete_assembly(self._schema, tenant_param)
         return await self._delete_one(sql, args, f"assembly {assembly_id}", conn)
 
     # ------------------------------------------------------------------ reads
 
-    @staticmethod
-    def _one(rows: Sequence[Mapping[str, Any]], assembly_id: uuid.UUID) -> Mapping[str, Any]:
-        if not rows:
-            raise NotFoundError(f"assembly {assembly_id} not found")
-        if len(rows) > 1:
-            raise ConflictError(
-                f"assembly id {assembly_id} exists in several tenants; pass tenant="
-            )
+    def _one(self, rows: Sequence[Mapping[str, Any]], assembly_id: uuid.UUID) -> Mapping[str, Any]:
+        self._exactly_one(len(rows), f"assembly {assembly_id}")
         return rows[0]
 
     async def _require_one(
         self, conn: asyncpg.Connection, assembly_id: uuid.UUID, tenant: str | None
     ) -> None:
-        sql = q.count_by_id(self._schema, None if tenant is None else "$2")
-        args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
-        found: int = await conn.fetchval(sql, *args)
-        if found == 0:
-            raise NotFoundError(f"assembly {assembly_id} not found")
-        if found > 1:
-            raise ConflictError(
-                f"assembly id {assembly_id} exists in several tenants; pass tenant="
-            )
+        tenant_param, args = self._by_id(assembly_id, tenant)
+        sql = q.count_by_id(self._schema, tenant_param)
+        self._exactly_one(await conn.fetchval(sql, *args), f"assembly {assembly_id}")
 
     async def get(
         self,
@@ -527,8 +515,8 @@ class AssemblyRepository(Repository):
         """The assembly with this id (NotFoundError if there is none)."""
         assembly_id = parse_id("id", id)
         tenant = validate_tenant(tenant)
-        sql = q.select_by_id(self._schema, None if tenant is None else "$2")
-        args: list[object] = [assembly_id] if tenant is None else [assembly_id, tenant]
+        tenant_param, args = self._by_id(assembly_id, tenant)
+        sql = q.select_by_id(self._schema, tenant_param)
         async with self._connection(conn) as active:
             rows = await active.fetch(sql, *args)
         return Assembly.from_row(self._one(rows, assembly_id))
@@ -613,8 +601,8 @@ class AssemblyRepository(Repository):
         """The assemblies a memory belongs to, in creation order (empty if none)."""
         wanted = parse_id("memory_id", memory_id)
         tenant = validate_tenant(tenant)
-        sql = q.memberships(self._schema, None if tenant is None else "$2")
-        args: list[object] = [wanted] if tenant is None else [wanted, tenant]
+        tenant_param, args = self._by_id(wanted, tenant)
+        sql = q.memberships(self._schema, tenant_param)
         async with self._connection(conn) as active:
             rows = await active.fetch(sql, *args)
         return [Assembly.from_row(row) for row in rows]

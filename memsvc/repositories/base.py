@@ -154,6 +154,23 @@ class Repository:
         return rows
 
     @staticmethod
+    def _by_id(row_id: object, tenant: str | None) -> tuple[str | None, list[object]]:
+        """Arguments of a statement selecting by id (``$1``), optionally within a tenant.
+
+        Returns the tenant's placeholder (``"$2"``, or None for no filter) and
+        the argument list.
+        """
+        return (None, [row_id]) if tenant is None else ("$2", [row_id, tenant])
+
+    @staticmethod
+    def _exactly_one(found: int, what: str) -> None:
+        """Refuse a lookup by id that matched no row, or rows in several tenants."""
+        if found == 0:
+            raise NotFoundError(f"{what} not found")
+        if found > 1:
+            raise ConflictError(f"{what} exists in several tenants; pass tenant=")
+
+    @staticmethod
     def _versioned_outcome(row: Any, what: str, expected_version: int | None) -> Any:
         """Check the row a version-guarded update statement returned.
 
@@ -161,10 +178,7 @@ class Repository:
         version they held (``prior_version``), and the updated row's columns
         (``id`` is NULL when the expected version did not match).
         """
-        if row is None or row["found"] == 0:
-            raise NotFoundError(f"{what} not found")
-        if row["found"] > 1:
-            raise ConflictError(f"{what} exists in several tenants; pass tenant=")
+        Repository._exactly_one(0 if row is None else row["found"], what)
         if row["id"] is None:
             raise ConflictError(
                 f"{what} is at version {row['prior_version']}, not the expected {expected_version}"
@@ -179,8 +193,8 @@ class Repository:
         async def attempt() -> bool:
             async with self._transaction(conn) as active:
                 rows = await active.fetch(sql, *args)
-                if len(rows) > 1:
-                    raise ConflictError(f"{what} exists in several tenants; pass tenant=")
+                if rows:
+                    self._exactly_one(len(rows), what)
             return bool(rows)
 
         return await self._retrying(attempt, owns_transaction=conn is None)

@@ -24,7 +24,7 @@ from typing import Any
 
 import asyncpg
 
-from memsvc.errors import ConflictError, NotFoundError, ValidationError
+from memsvc.errors import NotFoundError, ValidationError
 from memsvc.ids import new_id, parse_id
 from memsvc.models import Checkpoint, scope_from_row
 from memsvc.repositories import checkpoint_queries as q
@@ -128,14 +128,11 @@ class CheckpointRepository(Repository):
         """The checkpoint with this id, with its data (NotFoundError if none)."""
         checkpoint_id = parse_id("id", id)
         tenant = validate_tenant(tenant)
-        sql = q.select_by_id(self._schema, None if tenant is None else "$2")
-        args: list[object] = [checkpoint_id] if tenant is None else [checkpoint_id, tenant]
+        tenant_param, args = self._by_id(checkpoint_id, tenant)
+        sql = q.select_by_id(self._schema, tenant_param)
         async with self._connection(conn) as active:
             rows = await active.fetch(sql, *args)
-        if not rows:
-            raise NotFoundError(f"checkpoint {checkpoint_id} not found")
-        if len(rows) > 1:
-            raise ConflictError(f"checkpoint id {checkpoint_id} exists in several tenants")
+        self._exactly_one(len(rows), f"checkpoint {checkpoint_id}")
         return _from_row(rows[0])
 
     async def latest(self, scope: Scope, *, conn: asyncpg.Connection | None = None) -> Checkpoint:
@@ -204,8 +201,8 @@ class CheckpointRepository(Repository):
         """Delete a checkpoint. False if it did not exist."""
         checkpoint_id = parse_id("id", id)
         tenant = validate_tenant(tenant)
-        sql = q.delete(self._schema, None if tenant is None else "$2")
-        args: list[object] = [checkpoint_id] if tenant is None else [checkpoint_id, tenant]
+        tenant_param, args = self._by_id(checkpoint_id, tenant)
+        sql = q.delete(self._schema, tenant_param)
         return await self._delete_one(sql, args, f"checkpoint {checkpoint_id}", conn)
 
     async def prune(

@@ -492,13 +492,8 @@ class MemoryRepository(Repository):
         if not isinstance(patch, Mapping):
             raise ValidationError("patch", "must be a mapping")
         patch_json = validate_metadata(patch, self._settings.max_metadata_bytes, "patch")
-        sql = q.patch_metadata(self._schema, tenant is not None)
-        args: builtins.list[object] = [memory_id, patch_json]
-        if tenant is not None:
-            args.append(tenant)
-        else:
-            sql = sql.replace("$4", "$3")
-        args.append(self._settings.max_metadata_bytes)
+        sql = q.patch_metadata(self._schema)
+        args = [memory_id, patch_json, tenant, self._settings.max_metadata_bytes]
 
         async def attempt() -> Any:
             async with self._connection(conn) as active:
@@ -506,10 +501,7 @@ class MemoryRepository(Repository):
 
         row = await self._retrying(attempt, owns_transaction=conn is None)
         assert row is not None
-        if row["found"] == 0:
-            raise NotFoundError(f"memory {memory_id} not found")
-        if row["found"] > 1:
-            raise ConflictError(f"memory id {memory_id} exists in several tenants; pass tenant=")
+        self._exactly_one(row["found"], f"memory {memory_id}")
         if row["id"] is None:
             raise ValidationError(
                 "patch", f"merged metadata would exceed {self._settings.max_metadata_bytes} bytes"
@@ -603,10 +595,7 @@ class MemoryRepository(Repository):
         (``access_count``, ``last_accessed_at``).
         """
         found = await self._by_ids([parse_id("id", id)], tenant, track_access, conn)
-        if not found:
-            raise NotFoundError(f"memory {id} not found")
-        if len(found) > 1:
-            raise ConflictError(f"memory id {id} exists in several tenants; pass tenant=")
+        self._exactly_one(len(found), f"memory {id}")
         return found[0]
 
     async def get_many(
@@ -683,8 +672,8 @@ class MemoryRepository(Repository):
     ) -> builtins.list[MemoryEvent]:
         """The memory's events (created, updated, deleted), oldest first."""
         memory_id = parse_id("id", id)
-        args: builtins.list[object] = [memory_id] if tenant is None else [memory_id, tenant]
-        sql = q.history(self._schema, tenant is not None)
+        tenant_param, args = self._by_id(memory_id, tenant)
+        sql = q.history(self._schema, tenant_param)
         rows = await self._read(conn, lambda active: active.fetch(sql, *args))
         return [MemoryEvent.from_row(row) for row in rows]
 

@@ -211,13 +211,15 @@ SELECT upd.*, (SELECT version FROM old) AS prior_version,
 FROM (SELECT 1) one LEFT JOIN upd ON true"""
 
 
-def patch_metadata(schema: str, tenant_filter: bool) -> str:
-    """Merge a JSON object into metadata in place (``||``), bounded in size."""
-    tenant = "AND tenant_id = $3" if tenant_filter else ""
+def patch_metadata(schema: str) -> str:
+    """Merge a JSON object into metadata in place (``||``), bounded in size.
+
+    Parameters: $1 id, $2 patch, $3 tenant or NULL, $4 the size limit.
+    """
     return f"""
 WITH old AS (
     SELECT {MEMORY_COLUMNS} FROM {schema}.memories
-    WHERE id = $1 {tenant} AND {NOT_EXPIRED}
+    WHERE id = $1 AND ($3::text IS NULL OR tenant_id = $3::text) AND {NOT_EXPIRED}
     FOR UPDATE
 ), upd AS (
     UPDATE {schema}.memories AS m
@@ -285,9 +287,9 @@ def count(schema: str, scope_sql: str) -> str:
     return f"SELECT count(*) FROM {schema}.memories WHERE {scope_sql} AND {NOT_EXPIRED}"
 
 
-def history(schema: str, tenant_filter: bool) -> str:
+def history(schema: str, tenant_param: str | None) -> str:
     """A memory's events, oldest first."""
-    tenant = "AND tenant_id = $2" if tenant_filter else ""
+    tenant = f"AND tenant_id = {tenant_param}" if tenant_param else ""
     return f"""
 SELECT event_id, memory_id, kind, version, prior, at FROM {schema}.memory_events
 WHERE memory_id = $1 {tenant}
