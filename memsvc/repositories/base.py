@@ -61,19 +61,25 @@ class Repository:
                 yield conn
             return
         with translate_errors():
-            pooled = await self._acquire()
-            try:
+            async with self._pooled() as pooled:
                 yield pooled
-            except BaseException as exc:
-                if connection_is_broken(exc):
-                    pooled.terminate()
-                raise
-            else:
-                # memsvc's statements leave no session state, so the pool
-                # may skip its reset for this connection.
-                pooled.mark_clean()
-            finally:
-                await self._pool.release(pooled)
+
+    @asynccontextmanager
+    async def _pooled(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection for the block; closed instead of pooled if it broke."""
+        pooled = await self._acquire()
+        try:
+            yield pooled
+        except BaseException as exc:
+            if connection_is_broken(exc):
+                pooled.terminate()
+            raise
+        else:
+            # memsvc's statements leave no session state, so the pool may
+            # skip its reset for this connection.
+            pooled.mark_clean()
+        finally:
+            await self._pool.release(pooled)
 
     async def _acquire(self) -> Any:
         """A pooled connection, waited for at most ``command_timeout_s``.
@@ -95,19 +101,9 @@ class Repository:
                     await self._set_tenant(conn)
                     yield conn
                 return
-            pooled = await self._acquire()
-            try:
-                async with pooled.transaction():
-                    await self._set_tenant(pooled)
-                    yield pooled
-            except BaseException as exc:
-                if connection_is_broken(exc):
-                    pooled.terminate()
-                raise
-            else:
-                pooled.mark_clean()
-            finally:
-                await self._pool.release(pooled)
+            async with self._pooled() as pooled, pooled.transaction():
+                await self._set_tenant(pooled)
+                yield pooled
 
     async def _set_tenant(self, conn: asyncpg.Connection) -> None:
         if not self._settings.row_level_security:
