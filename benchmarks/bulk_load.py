@@ -5,9 +5,9 @@
     python -m benchmarks.bulk_load --measure-keep   # also time the whole keep-the-index load
     python -m benchmarks.bulk_load --database-url postgresql://...
 
-Generates a JSONL file of ``--rows`` memories (unit vectors around 64
-clusters), then, on its own embedded PostgreSQL (or the given server), in
-fresh databases:
+Generates a JSONL file of ``--rows`` memories (real sentence embeddings from
+``--data`` and perturbed copies of them; see :class:`VectorSource`), then,
+on its own embedded PostgreSQL (or the given server), in fresh databases:
 
 1. imports the whole file into an empty table with ``index_mode="auto"``,
    which drops the HNSW index, loads, and builds it again concurrently
@@ -48,24 +48,56 @@ from memsvc.ops.bulk import MEMORY_VECTOR_INDEX
 from memsvc.testing.postgres import with_database
 
 DIM = 384
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "embeddings-small"
 
 
-def write_jsonl(path: Path, rows: int, seed: int, tenant: str) -> None:
+class VectorSource:
+    """Where the benchmark's 384-d unit vectors come from.
+
+    From the real MiniLM embeddings of the shared data set when it is there
+    (``--data``): the 20,000 rows, then copies perturbed slightly (noise 0.02
+    per dimension, renormalised), which keeps their cluster structure, as
+    ``benchmarks.memories --full`` does. Real embeddings are what users load,
+    and HNSW builds and inserts cost differently on them than on noise.
+    Otherwise unit vectors around 64 random centres. Every file draws from
+    the same source (``seed`` only changes the rows), so the samples look
+    like the load they stand for.
+    """
+
+    def __init__(self, data: Path) -> None:
+        path = data / "vectors.f16.npy"
+        self.real = np.load(path).astype(np.float32) if path.exists() else None
+        self.label = (
+            "real MiniLM embeddings and perturbed copies"
+            if self.real is not None
+            else f"generated vectors ({path} not found)"
+        )
+
+    def vectors(self, rng: np.random.Generator, start: int, count: int) -> np.ndarray:
+        if self.real is not None:
+            rows = (start + np.arange(count)) % len(self.real)
+            vectors = self.real[rows].astype(np.float64)
+            perturbed = (start + np.arange(count)) >= len(self.real)
+            vectors[perturbed] += rng.normal(scale=0.02, size=(int(perturbed.sum()), DIM))
+        else:
+            centers = np.random.default_rng(0).normal(size=(64, DIM))
+            labels = rng.integers(0, 64, size=count)
+            vectors = centers[labels] + 0.6 * rng.normal(size=(count, DIM))
+        return np.asarray(vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+
+
+def write_jsonl(path: Path, source: VectorSource, rows: int, seed: int, tenant: str) -> None:
     """``rows`` memory lines with 384-d unit vectors (6 decimals) and unique content.
 
-    Every file draws from the same 64 clusters (``seed`` only changes the
-    rows): samples must look like the load they stand for, as inserting
-    vectors far from everything in the graph costs HNSW more per row.
+    Samples (``seed`` > 1) start past the real rows, so every one of their
+    vectors is a fresh perturbed copy, not a duplicate of the full load's.
     """
-    centers = np.random.default_rng(0).normal(size=(64, DIM))
     rng = np.random.default_rng(seed)
+    offset = 0 if seed == 1 else 20_000 * seed
     with path.open("w", encoding="utf-8") as out:
         for start in range(0, rows, 5_000):
             count = min(5_000, rows - start)
-            labels = rng.integers(0, 64, size=count)
-            vectors = centers[labels] + 0.6 * rng.normal(size=(count, DIM))
-            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-            vectors = np.round(vectors, 6)
+            vectors = np.round(source.vectors(rng, offset + start, count), 6)
             lines = []
             for i in range(count):
                 number = start + i
@@ -76,8 +108,8 @@ def write_jsonl(path: Path, rows: int, seed: int, tenant: str) -> None:
                             "id": str(uuid.UUID(int=(seed << 64) | number)),
                             "tenant": tenant,
                             "project": f"p{number % 10}",
-                            "content": f"memory {number} of cluster {labels[i]} ({seed})",
-                            "metadata": {"cluster": int(labels[i])},
+                            "content": f"memory {number} ({seed})",
+                            "metadata": {"n": number},
                             "importance": 0.5,
                             "embedding": vectors[i].tolist(),
                         }
@@ -123,16 +155,18 @@ async def run(args: argparse.Namespace) -> None:
         embedded = EmbeddedPostgres(workdir / "data")
         admin = await asyncio.to_thread(embedded.start)
     try:
-        print(f"generating {args.rows:,} + 3 x {args.sample:,} rows ({DIM}-d) ...", flush=True)
+        source = VectorSource(args.data)
+        print(f"generating {args.rows:,} + 3 x {args.sample:,} rows ({DIM}-d, {source.label}) ...",
+              flush=True)
         full, sample_empty, sample_mid, sample_full, half_fill = (
             workdir / f"{name}.jsonl" for name in ("full", "sample1", "sample2", "sample3", "half")
         )
-        write_jsonl(full, args.rows, 1, "bench")
-        write_jsonl(sample_empty, args.sample, 2, "bench")
-        write_jsonl(sample_mid, args.sample, 3, "bench")
-        write_jsonl(sample_full, args.sample, 4, "bench")
+        write_jsonl(full, source, args.rows, 1, "bench")
+        write_jsonl(sample_empty, source, args.sample, 2, "bench")
+        write_jsonl(sample_mid, source, args.sample, 3, "bench")
+        write_jsonl(sample_full, source, args.sample, 4, "bench")
         # With the empty-table sample already in, this brings the table to half the load.
-        write_jsonl(half_fill, max(0, args.rows // 2 - args.sample), 5, "bench")
+        write_jsonl(half_fill, source, max(0, args.rows // 2 - args.sample), 5, "bench")
         print(f"file: {full.stat().st_size / 2**20:.0f} MiB", flush=True)
         settings = Settings(database_url=admin, auto_migrate=False)
 
@@ -201,6 +235,7 @@ def main() -> None:
         help="Also import all rows with the index in place (takes minutes).",
     )
     parser.add_argument("--database-url", default=None, help="A server to use (superuser).")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="embeddings-small dir")
     asyncio.run(run(parser.parse_args()))
 
 
