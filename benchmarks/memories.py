@@ -38,6 +38,8 @@ from memsvc.repositories.memory_queries import MEMORY_COLUMNS
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "embeddings-small"
 DIM = 384
+# The p50 target is set for --full's 10,000-row scope, not for the default set.
+SMALL_SET_P50 = "(no target here; <= 1.3 is for --full)"
 
 
 def unit(rows: np.ndarray) -> np.ndarray:
@@ -265,7 +267,15 @@ class Bench:
 
     # ------------------------------------------------------------------ search
 
-    async def search(self, data: dict[str, Any], label: str) -> None:
+    async def search(self, data: dict[str, Any], label: str, p50_target: str) -> None:
+        """Search latency against raw SQL, recall, and short pages under a filter.
+
+        ``p50_target`` is printed next to the p50 ratio: the issue's <= 1.3x
+        is set for a 10,000-row scope among 100,000 rows (``--full``); on the
+        default set most queries take half a millisecond in raw SQL, where
+        memsvc's fixed cost per call (pool, building ``Memory`` objects with
+        their embeddings) shows as a larger ratio.
+        """
         print(f"search k=10 on {label}")
         await self.reset_tables()
         count = len(data["vectors"])
@@ -338,7 +348,10 @@ class Bench:
                 short_pages += 1
         p50, raw_p50 = percentile(mem_lat, 50) * 1000, percentile(raw_lat, 50) * 1000
         self.report(
-            "search p50 (ms)", f"{p50:.2f}", f"{raw_p50:.2f}", f"{p50 / raw_p50:.2f}x raw (<= 1.3)"
+            "search p50 (ms)",
+            f"{p50:.2f}",
+            f"{raw_p50:.2f}",
+            f"{p50 / raw_p50:.2f}x raw {p50_target}",
         )
         self.report(
             "search p99 (ms)",
@@ -447,14 +460,18 @@ async def main() -> None:
         if args.only == "adds":
             pass
         elif (args.data / "vectors.f16.npy").exists():
-            await bench.search(real_corpus(args.data), "real MiniLM embeddings (20,000 rows)")
+            await bench.search(
+                real_corpus(args.data), "real MiniLM embeddings (20,000 rows)", SMALL_SET_P50
+            )
         else:
             print(f"  ({args.data} not found: searching generated vectors instead)")
-            await bench.search(generated_corpus(20_000, 150), "generated vectors (20,000 rows)")
+            await bench.search(
+                generated_corpus(20_000, 150), "generated vectors (20,000 rows)", SMALL_SET_P50
+            )
         if args.full:
             data = full_corpus(args.data)
             await bench.search(
-                data, f"100,000 rows ({data['label']}), queries in a 10,000-row scope"
+                data, f"100,000 rows ({data['label']}), queries in a 10,000-row scope", "(<= 1.3)"
             )
     finally:
         await raw.close()
