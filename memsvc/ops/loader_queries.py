@@ -14,6 +14,8 @@ rolls that batch back and it goes through the staging path instead.
 
 from __future__ import annotations
 
+from memsvc.repositories.memory_queries import MEMORY_COLUMN_NAMES
+
 STAGING = "memsvc_import_memories"
 
 STAGING_COLUMNS = (
@@ -40,25 +42,7 @@ STAGING_COLUMNS = (
 
 
 # The columns of a direct COPY into memories, in the order the loader writes them.
-DIRECT_COLUMNS = (
-    "tenant_id",
-    "project_id",
-    "agent_id",
-    "session_id",
-    "id",
-    "key",
-    "content",
-    "content_hash",
-    "metadata",
-    "embedding",
-    "importance",
-    "version",
-    "created_at",
-    "updated_at",
-    "expires_at",
-    "access_count",
-    "last_accessed_at",
-)
+DIRECT_COLUMNS = MEMORY_COLUMN_NAMES
 EVENT_COLUMNS = ("tenant_id", "memory_id", "kind", "version")
 
 NOW = "SELECT now()"

@@ -18,6 +18,7 @@ from memsvc.repositories.memory_queries import (
     MEMORY_COLUMNS,
     NOT_EXPIRED,
     SIMILARITY,
+    qualified,
 )
 
 ASSEMBLY_COLUMNS = (
@@ -27,10 +28,6 @@ ASSEMBLY_COLUMNS = (
 
 # What membership arithmetic needs on top of the public columns.
 LOCKED_COLUMNS = f"{ASSEMBLY_COLUMNS}, embedded_count, embedding_sum"
-
-
-def _qualified(columns: str, alias: str) -> str:
-    return ", ".join(f"{alias}.{column.strip()}" for column in columns.split(","))
 
 
 def _tenant(param: str | None, alias: str = "") -> str:
@@ -236,7 +233,7 @@ SET member_count = c.member_count,
     updated_at = now()
 FROM counts AS c LEFT JOIN sums AS s ON s.tenant_id = c.tenant_id AND s.id = c.id
 WHERE a.tenant_id = c.tenant_id AND a.id = c.id
-RETURNING {_qualified(ASSEMBLY_COLUMNS, "a")}"""
+RETURNING {qualified(ASSEMBLY_COLUMNS, "a")}"""
 
 
 def select_by_id(schema: str, tenant_param: str | None) -> str:
@@ -271,7 +268,7 @@ def members_page(schema: str, tenant_param: str | None) -> str:
     Parameters: $1 assembly id, $2 after (or NULL), $3 limit, $4 tenant (optional).
     """
     return f"""
-SELECT {_qualified(MEMORY_COLUMNS, "m")}
+SELECT {qualified(MEMORY_COLUMNS, "m")}
 FROM {schema}.assembly_members AS am
 JOIN {schema}.memories AS m ON m.tenant_id = am.tenant_id AND m.id = am.memory_id
 WHERE (am.tenant_id, am.assembly_id) IN (
@@ -294,7 +291,7 @@ def memberships(schema: str, tenant_param: str | None) -> str:
     the members' (tenant_id, memory_id) index applies.
     """
     return f"""
-SELECT {_qualified(ASSEMBLY_COLUMNS, "a")}
+SELECT {qualified(ASSEMBLY_COLUMNS, "a")}
 FROM {schema}.assembly_members AS am
 JOIN {schema}.assemblies AS a ON a.tenant_id = am.tenant_id AND a.id = am.assembly_id
 WHERE (am.tenant_id, am.memory_id) IN (
@@ -325,7 +322,7 @@ WITH old AS (
     FROM old
     WHERE a.tenant_id = old.tenant_id AND a.id = old.id
       AND ($3::int IS NULL OR old.version = $3::int)
-    RETURNING {_qualified(ASSEMBLY_COLUMNS, "a")}
+    RETURNING {qualified(ASSEMBLY_COLUMNS, "a")}
 )
 SELECT upd.*, (SELECT version FROM old) AS prior_version, (SELECT count(*) FROM old) AS found
 FROM (SELECT 1) AS one LEFT JOIN upd ON true"""

@@ -10,11 +10,27 @@ from __future__ import annotations
 
 import functools
 
-MEMORY_COLUMNS = (
-    "tenant_id, project_id, agent_id, session_id, id, key, content, content_hash, metadata, "
-    "embedding, importance, version, created_at, updated_at, expires_at, access_count, "
-    "last_accessed_at"
+# Every column of memories, in table order: SELECT lists, RETURNING, COPY.
+MEMORY_COLUMN_NAMES = (
+    "tenant_id",
+    "project_id",
+    "agent_id",
+    "session_id",
+    "id",
+    "key",
+    "content",
+    "content_hash",
+    "metadata",
+    "embedding",
+    "importance",
+    "version",
+    "created_at",
+    "updated_at",
+    "expires_at",
+    "access_count",
+    "last_accessed_at",
 )
+MEMORY_COLUMNS = ", ".join(MEMORY_COLUMN_NAMES)
 
 NOT_EXPIRED = "(expires_at IS NULL OR expires_at > now())"
 
@@ -30,6 +46,11 @@ PRIOR = (
     "'version', old.version, 'scope', jsonb_build_array(old.tenant_id, old.project_id, "
     "old.agent_id, old.session_id))"
 )
+
+def qualified(columns: str, alias: str) -> str:
+    """A column list (``"a, b"``) with each column prefixed by a table alias."""
+    return ", ".join(f"{alias}.{column.strip()}" for column in columns.split(","))
+
 
 DISTANCE_OPERATORS = {"cosine": "<=>", "l2": "<->", "ip": "<#>"}
 
@@ -200,7 +221,7 @@ WITH old AS (
     FROM old
     WHERE m.tenant_id = old.tenant_id AND m.id = old.id
       AND ($3::int IS NULL OR old.version = $3::int)
-    RETURNING {", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))}
+    RETURNING {qualified(MEMORY_COLUMNS, "m")}
 ), ev AS (
     INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version, prior)
     SELECT upd.tenant_id, upd.id, 'updated', upd.version, {PRIOR}
@@ -227,7 +248,7 @@ WITH old AS (
     FROM old
     WHERE m.tenant_id = old.tenant_id AND m.id = old.id
       AND octet_length((m.metadata || $2::jsonb)::text) <= $4
-    RETURNING {", ".join("m." + c.strip() for c in MEMORY_COLUMNS.split(","))}
+    RETURNING {qualified(MEMORY_COLUMNS, "m")}
 ), ev AS (
     INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version, prior)
     SELECT upd.tenant_id, upd.id, 'updated', upd.version, {PRIOR}
