@@ -41,6 +41,7 @@ from pathlib import Path
 import asyncpg
 import numpy as np
 
+from benchmarks.memories import DEFAULT_DATA
 from memsvc import MemoryService, Settings
 from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres
@@ -48,7 +49,6 @@ from memsvc.ops.bulk import MEMORY_VECTOR_INDEX
 from memsvc.testing.postgres import with_database
 
 DIM = 384
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "embeddings-small"
 
 
 class VectorSource:
@@ -67,6 +67,8 @@ class VectorSource:
     def __init__(self, data: Path) -> None:
         path = data / "vectors.f16.npy"
         self.real = np.load(path).astype(np.float32) if path.exists() else None
+        # Rows from here on are all perturbed copies (0 for generated vectors).
+        self.real_rows = 0 if self.real is None else len(self.real)
         self.label = (
             "real MiniLM embeddings and perturbed copies"
             if self.real is not None
@@ -93,7 +95,7 @@ def write_jsonl(path: Path, source: VectorSource, rows: int, seed: int, tenant: 
     vectors is a fresh perturbed copy, not a duplicate of the full load's.
     """
     rng = np.random.default_rng(seed)
-    offset = 0 if seed == 1 else 20_000 * seed
+    offset = (seed - 1) * source.real_rows
     with path.open("w", encoding="utf-8") as out:
         for start in range(0, rows, 5_000):
             count = min(5_000, rows - start)
