@@ -1,0 +1,49 @@
+"""LangChain's own vector store tests (``langchain-tests``), unmodified, on memsvc.
+
+``VectorStoreIntegrationTests`` holds the sync and the async tests; they run
+twice: with a SyncMemoryService, and with a MemoryService whose loop runs in
+another thread (the sync tests submit to it from the test's thread, the async
+ones from pytest's loop). Both against real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from langchain_core.vectorstores import VectorStore
+from langchain_tests.integration_tests.vectorstores import VectorStoreIntegrationTests
+
+from memsvc import MemoryService, Scope, Settings
+from memsvc.integrations.langchain import MemsvcVectorStore
+from memsvc.sync import SyncMemoryService
+from tests.integrations.conftest import LoopThread
+
+SCOPE = Scope(tenant="acme", project="docs")
+
+
+async def _open(settings: Settings) -> MemoryService:
+    return await MemoryService.open(settings)
+
+
+class TestSyncClientVectorStore(VectorStoreIntegrationTests):
+    """The standard suite on a SyncMemoryService."""
+
+    @pytest.fixture
+    def vectorstore(self, small_settings: Settings) -> Iterator[VectorStore]:  # type: ignore[override]
+        with SyncMemoryService.open(small_settings) as svc:
+            yield MemsvcVectorStore(svc, self.get_embeddings(), SCOPE)
+
+
+class TestServiceVectorStore(VectorStoreIntegrationTests):
+    """The standard suite on a MemoryService running on a loop in another thread."""
+
+    @pytest.fixture
+    def vectorstore(  # type: ignore[override]
+        self, small_settings: Settings, loop_thread: LoopThread
+    ) -> Iterator[VectorStore]:
+        svc = loop_thread.run(_open(small_settings))
+        try:
+            yield MemsvcVectorStore(svc, self.get_embeddings(), SCOPE)
+        finally:
+            loop_thread.run(svc.close())
