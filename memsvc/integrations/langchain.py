@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -181,7 +181,9 @@ class MemsvcVectorStore(VectorStore):
     ) -> None:
         """Upsert the batch in one transaction: every document, or none."""
         if len(vectors) != len(texts):
-            raise ValidationError("embedding", "the embeddings returned the wrong number of vectors")
+            raise ValidationError(
+                "embedding", "the embeddings returned the wrong number of vectors"
+            )
         # The last occurrence of a repeated id wins, as if added one by one;
         # writing in key order makes concurrent batches lock keys in one order
         # (no deadlocks between them).
@@ -383,10 +385,13 @@ class MemsvcVectorStore(VectorStore):
         hits = await self.asimilarity_search_with_score_by_vector(embedding, k, filter)
         return [doc for doc, _ in hits]
 
-    def _select_relevance_score_fn(self) -> Any:
-        # memsvc's similarity is already "higher is closer": 1 - cosine
-        # distance, 1 / (1 + L2 distance), or the inner product.
-        return _identity
+    def _select_relevance_score_fn(self) -> Callable[[float], float]:
+        # LangChain wants relevance in [0, 1]. memsvc's similarity is
+        # 1 - cosine distance (in [-1, 1]), 1 / (1 + L2 distance) (in (0, 1]),
+        # or the inner product (in [-1, 1] for the unit vectors it suits).
+        if self._service.settings.distance == "l2":
+            return _unchanged
+        return _from_signed
 
     # --------------------------------------------------- max marginal relevance
 
@@ -447,9 +452,7 @@ class MemsvcVectorStore(VectorStore):
     ) -> list[Document]:
         """Max marginal relevance search for a text query."""
         vector = self._embedding.embed_query(query)
-        return self.max_marginal_relevance_search_by_vector(
-            vector, k, fetch_k, lambda_mult, filter
-        )
+        return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, filter)
 
     async def amax_marginal_relevance_search(
         self,
@@ -506,5 +509,9 @@ class MemsvcVectorStore(VectorStore):
         return cls(kwargs["svc"], embedding, kwargs["scope"], loop=kwargs.get("loop"))
 
 
-def _identity(score: float) -> float:
-    return score
+def _unchanged(similarity: float) -> float:
+    return similarity
+
+
+def _from_signed(similarity: float) -> float:
+    return min(1.0, max(0.0, (1.0 + similarity) / 2.0))

@@ -43,9 +43,7 @@ class LoopThread:
 @pytest.fixture(scope="session")
 async def small_template(memsvc_postgres: TestPostgres) -> AsyncIterator[MigratedTemplate]:
     """A template database migrated with 6-dimension embeddings."""
-    template = MigratedTemplate(
-        memsvc_postgres, embedding_dim=SMALL_DIM, db_schema="memsvc_dim6"
-    )
+    template = MigratedTemplate(memsvc_postgres, embedding_dim=SMALL_DIM, db_schema="memsvc_dim6")
     await template.build()
     yield template
     await template.drop()
