@@ -41,7 +41,7 @@ class LoopThread:
 
 
 @pytest.fixture(scope="session")
-async def small_template(memsvc_postgres: TestPostgres) -> AsyncIterator[MigratedTemplate]:
+async def dim6_template(memsvc_postgres: TestPostgres) -> AsyncIterator[MigratedTemplate]:
     """A template database migrated with 6-dimension embeddings."""
     template = MigratedTemplate(memsvc_postgres, embedding_dim=SMALL_DIM, db_schema="memsvc_dim6")
     await template.build()
@@ -50,10 +50,10 @@ async def small_template(memsvc_postgres: TestPostgres) -> AsyncIterator[Migrate
 
 
 @pytest.fixture
-async def small_settings(small_template: MigratedTemplate) -> AsyncIterator[Settings]:
+async def dim6_settings(dim6_template: MigratedTemplate) -> AsyncIterator[Settings]:
     """Settings of a fresh 6-dimension database for this test."""
-    async with small_template.fresh_database() as dsn:
-        yield small_template.settings(dsn)
+    async with dim6_template.fresh_database() as dsn:
+        yield dim6_template.settings(dsn)
 
 
 @pytest.fixture

@@ -30,8 +30,8 @@ class TestSyncClientVectorStore(VectorStoreIntegrationTests):
     """The standard suite on a SyncMemoryService."""
 
     @pytest.fixture
-    def vectorstore(self, small_settings: Settings) -> Iterator[VectorStore]:  # type: ignore[override]
-        with SyncMemoryService.open(small_settings) as svc:
+    def vectorstore(self, dim6_settings: Settings) -> Iterator[VectorStore]:  # type: ignore[override]
+        with SyncMemoryService.open(dim6_settings) as svc:
             yield MemsvcVectorStore(svc, self.get_embeddings(), SCOPE)
 
 
@@ -40,9 +40,9 @@ class TestServiceVectorStore(VectorStoreIntegrationTests):
 
     @pytest.fixture
     def vectorstore(  # type: ignore[override]
-        self, small_settings: Settings, loop_thread: LoopThread
+        self, dim6_settings: Settings, loop_thread: LoopThread
     ) -> Iterator[VectorStore]:
-        svc = loop_thread.run(_open(small_settings))
+        svc = loop_thread.run(_open(dim6_settings))
         try:
             yield MemsvcVectorStore(svc, self.get_embeddings(), SCOPE)
         finally:

@@ -40,9 +40,9 @@ async def _open(settings: Settings) -> MemoryService:
 
 
 @pytest.fixture
-async def small_service(small_settings: Settings) -> AsyncIterator[MemoryService]:
+async def small_service(dim6_settings: Settings) -> AsyncIterator[MemoryService]:
     """A MemoryService on this test's loop, 6-dimension embeddings."""
-    async with MemoryService.open(small_settings) as svc:
+    async with MemoryService.open(dim6_settings) as svc:
         yield svc
 
 
@@ -52,9 +52,9 @@ def store(small_service: MemoryService) -> MemsvcVectorStore:
 
 
 @pytest.fixture
-def threaded_service(small_settings: Settings, loop_thread: LoopThread) -> Iterator[MemoryService]:
+def threaded_service(dim6_settings: Settings, loop_thread: LoopThread) -> Iterator[MemoryService]:
     """A MemoryService whose loop runs in another thread (an app's server loop)."""
-    svc = loop_thread.run(_open(small_settings))
+    svc = loop_thread.run(_open(dim6_settings))
     yield svc
     loop_thread.run(svc.close())
 
@@ -261,8 +261,8 @@ def test_sync_methods_from_many_threads_read_consistently(
 # ------------------------------------------------------------------ sync client
 
 
-def test_sync_client_serves_sync_and_async_callers(small_settings: Settings) -> None:
-    with SyncMemoryService.open(small_settings) as svc:
+def test_sync_client_serves_sync_and_async_callers(dim6_settings: Settings) -> None:
+    with SyncMemoryService.open(dim6_settings) as svc:
         store = MemsvcVectorStore(svc, FAKE, SCOPE)
         assert store.add_texts(["from sync code"], [{"via": "sync"}], ids=["s"]) == ["s"]
         assert svc.memories.get_by_key(SCOPE, "s").content == "from sync code"
@@ -278,8 +278,8 @@ def test_sync_client_serves_sync_and_async_callers(small_settings: Settings) -> 
         assert store.get_by_ids(["s", "a"]) == []
 
 
-def test_from_texts_builds_a_store(small_settings: Settings) -> None:
-    with SyncMemoryService.open(small_settings) as svc:
+def test_from_texts_builds_a_store(dim6_settings: Settings) -> None:
+    with SyncMemoryService.open(dim6_settings) as svc:
         store = MemsvcVectorStore.from_texts(["hello"], FAKE, ids=["h"], svc=svc, scope=SCOPE)
         assert [doc.id for doc in store.similarity_search("hello", k=1)] == ["h"]
         with pytest.raises(ValidationError) as info:
