@@ -172,6 +172,11 @@ class MemsvcVectorStore(VectorStore):
 
     # ------------------------------------------------------------ on the loop
 
+    def _acquire(self) -> Any:
+        # One connection for a whole batch (a transaction for writes), waited
+        # for no longer than a statement may run.
+        return self._service.pool.acquire(timeout=self._service.settings.command_timeout_s)
+
     async def _put(
         self,
         texts: list[str],
@@ -190,7 +195,10 @@ class MemsvcVectorStore(VectorStore):
         latest = {key: i for i, key in enumerate(keys)}
         memories = self._service.memories
         with translate_errors():
-            async with self._service.pool.acquire() as conn, conn.transaction():
+            async with (
+                self._acquire() as conn,
+                conn.transaction(),
+            ):
                 for key in sorted(latest):
                     i = latest[key]
                     await memories.put(
@@ -205,7 +213,10 @@ class MemsvcVectorStore(VectorStore):
     async def _delete(self, keys: list[str]) -> None:
         memories = self._service.memories
         with translate_errors():
-            async with self._service.pool.acquire() as conn, conn.transaction():
+            async with (
+                self._acquire() as conn,
+                conn.transaction(),
+            ):
                 for key in sorted(set(keys)):
                     try:
                         found = await memories.get_by_key(self.scope, key, conn=conn)
@@ -217,7 +228,7 @@ class MemsvcVectorStore(VectorStore):
         memories = self._service.memories
         documents = []
         with translate_errors():
-            async with self._service.pool.acquire() as conn:
+            async with self._acquire() as conn:
                 for key in dict.fromkeys(keys):
                     try:
                         documents.append(
