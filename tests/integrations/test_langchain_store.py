@@ -5,18 +5,23 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import asyncpg
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 
 from memsvc import MemoryService, MemsvcError, Scope, Settings, ValidationError
+from memsvc.db import migrate
 from memsvc.integrations.langchain import MemsvcVectorStore
 from memsvc.sync import SyncMemoryService
+from memsvc.testing.postgres import TestPostgres, settings_for_tests
 from tests.integrations.conftest import SMALL_DIM, LoopThread
+from tests.test_row_level_security import as_user
 
 SCOPE = Scope(tenant="acme", project="docs")
 FAKE = DeterministicFakeEmbedding(size=SMALL_DIM)
@@ -191,6 +196,49 @@ async def test_memories_added_without_key_show_their_memory_id(
     memory = await small_service.memories.add(SCOPE, "added by the app", embedding=[1.0] * 6)
     documents = await store.asimilarity_search_by_vector([1.0] * 6, k=1)
     assert documents == [Document(id=str(memory.id), page_content="added by the app")]
+
+
+@pytest.fixture
+async def rls_dim6(memsvc_postgres: TestPostgres) -> AsyncIterator[Settings]:
+    """Settings of a runtime role (no BYPASSRLS) on a row-level-security database."""
+    suffix = uuid.uuid4().hex[:10]
+    name, role = f"memsvc_lcrls_{suffix}", f"memsvc_lcrt_{suffix}"
+    dsn = await memsvc_postgres.create_database(name)
+    owner = settings_for_tests(dsn, row_level_security=True, embedding_dim=SMALL_DIM)
+    await asyncio.to_thread(migrate.upgrade, owner, dsn)
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS")
+        await admin.execute(f"GRANT USAGE ON SCHEMA memsvc TO {role}")
+        await admin.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA memsvc TO {role}"
+        )
+        await admin.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA memsvc TO {role}")
+    finally:
+        await admin.close()
+    runtime = as_user(dsn, role)
+    yield settings_for_tests(runtime, row_level_security=True, embedding_dim=SMALL_DIM)
+    await memsvc_postgres.drop_database(name)
+    admin = await asyncpg.connect(memsvc_postgres.dsn)
+    try:
+        await admin.execute(f"DROP ROLE IF EXISTS {role}")
+    finally:
+        await admin.close()
+
+
+async def test_store_works_under_row_level_security(rls_dim6: Settings) -> None:
+    async with MemoryService.open(rls_dim6) as svc:
+        acme = MemsvcVectorStore(svc, FAKE, SCOPE)
+        other = MemsvcVectorStore(svc, FAKE, Scope(tenant="other", project="docs"))
+        await acme.aadd_texts(["acme's text"], [{"k": 1}], ids=["x"])
+        await acme.aadd_texts(["acme's new text"], [{"k": 2}], ids=["x"])
+        assert [d.page_content for d in await acme.aget_by_ids(["x"])] == ["acme's new text"]
+        assert await other.aget_by_ids(["x"]) == []
+        assert await other.asimilarity_search("acme's new text", k=3) == []
+        await other.adelete(["x"])
+        assert [d.id for d in await acme.asimilarity_search("x", k=3, filter={"k": 2})] == ["x"]
+        await acme.adelete(["x"])
+        assert await acme.aget_by_ids(["x"]) == []
 
 
 # --------------------------------------------------------------------- threads
@@ -376,6 +424,19 @@ async def test_bad_arguments_elsewhere_name_the_field(
     with pytest.raises(ValidationError) as info:
         MemsvcVectorStore(small_service, object(), SCOPE)  # type: ignore[arg-type]
     assert _field(info) == "embedding"
+
+
+def test_sync_method_without_a_running_service_loop_is_refused(dim6_settings: Settings) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        svc = loop.run_until_complete(_open(dim6_settings))
+        store = MemsvcVectorStore(svc, FAKE, SCOPE)
+        with pytest.raises(MemsvcError, match="not running"):
+            store.add_texts(["never written"])
+        assert loop.run_until_complete(svc.memories.count(SCOPE)) == 0
+        loop.run_until_complete(svc.close())
+    finally:
+        loop.close()
 
 
 async def test_sync_method_on_the_services_own_loop_is_refused(store: MemsvcVectorStore) -> None:
