@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -153,7 +153,12 @@ class MemsvcVectorStore(VectorStore):
             )
         if ids is not None and len(ids) != len(text_list):
             raise ValidationError("ids", f"has {len(ids)} entries for {len(text_list)} texts")
-        metas = [dict(m or {}) for m in metadatas] if metadatas else [{} for _ in text_list]
+        metas: list[dict[str, Any]] = []
+        for i in range(len(text_list)):
+            meta = metadatas[i] if metadatas else None
+            if meta is not None and not isinstance(meta, Mapping):
+                raise ValidationError(f"metadatas[{i}]", "must be a mapping")
+            metas.append(dict(meta or {}))
         keys = [
             str(uuid.uuid4())
             if ids is None or ids[i] is None

@@ -352,6 +352,12 @@ async def test_mismatched_lengths_name_the_field(store: MemsvcVectorStore) -> No
     with pytest.raises(ValidationError) as info:
         await store.aadd_texts(["a", "b"], ids=["1", ""])
     assert _field(info) == "ids[1]"
+    with pytest.raises(ValidationError) as info:
+        await store.aadd_texts(["a", "b"], metadatas=[{}, ["not", "a", "mapping"]])  # type: ignore[list-item]
+    assert _field(info) == "metadatas[1]"
+    with pytest.raises(ValidationError) as info:
+        await store.aadd_texts(["a", 2])  # type: ignore[list-item]
+    assert _field(info) == "texts[1]"
     assert await store.aget_by_ids(["1"]) == []
 
 
