@@ -38,11 +38,11 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from memsvc.db.errors import translate_errors
 from memsvc.errors import MemsvcError, NotFoundError, ValidationError
 from memsvc.models import Memory, SearchHit
-from memsvc.repositories.memories import KEY_MAX_LENGTH
+from memsvc.repositories.memories import KEY_MAX_LENGTH, MAX_K
 from memsvc.scope import Scope
 from memsvc.service import MemoryService
 from memsvc.sync import SyncMemoryService
-from memsvc.validation import validate_name, validate_scope
+from memsvc.validation import validate_limit, validate_name, validate_scope
 
 T = TypeVar("T")
 
@@ -412,11 +412,17 @@ class MemsvcVectorStore(VectorStore):
     # --------------------------------------------------- max marginal relevance
 
     @staticmethod
+    def _fetch_k(k: int, fetch_k: int, lambda_mult: float) -> int:
+        """How many candidates to fetch; checks the arguments by the names passed."""
+        k = validate_limit(k, "k", MAX_K)
+        if not isinstance(lambda_mult, int | float) or not 0.0 <= lambda_mult <= 1.0:
+            raise ValidationError("lambda_mult", "must be between 0 and 1")
+        return max(k, validate_limit(fetch_k, "fetch_k", MAX_K))
+
+    @staticmethod
     def _diverse(
         query: Sequence[float], hits: list[SearchHit], k: int, lambda_mult: float
     ) -> list[Document]:
-        if not 0.0 <= lambda_mult <= 1.0:
-            raise ValidationError("lambda_mult", "must be between 0 and 1")
         candidates = [hit.memory for hit in hits if hit.memory.embedding is not None]
         if not candidates:
             return []
@@ -441,7 +447,9 @@ class MemsvcVectorStore(VectorStore):
 
         ``lambda_mult`` runs from 0 (most diverse) to 1 (most relevant).
         """
-        hits = self._bridge.run(self._search(embedding, max(fetch_k, k), filter))
+        hits = self._bridge.run(
+            self._search(embedding, self._fetch_k(k, fetch_k, lambda_mult), filter)
+        )
         return self._diverse(embedding, hits, k, lambda_mult)
 
     async def amax_marginal_relevance_search_by_vector(
@@ -454,7 +462,9 @@ class MemsvcVectorStore(VectorStore):
         **kwargs: Any,
     ) -> list[Document]:
         """Async :meth:`max_marginal_relevance_search_by_vector`."""
-        hits = await self._bridge.arun(self._search(embedding, max(fetch_k, k), filter))
+        hits = await self._bridge.arun(
+            self._search(embedding, self._fetch_k(k, fetch_k, lambda_mult), filter)
+        )
         return self._diverse(embedding, hits, k, lambda_mult)
 
     def max_marginal_relevance_search(

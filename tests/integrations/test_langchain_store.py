@@ -413,6 +413,9 @@ async def test_bad_arguments_elsewhere_name_the_field(
         await store.amax_marginal_relevance_search("x", lambda_mult=2.0)
     assert _field(info) == "lambda_mult"
     with pytest.raises(ValidationError) as info:
+        await store.amax_marginal_relevance_search("x", k=2, fetch_k=5000)
+    assert _field(info) == "fetch_k"
+    with pytest.raises(ValidationError) as info:
         await store.adelete(None)
     assert _field(info) == "ids"
     with pytest.raises(ValidationError) as info:
