@@ -15,7 +15,7 @@ from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, create_pool, find_vector_schema
 from memsvc.embedding import Embedder
-from memsvc.errors import SchemaError
+from memsvc.errors import MemsvcError, SchemaError
 from memsvc.ops.maintenance import Maintenance
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.checkpoints import CheckpointRepository
@@ -69,6 +69,11 @@ class MemoryService:
         self._pool = pool
         self._embedded = embedded
         self._closed = False
+        # The pool's connections belong to the loop the service was opened on.
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         self.assemblies = AssemblyRepository(pool, settings)
         self.checkpoints = CheckpointRepository(pool, settings)
         self.memories = MemoryRepository(
@@ -142,6 +147,17 @@ class MemoryService:
     def pool(self) -> asyncpg.Pool:
         """The asyncpg pool, for apps that run their own statements alongside memsvc's."""
         return self._pool
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the service was opened on; its coroutines must run there.
+
+        Code on other threads submits work to it with
+        ``asyncio.run_coroutine_threadsafe(coroutine, svc.loop)``.
+        """
+        if self._loop is None:
+            raise MemsvcError("this MemoryService was not opened on an event loop")
+        return self._loop
 
     async def close(self) -> None:
         """Close the pool; stop the embedded server if this process started it."""

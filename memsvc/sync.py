@@ -106,6 +106,16 @@ class SyncMemoryService:
             raise
         return cls(service, runner)
 
+    @property
+    def service(self) -> MemoryService:
+        """The async service underneath; its coroutines run only on :attr:`loop`."""
+        return self._service
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The background event loop that owns the service's connections."""
+        return self._runner.loop
+
     def working(self, scope: Scope) -> Any:
         """The blocking working memory of a session."""
         return _Blocking(self._service.working(scope), self._runner)

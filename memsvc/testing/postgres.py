@@ -128,10 +128,18 @@ def settings_for_tests(dsn: str, **overrides: Any) -> Settings:
 class MigratedTemplate:
     """A database migrated to head that tests clone (or share, if cloning is refused)."""
 
-    def __init__(self, server: TestPostgres) -> None:
+    def __init__(self, server: TestPostgres, **settings_overrides: Any) -> None:
         self.server = server
         self.name = f"memsvc_template_{uuid.uuid4().hex[:8]}"
         self.shared_dsn: str | None = None
+        # Settings fixed at migration (embedding_dim, vector_type, db_schema...):
+        # a template per combination. Give each its own db_schema, in case the
+        # server refuses CREATE DATABASE and every template shares one database.
+        self.settings_overrides = settings_overrides
+
+    def settings(self, dsn: str) -> Settings:
+        """Settings for a database cloned from this template."""
+        return settings_for_tests(dsn, **self.settings_overrides)
 
     async def build(self) -> None:
         """Create and migrate the template database."""
@@ -141,13 +149,13 @@ class MigratedTemplate:
             self.server.can_create_databases = False
             self.shared_dsn = self.server.dsn
             dsn = self.server.dsn
-        await asyncio.to_thread(migrate.upgrade, settings_for_tests(dsn), dsn)
+        await asyncio.to_thread(migrate.upgrade, self.settings(dsn), dsn)
 
     @contextlib.asynccontextmanager
     async def fresh_database(self) -> AsyncIterator[str]:
         """A clean migrated database for one test; yields its DSN."""
         if self.shared_dsn is not None:
-            await empty_tables(self.shared_dsn, settings_for_tests(self.shared_dsn).db_schema)
+            await empty_tables(self.shared_dsn, self.settings(self.shared_dsn).db_schema)
             yield self.shared_dsn
             return
         name = f"memsvc_t_{uuid.uuid4().hex[:12]}"
