@@ -137,9 +137,11 @@ async def test_every_tool_over_stdio(
             "content": "the user prefers metric units", "session": "s-1"
         })
         assert again["id"] == added["id"]  # deduplicated, not stored twice
-        await _ok(client, "memory_add", {
-            "content": "deploys happen on Tuesdays", "metadata": {"kind": "fact"}
+        expiring = await _ok(client, "memory_add", {
+            "content": "deploys happen on Tuesdays", "metadata": {"kind": "fact"},
+            "ttl_seconds": 3600,
         })
+        assert expiring["expires_at"] is not None and added["expires_at"] is None
 
         first = await _ok(client, "memory_put", {"key": "units", "content": "metric"})
         second = await _ok(client, "memory_put", {"key": "units", "content": "SI with kN"})
