@@ -20,7 +20,10 @@ Failures come back as MCP tool errors carrying memsvc's message
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import inspect
+import signal
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -30,11 +33,12 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from memsvc.embedding import embedder_from_spec
-from memsvc.errors import MemsvcError, NotFoundError
+from memsvc.errors import MemsvcError, NotFoundError, ValidationError
 from memsvc.models import Memory
 from memsvc.scope import Include, Scope
 from memsvc.service import MemoryService
 from memsvc.settings import Settings
+from memsvc.working import WorkingMemory
 
 Transport = Literal["stdio", "streamable-http"]
 
@@ -55,17 +59,17 @@ _T = TypeVar("_T")
 class MemoryResult(BaseModel):
     """A stored memory as the tools report it."""
 
-    id: str
+    id: str = Field(description="Pass it to memory_get or memory_delete.")
     content: str
     metadata: dict[str, Any]
     importance: float
-    key: str | None = None
+    key: str | None = Field(default=None, description="Set when stored with memory_put.")
     session: str | None = None
-    scope: dict[str, str | None]
-    version: int
+    scope: dict[str, str | None] = Field(description="tenant, project, agent and session.")
+    version: int = Field(description="Goes up each time memory_put replaces it.")
     created_at: datetime
     updated_at: datetime
-    expires_at: datetime | None = None
+    expires_at: datetime | None = Field(default=None, description="Null: kept until deleted.")
 
     @classmethod
     def of(cls, memory: Memory) -> MemoryResult:
@@ -88,7 +92,7 @@ class MemoryResult(BaseModel):
 class SearchResultItem(BaseModel):
     """One search hit: a memory and its score (higher is closer)."""
 
-    score: float
+    score: float = Field(description="Similarity to the query, higher is closer (at most 1).")
     memory: MemoryResult
 
 
@@ -166,12 +170,30 @@ def _is_visible(scope: Scope, base: Scope) -> bool:
     return _is_under(scope, base) or scope in base.ancestors()
 
 
+def _tool_error(exc: MemsvcError) -> ToolError:
+    """The tool error a client sees: the error's class and memsvc's message, nothing else."""
+    return ToolError(f"{type(exc).__name__}: {exc}")
+
+
 async def _answer(call: Awaitable[_T]) -> _T:
     """Run a memsvc call; its failure becomes a tool error with memsvc's own message."""
     try:
         return await call
     except MemsvcError as exc:
-        raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+        raise _tool_error(exc) from exc
+
+
+def _tool(
+    server: MCPServer[Any], annotations: ToolAnnotations
+) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+    """Register a tool whose description is its docstring on one line (what a model reads)."""
+
+    def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        description = " ".join(inspect.cleandoc(fn.__doc__ or "").split())
+        server.add_tool(fn, description=description, annotations=annotations)
+        return fn
+
+    return register
 
 
 def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
@@ -202,7 +224,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
             raise NotFoundError(f"memory {memory_id} not found")
         return memory
 
-    @server.tool(annotations=writes)
+    @_tool(server, writes)
     async def memory_add(
         content: Content,
         metadata: Metadata = None,
@@ -220,7 +242,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         )
         return MemoryResult.of(memory)
 
-    @server.tool(annotations=writes)
+    @_tool(server, writes)
     async def memory_put(
         key: Annotated[str, Field(description="A stable name for the memory, e.g. 'units'.")],
         content: Content,
@@ -239,7 +261,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         )
         return MemoryResult.of(memory)
 
-    @server.tool(annotations=read_only)
+    @_tool(server, read_only)
     async def memory_search(
         query: Annotated[str, Field(description="What to look for, in natural language.")],
         k: Annotated[int, Field(ge=1, le=MAX_K, description="How many memories to return.")] = 5,
@@ -271,7 +293,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
             hits=[SearchResultItem(score=h.score, memory=MemoryResult.of(h.memory)) for h in hits]
         )
 
-    @server.tool(annotations=read_only)
+    @_tool(server, read_only)
     async def memory_get(
         id: Annotated[
             str | None, Field(description="The memory's id. Give either id or key.")
@@ -285,19 +307,18 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
     ) -> MemoryResult:
         """Read one memory by its id, or by the key it was stored under with memory_put."""
         if (id is None) == (key is None):
-            raise ToolError("ValidationError: id: give either id or key, not both or neither")
+            raise _tool_error(ValidationError("id", "give either id or key, not both or neither"))
         if id is not None:
             return MemoryResult.of(await _answer(visible(id)))
         assert key is not None
         target = await _answer(_scoped(scope, session))
         return MemoryResult.of(await _answer(memories.get_by_key(target, key)))
 
-    @server.tool(
-        annotations=ToolAnnotations(
-            read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-            open_world_hint=False,
-        )
+    deletes = ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
     )
+
+    @_tool(server, deletes)
     async def memory_delete(id: MemoryId) -> DeleteResult:
         """Delete a memory stored in this server's scope or one of its sessions."""
 
@@ -309,7 +330,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
 
         return DeleteResult(deleted=await _answer(delete()))
 
-    @server.tool(annotations=writes)
+    @_tool(server, writes)
     async def working_set(
         session: Session,
         key: Annotated[str, Field(description="The name of the value (not starting with '_').")],
@@ -324,7 +345,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         await _answer(service.working(target).set(key, value, ttl_seconds=ttl_seconds))
         return WorkingSetResult(session=session, key=key, stored=True)
 
-    @server.tool(annotations=read_only)
+    @_tool(server, read_only)
     async def working_get(
         session: Session,
         key: Annotated[
@@ -342,7 +363,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
             values = {} if value is missing else {key: value}
         return WorkingGetResult(session=session, values=values)
 
-    @server.tool(annotations=writes)
+    @_tool(server, writes)
     async def scratchpad_append(
         session: Session,
         content: Annotated[str, Field(description="A note, e.g. what was just checked.")],
@@ -353,7 +374,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         await _answer(working.append_scratchpad(content))
         return await _scratchpad(working, session)
 
-    @server.tool(annotations=read_only)
+    @_tool(server, read_only)
     async def scratchpad_get(session: Session) -> ScratchpadResult:
         """Read a session's scratchpad notes, oldest first, with their timestamps."""
         target = await _answer(_scoped(scope, session))
@@ -370,7 +391,7 @@ async def _scoped(base: Scope, session: str | None) -> Scope:
     return base if session is None else base.with_session(session)
 
 
-async def _scratchpad(working: Any, session: str) -> ScratchpadResult:
+async def _scratchpad(working: WorkingMemory, session: str) -> ScratchpadResult:
     entries = await _answer(working.get_scratchpad_with_timestamps())
     return ScratchpadResult(
         session=session, entries=[ScratchpadEntry(**entry) for entry in entries]
@@ -405,7 +426,29 @@ async def serve(
             return
         if on_ready is not None:
             on_ready(f"memsvc MCP server for {_describe(scope)} on http://{host}:{port}/mcp")
-        await server.run_streamable_http_async(host=host, port=port)
+        with _signals_end_serving():
+            await server.run_streamable_http_async(host=host, port=port)
+
+
+@contextlib.contextmanager
+def _signals_end_serving() -> Iterator[None]:
+    """Let SIGINT/SIGTERM end serving normally, so the service closes after uvicorn.
+
+    uvicorn shuts down on the signal, then raises it again under the handler
+    that was installed before it started; with the default one the process
+    dies right there, before the pool closes (or the embedded PostgreSQL
+    stops). A handler that only notes the signal lets ``serve`` return.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handled = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda _sig, _frame: None) for sig in handled}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _describe(scope: Scope) -> str:

@@ -352,15 +352,21 @@ def http_server(server_env: dict[str, str]) -> Iterator[Callable[[str], str]]:
         return f"http://127.0.0.1:{port}/mcp"
 
     yield start
+    failures = []
     for process in processes:
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+        assert process.stderr is not None
+        log = process.stderr.read().decode(errors="replace")
+        process.stderr.close()
+        # SIGTERM stops uvicorn, then the service closes its pool: a clean exit.
+        if process.returncode != 0 or "Traceback" in log:
+            failures.append(f"exit code {process.returncode}:\n{log[-2000:]}")
+    assert not failures, failures
 
 
 def _base_env() -> dict[str, str]:
