@@ -20,12 +20,13 @@ Failures come back as MCP tool errors carrying memsvc's message
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import signal
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -50,8 +51,6 @@ INSTRUCTIONS = (
     "short-lived state of a conversation with working_set/working_get and notes with "
     "scratchpad_append. Scope (tenant, project, agent) is fixed by the server."
 )
-
-_T = TypeVar("_T")
 
 # ----------------------------------------------------------------- tool results
 
@@ -175,10 +174,11 @@ def _tool_error(exc: MemsvcError) -> ToolError:
     return ToolError(f"{type(exc).__name__}: {exc}")
 
 
-async def _answer(call: Awaitable[_T]) -> _T:
-    """Run a memsvc call; its failure becomes a tool error with memsvc's own message."""
+@contextlib.contextmanager
+def _tool_errors() -> Iterator[None]:
+    """A memsvc failure inside becomes a tool error carrying memsvc's own message."""
     try:
-        return await call
+        yield
     except MemsvcError as exc:
         raise _tool_error(exc) from exc
 
@@ -186,11 +186,17 @@ async def _answer(call: Awaitable[_T]) -> _T:
 def _tool(
     server: MCPServer[Any], annotations: ToolAnnotations
 ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
-    """Register a tool whose description is its docstring on one line (what a model reads)."""
+    """Register a tool: its description is its docstring on one line (what a model
+    reads), and a memsvc failure inside it is a tool error with memsvc's message."""
 
     def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        @functools.wraps(fn)  # the SDK reads the signature (the schema) through __wrapped__
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            with _tool_errors():
+                return await fn(*args, **kwargs)
+
         description = " ".join(inspect.cleandoc(fn.__doc__ or "").split())
-        server.add_tool(fn, description=description, annotations=annotations)
+        server.add_tool(call, description=description, annotations=annotations)
         return fn
 
     return register
@@ -234,11 +240,9 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
     ) -> MemoryResult:
         """Store a long-term memory. Storing the same text again in the same place returns
         the memory already stored instead of a duplicate."""
-        target = await _answer(_scoped(scope, session))
-        memory = await _answer(
-            memories.add(
-                target, content, metadata=metadata, importance=importance, ttl=ttl_seconds
-            )
+        target = _scoped(scope, session)
+        memory = await memories.add(
+            target, content, metadata=metadata, importance=importance, ttl=ttl_seconds
         )
         return MemoryResult.of(memory)
 
@@ -253,11 +257,9 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
     ) -> MemoryResult:
         """Store a memory under a key, replacing what the key held before (its version goes
         up). Use it for facts that change, like a preference; read it back with memory_get."""
-        target = await _answer(_scoped(scope, session))
-        memory = await _answer(
-            memories.put(
-                target, key, content, metadata=metadata, importance=importance, ttl=ttl_seconds
-            )
+        target = _scoped(scope, session)
+        memory = await memories.put(
+            target, key, content, metadata=metadata, importance=importance, ttl=ttl_seconds
         )
         return MemoryResult.of(memory)
 
@@ -287,8 +289,8 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         ] = None,
     ) -> SearchResult:
         """Find the memories closest in meaning to a query, best first, with their scores."""
-        target = await _answer(_scoped(scope, session))
-        hits = await _answer(memories.search(target, query, k=k, include=include, where=where))
+        target = _scoped(scope, session)
+        hits = await memories.search(target, query, k=k, include=include, where=where)
         return SearchResult(
             hits=[SearchResultItem(score=h.score, memory=MemoryResult.of(h.memory)) for h in hits]
         )
@@ -306,13 +308,11 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         ] = None,
     ) -> MemoryResult:
         """Read one memory by its id, or by the key it was stored under with memory_put."""
-        if (id is None) == (key is None):
-            raise _tool_error(ValidationError("id", "give either id or key, not both or neither"))
-        if id is not None:
-            return MemoryResult.of(await _answer(visible(id)))
-        assert key is not None
-        target = await _answer(_scoped(scope, session))
-        return MemoryResult.of(await _answer(memories.get_by_key(target, key)))
+        if id is not None and key is None:
+            return MemoryResult.of(await visible(id))
+        if key is not None and id is None:
+            return MemoryResult.of(await memories.get_by_key(_scoped(scope, session), key))
+        raise ValidationError("id", "give either id or key, not both or neither")
 
     deletes = ToolAnnotations(
         read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
@@ -321,14 +321,11 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
     @_tool(server, deletes)
     async def memory_delete(id: MemoryId) -> DeleteResult:
         """Delete a memory stored in this server's scope or one of its sessions."""
-
-        async def delete() -> bool:
-            memory = await visible(id)
-            if not _is_under(memory.scope, scope):
-                raise NotFoundError(f"memory {id} not found in this server's scope")
-            return await memories.delete(memory.id, tenant=scope.tenant)
-
-        return DeleteResult(deleted=await _answer(delete()))
+        memory = await visible(id)
+        if not _is_under(memory.scope, scope):
+            # Readable from here (stored above this scope) but not this server's to delete.
+            raise NotFoundError(f"memory {id} not found in this server's scope")
+        return DeleteResult(deleted=await memories.delete(memory.id, tenant=scope.tenant))
 
     @_tool(server, writes)
     async def working_set(
@@ -341,8 +338,8 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         ] = None,
     ) -> WorkingSetResult:
         """Keep a short-lived value in a session's working memory (drafts, task state)."""
-        target = await _answer(_scoped(scope, session))
-        await _answer(service.working(target).set(key, value, ttl_seconds=ttl_seconds))
+        target = _scoped(scope, session)
+        await service.working(target).set(key, value, ttl_seconds=ttl_seconds)
         return WorkingSetResult(session=session, key=key, stored=True)
 
     @_tool(server, read_only)
@@ -353,13 +350,13 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         ] = None,
     ) -> WorkingGetResult:
         """Read a session's working memory: one key (absent keys are left out) or all of it."""
-        target = await _answer(_scoped(scope, session))
+        target = _scoped(scope, session)
         working = service.working(target)
         if key is None:
-            values = await _answer(working.get_all())
+            values = await working.get_all()
         else:
             missing = object()
-            value = await _answer(working.get(key, missing))
+            value = await working.get(key, missing)
             values = {} if value is missing else {key: value}
         return WorkingGetResult(session=session, values=values)
 
@@ -369,30 +366,27 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         content: Annotated[str, Field(description="A note, e.g. what was just checked.")],
     ) -> ScratchpadResult:
         """Append a note to a session's scratchpad; returns the scratchpad."""
-        target = await _answer(_scoped(scope, session))
+        target = _scoped(scope, session)
         working = service.working(target)
-        await _answer(working.append_scratchpad(content))
+        await working.append_scratchpad(content)
         return await _scratchpad(working, session)
 
     @_tool(server, read_only)
     async def scratchpad_get(session: Session) -> ScratchpadResult:
         """Read a session's scratchpad notes, oldest first, with their timestamps."""
-        target = await _answer(_scoped(scope, session))
+        target = _scoped(scope, session)
         return await _scratchpad(service.working(target), session)
 
     return server
 
 
-async def _scoped(base: Scope, session: str | None) -> Scope:
-    """The server's scope, narrowed to ``session`` when one is named.
-
-    A coroutine so that a bad session id (a ValidationError) goes through _answer.
-    """
+def _scoped(base: Scope, session: str | None) -> Scope:
+    """The server's scope, narrowed to ``session`` when one is named."""
     return base if session is None else base.with_session(session)
 
 
 async def _scratchpad(working: WorkingMemory, session: str) -> ScratchpadResult:
-    entries = await _answer(working.get_scratchpad_with_timestamps())
+    entries = await working.get_scratchpad_with_timestamps()
     return ScratchpadResult(
         session=session, entries=[ScratchpadEntry(**entry) for entry in entries]
     )
