@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -335,34 +337,37 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def http_server(server_env: dict[str, str]) -> Iterator[Callable[[str], str]]:
+def http_server(
+    server_env: dict[str, str], tmp_path: Path
+) -> Iterator[Callable[[str], str]]:
     """Start ``memsvc mcp --transport streamable-http`` for a tenant; returns its URL."""
-    processes: list[subprocess.Popen[bytes]] = []
+    processes: list[tuple[subprocess.Popen[bytes], Path]] = []
 
     def start(tenant: str) -> str:
         port = _free_port()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "memsvc.cli", "mcp", "--tenant", tenant,
-             "--transport", "streamable-http", "--port", str(port)],
-            env={**_base_env(), **server_env},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        processes.append(process)
+        # A file, not a pipe: a server logging more than a pipe holds would block.
+        log = tmp_path / f"server-{port}.log"
+        with log.open("wb") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "memsvc.cli", "mcp", "--tenant", tenant,
+                 "--transport", "streamable-http", "--port", str(port)],
+                env={**_base_env(), **server_env},
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        processes.append((process, log))
         return f"http://127.0.0.1:{port}/mcp"
 
     yield start
     failures = []
-    for process in processes:
+    for process, log_path in processes:
         process.terminate()
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        assert process.stderr is not None
-        log = process.stderr.read().decode(errors="replace")
-        process.stderr.close()
+        log = log_path.read_text(errors="replace")
         # SIGTERM stops uvicorn, then the service closes its pool: a clean exit.
         if process.returncode != 0 or "Traceback" in log:
             failures.append(f"exit code {process.returncode}:\n{log[-2000:]}")
@@ -370,8 +375,6 @@ def http_server(server_env: dict[str, str]) -> Iterator[Callable[[str], str]]:
 
 
 def _base_env() -> dict[str, str]:
-    import os
-
     return {key: value for key, value in os.environ.items() if not key.startswith("MEMSVC_")}
 
 
