@@ -418,28 +418,40 @@ async def serve(
         if transport == "stdio":
             await server.run_stdio_async()
             return
-        if on_ready is not None:
-            on_ready(f"memsvc MCP server for {_describe(scope)} on http://{host}:{port}/mcp")
-        with _signals_end_serving():
-            await server.run_streamable_http_async(host=host, port=port)
+        await _serve_http(server, host, port, scope, on_ready)
 
 
-@contextlib.contextmanager
-def _signals_end_serving() -> Iterator[None]:
-    """Let SIGINT/SIGTERM end serving normally, so the service closes after uvicorn.
+async def _serve_http(
+    server: MCPServer[Any],
+    host: str,
+    port: int,
+    scope: Scope,
+    on_ready: Callable[[str], None] | None,
+) -> None:
+    """Serve the streamable HTTP app with uvicorn until SIGINT/SIGTERM, then return.
 
     uvicorn shuts down on the signal, then raises it again under the handler
     that was installed before it started; with the default one the process
-    dies right there, before the pool closes (or the embedded PostgreSQL
-    stops). A handler that only notes the signal lets ``serve`` return.
+    would die right there, before the service closes its pool (or stops the
+    embedded PostgreSQL). The handler installed here asks uvicorn to exit
+    instead, which is also right for a signal arriving before uvicorn's own
+    handlers are in place.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    handled = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, lambda _sig, _frame: None) for sig in handled}
+    import uvicorn  # a dependency of the mcp SDK, needed for HTTP only
+
+    app = server.streamable_http_app(host=host)
+    http = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+
+    def stop(_signal: int, _frame: object) -> None:
+        http.should_exit = True
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        if on_ready is not None:
+            on_ready(f"memsvc MCP server for {_describe(scope)} on http://{host}:{port}/mcp")
+        await http.serve()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
