@@ -152,6 +152,37 @@ def demo() -> None:
     _run(run_demo(_settings(), click.echo))
 
 
+@main.command()
+@click.option("--tenant", required=True, help="The tenant every tool works in.")
+@click.option("--project", default=None, help="Confine the tools to this project.")
+@click.option("--agent", default=None, help="Confine the tools to this agent.")
+@click.option("--transport", type=click.Choice(["stdio", "streamable-http"]), default="stdio",
+              show_default=True, help="stdio for a client that starts the server; "
+              "streamable-http to listen on --host/--port (path /mcp).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP address.")
+@click.option("--port", default=8000, show_default=True, help="HTTP port.")
+def mcp(
+    tenant: str, project: str | None, agent: str | None, transport: str, host: str, port: int
+) -> None:
+    """Serve memories and working memory to agents as MCP tools.
+
+    The tenant (and project/agent when given) is fixed here: no tool argument
+    reaches outside it. Text search uses the embedder MEMSVC_EMBEDDER names.
+    """
+    try:
+        from memsvc.integrations.mcp import serve
+    except ImportError as exc:
+        raise click.ClickException("the MCP server needs the mcp extra: memsvc[mcp]") from exc
+
+    try:
+        scope = Scope(tenant, project, agent)
+    except MemsvcError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    # stdout carries the protocol on stdio: anything for people goes to stderr.
+    _run(serve(_settings(), scope, transport=transport, host=host, port=port,  # type: ignore[arg-type]
+               on_ready=lambda line: click.echo(line, err=True)))
+
+
 # --------------------------------------------------------------------- operations
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from memsvc.embedding import HashingEmbedder
+from memsvc.embedding import embedder_from_spec
 from memsvc.scope import Scope
 from memsvc.service import MemoryService
 from memsvc.settings import Settings
@@ -24,7 +24,7 @@ async def run_demo(settings: Settings, say: Callable[[str], None]) -> None:
     where = "the embedded PostgreSQL" if settings.uses_embedded_database else "MEMSVC_DATABASE_URL"
     say(f"opening memsvc on {where} (data dir {settings.data_dir}) ...")
     started = time.perf_counter()
-    embedder = HashingEmbedder(settings.embedding_dim)
+    embedder = embedder_from_spec(settings.embedder, settings.embedding_dim)
     async with MemoryService.open(settings, embedder=embedder) as svc:
         say(f"  ready in {time.perf_counter() - started:.1f}s, schema {settings.db_schema!r}")
         scope = Scope(tenant="demo", project="bridge", agent="planner", session="s-42")

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from memsvc.errors import ValidationError
+
 Embedder = Callable[[Sequence[str]], Awaitable[Sequence[Any]]]
 """Anything ``await embedder(["text", ...])`` that returns one vector per text."""
 
@@ -45,3 +47,27 @@ class HashingEmbedder:
 
     async def __call__(self, texts: Sequence[str]) -> list[np.ndarray[Any, np.dtype[np.float32]]]:
         return [self.embed_one(text) for text in texts]
+
+
+# The embedders memsvc ships, by the name ``MEMSVC_EMBEDDER`` uses. A model
+# backed embedder (imported lazily) joins this table when memsvc ships one.
+_FACTORIES: dict[str, Callable[[int], Embedder]] = {
+    "hashing": HashingEmbedder,
+}
+
+
+def embedder_from_spec(spec: str, dim: int) -> Embedder:
+    """The embedder a setting names (``MEMSVC_EMBEDDER``), producing ``dim``-sized vectors.
+
+    Args:
+        spec: An embedder's name: ``hashing`` today.
+        dim: The database's embedding dimension (``Settings.embedding_dim``).
+
+    Raises:
+        ValidationError: ``spec`` names no embedder memsvc ships (field ``embedder``).
+    """
+    factory = _FACTORIES.get(spec.strip().lower()) if isinstance(spec, str) else None
+    if factory is None:
+        known = ", ".join(sorted(_FACTORIES))
+        raise ValidationError("embedder", f"unknown embedder {spec!r}; memsvc ships: {known}")
+    return factory(dim)

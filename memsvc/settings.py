@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
     hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
     hnsw_max_scan_tuples: int = Field(default=20_000, ge=1)
+    embedder: str = Field(
+        default="hashing",
+        description="Embedder for text queries where memsvc picks one (`memsvc mcp`, the demo).",
+    )
     exact_search_threshold: int = Field(
         default=2_000,
         ge=0,

@@ -1,0 +1,461 @@
+"""memsvc as Model Context Protocol tools (``memsvc mcp``), on the official ``mcp`` SDK.
+
+One server serves one scope fixed by its configuration: a tenant, and the
+project and agent when given. Tool arguments can name a session under that
+scope, never another tenant, project or agent, so an agent connected to it
+reads and writes only what its operator allowed:
+
+- writes (``memory_add``, ``memory_put``, ``memory_delete``) land in the
+  server's scope or one of its sessions;
+- reads see the server's scope, the scopes under it and (with
+  ``include="ancestors"``) the scopes above it on its own path, e.g. facts
+  stored for the whole tenant;
+- a memory id outside that (another tenant's, a sibling project's) answers
+  "not found", exactly as a missing one does.
+
+Failures come back as MCP tool errors carrying memsvc's message
+(``ValidationError: k: ...``); tracebacks stay in the server's log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import signal
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from memsvc.embedding import embedder_from_spec
+from memsvc.errors import MemsvcError, NotFoundError, ValidationError
+from memsvc.models import Memory
+from memsvc.scope import Include, Scope
+from memsvc.service import MemoryService
+from memsvc.settings import Settings
+from memsvc.working import WorkingMemory
+
+Transport = Literal["stdio", "streamable-http"]
+
+MAX_K = 100
+SERVER_NAME = "memsvc"
+INSTRUCTIONS = (
+    "Long-term memory and per-session working memory for this agent. Store durable facts "
+    "with memory_add (or memory_put under a stable key), find them with memory_search; keep "
+    "short-lived state of a conversation with working_set/working_get and notes with "
+    "scratchpad_append. Scope (tenant, project, agent) is fixed by the server."
+)
+
+# ----------------------------------------------------------------- tool results
+
+
+class MemoryResult(BaseModel):
+    """A stored memory as the tools report it."""
+
+    id: str = Field(description="Pass it to memory_get or memory_delete.")
+    content: str
+    metadata: dict[str, Any]
+    importance: float
+    key: str | None = Field(default=None, description="Set when stored with memory_put.")
+    session: str | None = None
+    scope: dict[str, str | None] = Field(description="tenant, project, agent and session.")
+    version: int = Field(description="Goes up each time memory_put replaces it.")
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None = Field(default=None, description="Null: kept until deleted.")
+
+    @classmethod
+    def of(cls, memory: Memory) -> MemoryResult:
+        """The report of one memory (without its embedding: it means nothing to a model)."""
+        return cls(
+            id=str(memory.id),
+            content=memory.content,
+            metadata=memory.metadata,
+            importance=memory.importance,
+            key=memory.key,
+            session=memory.scope.session,
+            scope=memory.scope.as_dict(),
+            version=memory.version,
+            created_at=memory.created_at,
+            updated_at=memory.updated_at,
+            expires_at=memory.expires_at,
+        )
+
+
+class SearchResultItem(BaseModel):
+    """One search hit: a memory and its score (higher is closer)."""
+
+    score: float = Field(description="Similarity to the query, higher is closer (at most 1).")
+    memory: MemoryResult
+
+
+class SearchResult(BaseModel):
+    """Hits of ``memory_search``, best first."""
+
+    hits: list[SearchResultItem]
+
+
+class DeleteResult(BaseModel):
+    """Whether ``memory_delete`` removed the memory."""
+
+    deleted: bool
+
+
+class WorkingSetResult(BaseModel):
+    """Acknowledges ``working_set``."""
+
+    session: str
+    key: str
+    stored: bool
+
+
+class WorkingGetResult(BaseModel):
+    """Values of ``working_get``: one key, or every key of the session."""
+
+    session: str
+    values: dict[str, Any]
+
+
+class ScratchpadEntry(BaseModel):
+    """One scratchpad note with the moment it was written (ISO 8601)."""
+
+    content: str
+    timestamp: str
+
+
+class ScratchpadResult(BaseModel):
+    """The scratchpad of a session, oldest note first."""
+
+    session: str
+    entries: list[ScratchpadEntry]
+
+
+# ----------------------------------------------------------------- arguments
+
+Content = Annotated[str, Field(description="The text to remember, self-contained.")]
+Metadata = Annotated[
+    dict[str, Any] | None,
+    Field(description="Optional JSON object stored with the memory and filterable in search."),
+]
+Importance = Annotated[
+    float, Field(ge=0.0, le=1.0, description="How much it matters, from 0 to 1.")
+]
+TtlSeconds = Annotated[
+    float | None,
+    Field(gt=0, description="Seconds until it expires; omit to keep it."),
+]
+OptionalSession = Annotated[
+    str | None,
+    Field(description="A session id under this server's scope; omit for the scope itself."),
+]
+Session = Annotated[str, Field(description="The session (conversation) id.")]
+MemoryId = Annotated[str, Field(description="A memory id (UUID) returned by another tool.")]
+
+
+def _is_under(scope: Scope, base: Scope) -> bool:
+    """True when ``scope`` is ``base`` or nested under it."""
+    upto = base.depth + 1
+    return scope.levels[:upto] == base.levels[:upto]
+
+
+def _is_visible(scope: Scope, base: Scope) -> bool:
+    """True when the server may read a memory of ``scope``: under it or above it on its path."""
+    return _is_under(scope, base) or scope in base.ancestors()
+
+
+def _tool_error(exc: MemsvcError) -> ToolError:
+    """The tool error a client sees: the error's class and memsvc's message, nothing else."""
+    return ToolError(f"{type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def _tool_errors() -> Iterator[None]:
+    """A memsvc failure inside becomes a tool error carrying memsvc's own message."""
+    try:
+        yield
+    except MemsvcError as exc:
+        raise _tool_error(exc) from exc
+
+
+def _tool(
+    server: MCPServer[Any], annotations: ToolAnnotations
+) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+    """Register a tool: its description is its docstring on one line (what a model
+    reads), and a memsvc failure inside it is a tool error with memsvc's message."""
+
+    def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        @functools.wraps(fn)  # the SDK reads the signature (the schema) through __wrapped__
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            with _tool_errors():
+                return await fn(*args, **kwargs)
+
+        description = " ".join(inspect.cleandoc(fn.__doc__ or "").split())
+        server.add_tool(call, description=description, annotations=annotations)
+        return fn
+
+    return register
+
+
+def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
+    """An MCP server exposing ``service`` within ``scope`` as tools.
+
+    Args:
+        service: An open service with an embedder (text search needs one).
+        scope: What the server serves: a tenant, optionally a project and an
+            agent. Sessions are named per call; a session-level scope is refused.
+
+    Raises:
+        ValueError: ``scope`` names a session, or the service has no embedder.
+    """
+    if scope.session is not None:
+        raise ValueError("the server's scope stops at the agent; sessions are tool arguments")
+    if service.embedder is None:
+        raise ValueError("memory_search needs a service opened with an embedder")
+    memories = service.memories
+    server: MCPServer[Any] = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+
+    async def visible(memory_id: str) -> Memory:
+        # Looked up within the tenant only; a memory of another tenant, or off
+        # this server's path, is reported exactly like a missing one.
+        memory = await memories.get(memory_id, tenant=scope.tenant)
+        if not _is_visible(memory.scope, scope):
+            raise NotFoundError(f"memory {memory_id} not found")
+        return memory
+
+    @_tool(server, writes)
+    async def memory_add(
+        content: Content,
+        metadata: Metadata = None,
+        importance: Importance = 0.5,
+        ttl_seconds: TtlSeconds = None,
+        session: OptionalSession = None,
+    ) -> MemoryResult:
+        """Store a long-term memory. Storing the same text again in the same place returns
+        the memory already stored instead of a duplicate."""
+        target = _scoped(scope, session)
+        memory = await memories.add(
+            target, content, metadata=metadata, importance=importance, ttl=ttl_seconds
+        )
+        return MemoryResult.of(memory)
+
+    @_tool(server, writes)
+    async def memory_put(
+        key: Annotated[str, Field(description="A stable name for the memory, e.g. 'units'.")],
+        content: Content,
+        metadata: Metadata = None,
+        importance: Importance = 0.5,
+        ttl_seconds: TtlSeconds = None,
+        session: OptionalSession = None,
+    ) -> MemoryResult:
+        """Store a memory under a key, replacing what the key held before (its version goes
+        up). Use it for facts that change, like a preference; read it back with memory_get."""
+        target = _scoped(scope, session)
+        memory = await memories.put(
+            target, key, content, metadata=metadata, importance=importance, ttl=ttl_seconds
+        )
+        return MemoryResult.of(memory)
+
+    @_tool(server, read_only)
+    async def memory_search(
+        query: Annotated[str, Field(description="What to look for, in natural language.")],
+        k: Annotated[int, Field(ge=1, le=MAX_K, description="How many memories to return.")] = 5,
+        where: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description="Metadata filter on top-level keys, combined with AND: "
+                '{"kind": "preference"} for equality, or operators $eq $ne $gt $gte $lt '
+                '$lte $in $nin $exists, e.g. {"priority": {"$gte": 2}}.'
+            ),
+        ] = None,
+        include: Annotated[
+            Include,
+            Field(
+                description="descendants: the scope searched and everything under it "
+                "(every session when no session is named); exact: that scope only; "
+                "ancestors: that scope and the broader scopes above it."
+            ),
+        ] = "descendants",
+        session: Annotated[
+            str | None,
+            Field(description="Search from this session instead of the server's whole scope."),
+        ] = None,
+    ) -> SearchResult:
+        """Find the memories closest in meaning to a query, best first, with their scores."""
+        target = _scoped(scope, session)
+        hits = await memories.search(target, query, k=k, include=include, where=where)
+        return SearchResult(
+            hits=[SearchResultItem(score=h.score, memory=MemoryResult.of(h.memory)) for h in hits]
+        )
+
+    @_tool(server, read_only)
+    async def memory_get(
+        id: Annotated[
+            str | None, Field(description="The memory's id. Give either id or key.")
+        ] = None,
+        key: Annotated[
+            str | None, Field(description="The key a memory was put under with memory_put.")
+        ] = None,
+        session: Annotated[
+            str | None, Field(description="With key: the session the key was put in.")
+        ] = None,
+    ) -> MemoryResult:
+        """Read one memory by its id, or by the key it was stored under with memory_put."""
+        if id is not None and key is None:
+            return MemoryResult.of(await visible(id))
+        if key is not None and id is None:
+            return MemoryResult.of(await memories.get_by_key(_scoped(scope, session), key))
+        raise ValidationError("id", "give either id or key, not both or neither")
+
+    deletes = ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+    )
+
+    @_tool(server, deletes)
+    async def memory_delete(id: MemoryId) -> DeleteResult:
+        """Delete a memory stored in this server's scope or one of its sessions."""
+        memory = await visible(id)
+        if not _is_under(memory.scope, scope):
+            # Readable from here (stored above this scope) but not this server's to delete.
+            raise NotFoundError(f"memory {id} not found in this server's scope")
+        return DeleteResult(deleted=await memories.delete(memory.id, tenant=scope.tenant))
+
+    @_tool(server, writes)
+    async def working_set(
+        session: Session,
+        key: Annotated[str, Field(description="The name of the value (not starting with '_').")],
+        value: Annotated[Any, Field(description="Any JSON value.")],
+        ttl_seconds: Annotated[
+            float | None,
+            Field(gt=0, description="Seconds it lives; omit for the server's default."),
+        ] = None,
+    ) -> WorkingSetResult:
+        """Keep a short-lived value in a session's working memory (drafts, task state)."""
+        target = _scoped(scope, session)
+        await service.working(target).set(key, value, ttl_seconds=ttl_seconds)
+        return WorkingSetResult(session=session, key=key, stored=True)
+
+    @_tool(server, read_only)
+    async def working_get(
+        session: Session,
+        key: Annotated[
+            str | None, Field(description="The value's name; omit to get every value.")
+        ] = None,
+    ) -> WorkingGetResult:
+        """Read a session's working memory: one key (absent keys are left out) or all of it."""
+        target = _scoped(scope, session)
+        working = service.working(target)
+        if key is None:
+            values = await working.get_all()
+        else:
+            missing = object()
+            value = await working.get(key, missing)
+            values = {} if value is missing else {key: value}
+        return WorkingGetResult(session=session, values=values)
+
+    @_tool(server, writes)
+    async def scratchpad_append(
+        session: Session,
+        content: Annotated[str, Field(description="A note, e.g. what was just checked.")],
+    ) -> ScratchpadResult:
+        """Append a note to a session's scratchpad; returns the scratchpad."""
+        target = _scoped(scope, session)
+        working = service.working(target)
+        await working.append_scratchpad(content)
+        return await _scratchpad(working, session)
+
+    @_tool(server, read_only)
+    async def scratchpad_get(session: Session) -> ScratchpadResult:
+        """Read a session's scratchpad notes, oldest first, with their timestamps."""
+        target = _scoped(scope, session)
+        return await _scratchpad(service.working(target), session)
+
+    return server
+
+
+def _scoped(base: Scope, session: str | None) -> Scope:
+    """The server's scope, narrowed to ``session`` when one is named."""
+    return base if session is None else base.with_session(session)
+
+
+async def _scratchpad(working: WorkingMemory, session: str) -> ScratchpadResult:
+    entries = await working.get_scratchpad_with_timestamps()
+    return ScratchpadResult(
+        session=session, entries=[ScratchpadEntry(**entry) for entry in entries]
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_server(settings: Settings, scope: Scope) -> AsyncIterator[MCPServer[Any]]:
+    """Open a service with the embedder ``settings.embedder`` names and serve ``scope``."""
+    embedder = embedder_from_spec(settings.embedder, settings.embedding_dim)
+    async with MemoryService.open(settings, embedder=embedder) as service:
+        yield create_server(service, scope)
+
+
+async def serve(
+    settings: Settings,
+    scope: Scope,
+    *,
+    transport: Transport = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``scope`` over stdio or streamable HTTP until the client (or a signal) ends it.
+
+    ``on_ready`` is called with a line saying where the server listens, once
+    the database is open (for HTTP; stdio answers on stdout at once).
+    """
+    async with open_server(settings, scope) as server:
+        if transport == "stdio":
+            await server.run_stdio_async()
+            return
+        await _serve_http(server, host, port, scope, on_ready)
+
+
+async def _serve_http(
+    server: MCPServer[Any],
+    host: str,
+    port: int,
+    scope: Scope,
+    on_ready: Callable[[str], None] | None,
+) -> None:
+    """Serve the streamable HTTP app with uvicorn until SIGINT/SIGTERM, then return.
+
+    uvicorn shuts down on the signal, then raises it again under the handler
+    that was installed before it started; with the default one the process
+    would die right there, before the service closes its pool (or stops the
+    embedded PostgreSQL). The handler installed here asks uvicorn to exit
+    instead, which is also right for a signal arriving before uvicorn's own
+    handlers are in place.
+    """
+    import uvicorn  # a dependency of the mcp SDK, needed for HTTP only
+
+    app = server.streamable_http_app(host=host)
+    http = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info"))
+
+    def stop(_signal: int, _frame: object) -> None:
+        http.should_exit = True
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if on_ready is not None:
+            on_ready(f"memsvc MCP server for {_describe(scope)} on http://{host}:{port}/mcp")
+        await http.serve()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _describe(scope: Scope) -> str:
+    return "/".join(value for value in scope.levels if value is not None)
