@@ -118,7 +118,6 @@ def validate_metadata(value: object, max_bytes: int, field: str = "metadata") ->
 
 # Element types known to be real numbers (the common ones, checked first).
 _REAL_TYPES = frozenset({float, int, np.float32, np.float64, np.float16, np.int64, np.int32})
-_STORAGE_DTYPES = {"vector": np.float32, "halfvec": np.float16}
 
 
 def _is_real_type(kind: type) -> bool:
@@ -163,18 +162,17 @@ def validate_embedding(
         raise ValidationError(field, "must be one-dimensional")
     if array.shape[0] != dim:
         raise ValidationError(field, f"has {array.shape[0]} dimensions, expected {dim}")
-    if not np.isfinite(array).all():
-        raise ValidationError(field, "must not contain NaN or infinity")
     limit = _VECTOR_LIMITS[vector_type]
-    if np.abs(array).max(initial=0.0) > limit:
+    # One pass for both checks: NaN fails the comparison, infinity exceeds the limit.
+    if not np.abs(array).max(initial=0.0) <= limit:
+        if not np.isfinite(array).all():
+            raise ValidationError(field, "must not contain NaN or infinity")
         raise ValidationError(field, f"has values outside the {vector_type} range (±{limit:g})")
     vector = array.astype(np.float32)
     if distance == "cosine":
         # pgvector sums the squares in single precision, of the stored values.
-        with np.errstate(over="ignore", under="ignore"):
-            stored = vector.astype(_STORAGE_DTYPES[vector_type]).astype(np.float32)
-            length = float(np.dot(stored, stored))
-        if not length > 0.0:
+        stored = vector if vector_type == "vector" else vector.astype(np.float16).astype(np.float32)
+        if not float(np.dot(stored, stored)) > 0.0:
             raise ValidationError(
                 field, "is a zero vector: it has no direction to compare under cosine distance"
             )
