@@ -2,19 +2,51 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+
 from memsvc.scope import Scope
+
+# Vectors longer than this are shortened in reprs.
+_REPR_VALUES = 2
 
 
 def scope_from_row(row: Mapping[str, Any]) -> Scope:
     """Build a Scope from a row's scope columns."""
     return Scope.trusted(row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"])
 
+
+def real_value(value: float) -> float:
+    """A ``real`` (float4) column's value as it was written: 0.8, not 0.800000011920929.
+
+    PostgreSQL stores the float32 nearest to what was written; the shortest
+    decimal that rounds to that float32 is what was written (or as close as
+    a float32 can say it).
+    """
+    return float(str(np.float32(value)))
+
+
+def _vector_repr(values: list[float] | None) -> str:
+    if values is None or len(values) <= _REPR_VALUES + 1:
+        return repr(values)
+    head = ", ".join(f"{x:.4g}" for x in values[:_REPR_VALUES])
+    return f"[{head}, ... {len(values)} floats]"
+
+
+def _short_repr(obj: Any, vector_field: str) -> str:
+    """A dataclass repr with its vector field shortened (384 floats help nobody)."""
+    parts = []
+    for item in dataclasses.fields(obj):
+        value = getattr(obj, item.name)
+        text = _vector_repr(value) if item.name == vector_field else repr(value)
+        parts.append(f"{item.name}={text}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +79,7 @@ class Memory:
             content_hash=row["content_hash"],
             metadata=row["metadata"],
             embedding=None if embedding is None else embedding.tolist(),
-            importance=row["importance"],
+            importance=real_value(row["importance"]),
             version=row["version"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
@@ -56,6 +88,9 @@ class Memory:
             access_count=row["access_count"],
             last_accessed_at=row["last_accessed_at"],
         )
+
+    def __repr__(self) -> str:
+        return _short_repr(self, "embedding")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +157,9 @@ class Assembly:
             created_at=row["created_at"],
             updated_at=row["updated_at"],
         )
+
+    def __repr__(self) -> str:
+        return _short_repr(self, "centroid")
 
 
 @dataclass(frozen=True, slots=True)

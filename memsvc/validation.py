@@ -6,14 +6,15 @@ a bad call writes nothing at all.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping, Sequence
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 import numpy as np
 
+from memsvc import jsontext
 from memsvc.errors import ValidationError
 from memsvc.scope import Scope, validate_id
 
@@ -31,8 +32,8 @@ def check_text(field: str, value: str) -> None:
         raise ValidationError(field, "must not contain lone surrogates") from exc
 
 
-def validate_content(value: object, max_bytes: int, field: str = "content") -> str:
-    """Check memory content: a string of at most ``max_bytes`` UTF-8 bytes."""
+def validate_text(value: object, max_bytes: int, field: str) -> str:
+    """Check free text (a description): a string of at most ``max_bytes`` UTF-8 bytes."""
     if not isinstance(value, str):
         raise ValidationError(field, f"must be a string, not {type(value).__name__}")
     check_text(field, value)
@@ -40,6 +41,34 @@ def validate_content(value: object, max_bytes: int, field: str = "content") -> s
     if size > max_bytes:
         raise ValidationError(field, f"is {size} bytes, over the limit of {max_bytes}")
     return value
+
+
+def validate_content(value: object, max_bytes: int, field: str = "content") -> str:
+    """Check memory content: non-blank text of at most ``max_bytes`` UTF-8 bytes.
+
+    Empty or whitespace-only content is refused: it has nothing to search
+    for, and every blank memory of a scope would share one content hash.
+    """
+    text = validate_text(value, max_bytes, field)
+    if not text or text.isspace():
+        raise ValidationError(field, "must not be empty or only whitespace")
+    return text
+
+
+def validate_sequence(value: object, field: str) -> list[Any]:
+    """Check a parameter that takes several items and return them as a list.
+
+    Any collection or iterator of items is accepted (list, tuple, set,
+    generator...), except the ones that would be iterated by mistake: a
+    string or bytes (its characters) and a mapping (its keys).
+    """
+    if isinstance(value, str | bytes | bytearray | memoryview | Mapping) or not isinstance(
+        value, Iterable
+    ):
+        raise ValidationError(
+            field, f"must be a list (or other collection) of items, not {type(value).__name__}"
+        )
+    return list(value)
 
 
 def _check_json_value(field: str, value: object, depth: int) -> None:
@@ -71,7 +100,7 @@ def _check_json_value(field: str, value: object, depth: int) -> None:
 def encode_json(field: str, value: object, max_bytes: int) -> str:
     """Validate a JSON value and return its text, bounded by ``max_bytes``."""
     _check_json_value(field, value, 0)
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = jsontext.dumps(value)
     size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise ValidationError(field, f"is {size} bytes, over the limit of {max_bytes}")
@@ -87,26 +116,67 @@ def validate_metadata(value: object, max_bytes: int, field: str = "metadata") ->
     return encode_json(field, value, max_bytes)
 
 
+# Element types known to be real numbers (the common ones, checked first).
+_REAL_TYPES = frozenset({float, int, np.float32, np.float64, np.float16, np.int64, np.int32})
+
+
+def _is_real_type(kind: type) -> bool:
+    if kind in _REAL_TYPES:
+        return True
+    return issubclass(kind, numbers.Real) and not issubclass(kind, bool | np.bool_)
+
+
 def validate_embedding(
-    value: object, dim: int, vector_type: str = "vector", field: str = "embedding"
+    value: object,
+    dim: int,
+    vector_type: str = "vector",
+    field: str = "embedding",
+    *,
+    distance: str | None = None,
 ) -> np.ndarray[Any, np.dtype[np.float32]]:
-    """Check an embedding: ``dim`` finite numbers within the vector type's range."""
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence | np.ndarray):
-        raise ValidationError(field, "must be a list of floats or a numpy array")
+    """Check an embedding and return it as a float32 array.
+
+    An embedding is a sequence (or 1-d numpy array) of ``dim`` real numbers
+    (ints or floats; not bools, not strings), finite and within the vector
+    type's range. Under ``distance="cosine"`` it must also have a length:
+    a zero vector (or one so small that its length is zero once stored)
+    has no direction, and would score NaN against everything.
+    """
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "fiu":
+            raise ValidationError(field, f"must contain only real numbers, not {value.dtype}")
+    elif isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
+        odd = [kind for kind in set(map(type, value)) if not _is_real_type(kind)]
+        if odd:
+            names = ", ".join(sorted(kind.__name__ for kind in odd))
+            raise ValidationError(field, f"must contain only real numbers, not {names}")
+    else:
+        raise ValidationError(
+            field, f"must be a list of floats or a numpy array, not {type(value).__name__}"
+        )
     try:
         array = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(field, "must contain only numbers") from exc
     if array.ndim != 1:
         raise ValidationError(field, "must be one-dimensional")
     if array.shape[0] != dim:
         raise ValidationError(field, f"has {array.shape[0]} dimensions, expected {dim}")
-    if not np.isfinite(array).all():
-        raise ValidationError(field, "must not contain NaN or infinity")
     limit = _VECTOR_LIMITS[vector_type]
-    if np.abs(array).max(initial=0.0) > limit:
+    # One pass for both checks: NaN fails the comparison, infinity exceeds the limit.
+    if not np.abs(array).max(initial=0.0) <= limit:
+        if not np.isfinite(array).all():
+            raise ValidationError(field, "must not contain NaN or infinity")
         raise ValidationError(field, f"has values outside the {vector_type} range (±{limit:g})")
-    return array.astype(np.float32)
+    vector = array.astype(np.float32)
+    if distance == "cosine":
+        # pgvector sums the squares in single precision, of the stored values.
+        stored = vector if vector_type == "vector" else vector.astype(np.float16).astype(np.float32)
+        if not float(np.dot(stored, stored)) > 0.0:
+            raise ValidationError(
+                field, "is a zero vector: it has no direction to compare under cosine distance"
+            )
+    return vector
 
 
 def validate_importance(value: object, field: str = "importance") -> float:

@@ -7,12 +7,13 @@ bytes, then big-endian floats.
 
 from __future__ import annotations
 
-import json
 import struct
 from typing import Any
 
 import asyncpg
 import numpy as np
+
+from memsvc import jsontext
 
 _HEADER = struct.Struct(">HH")
 
@@ -48,14 +49,15 @@ def _decoder(dtype: str) -> Any:
 
 def _encode_json(value: Any) -> str:
     # Repositories validate and serialize JSON themselves (to enforce size
-    # limits), so text passes through; other values are serialized here.
-    return value if isinstance(value, str) else json.dumps(value)
+    # limits), so text passes through; other values are serialized here, so
+    # that floats stay floats (see memsvc.jsontext).
+    return value if isinstance(value, str) else jsontext.dumps(value)
 
 
 async def register_codecs(conn: asyncpg.Connection, vector_schema: str) -> None:
     """Install the vector and jsonb codecs on a new connection."""
     await conn.set_type_codec(
-        "jsonb", schema="pg_catalog", encoder=_encode_json, decoder=json.loads, format="text"
+        "jsonb", schema="pg_catalog", encoder=_encode_json, decoder=jsontext.loads, format="text"
     )
     for name, dtype in _WIRE_DTYPES.items():
         await conn.set_type_codec(

@@ -179,7 +179,7 @@ def _parse_line(
     if not raw.strip():
         return None
     source = f"line {number}"
-    fast = records.split_embedding(raw, settings.embedding_dim)
+    fast = records.split_embedding(raw, settings.embedding_dim, settings.distance)
     if fast is not None:
         try:
             obj = json.loads(fast[0])

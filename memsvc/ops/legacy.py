@@ -68,6 +68,7 @@ from memsvc.validation import (
     validate_content,
     validate_embedding,
     validate_importance,
+    validate_text,
 )
 
 INDEX_FILE = "memory_index.json"
@@ -273,7 +274,10 @@ class _Reader:
             embedding=None
             if embedding is None
             else validate_embedding(
-                embedding, self.settings.embedding_dim, self.settings.vector_type
+                embedding,
+                self.settings.embedding_dim,
+                self.settings.vector_type,
+                distance=self.settings.distance,
             ),
             importance=importance,
             created_at=created,
@@ -304,7 +308,7 @@ class _Reader:
             id=self.assembly_id(legacy_id),
             scope=Scope(self.tenant),
             name=check_name(obj.get("name") or legacy_id),
-            description=validate_content(description, 64 * 1024, "description"),
+            description=validate_text(description, 64 * 1024, "description"),
             metadata=self._metadata(obj.get("metadata"), {"id": legacy_id, "path": source}),
             member_ids=list(dict.fromkeys(self.memory_id(m) for m in members)),
             created_at=created,

@@ -320,6 +320,7 @@ class Loader:
                         json.loads(record.embedding),
                         self._settings.embedding_dim,
                         self._settings.vector_type,
+                        distance=self._settings.distance,
                     )
                 except (ValidationError, ValueError) as exc:
                     reason = exc.reason if isinstance(exc, ValidationError) else str(exc)

@@ -35,6 +35,7 @@ import numpy as np
 
 from memsvc.errors import ValidationError
 from memsvc.ids import parse_id
+from memsvc.models import real_value
 from memsvc.repositories.assemblies import MAX_DESCRIPTION_BYTES as ASSEMBLY_DESCRIPTION_BYTES
 from memsvc.repositories.assemblies import MAX_NAME_LENGTH
 from memsvc.repositories.checkpoints import MAX_DESCRIPTION_BYTES as CHECKPOINT_DESCRIPTION_BYTES
@@ -48,6 +49,7 @@ from memsvc.validation import (
     validate_embedding,
     validate_importance,
     validate_metadata,
+    validate_text,
 )
 
 FORMAT = "memsvc-export"
@@ -63,6 +65,11 @@ Vector = np.ndarray[Any, Any]
 # a nested key (inside a JSON string the quotes would be escaped).
 _TRAILING_EMBEDDING = re.compile(rb'"embedding"\s*:\s*\[([^\]]*)\]\s*}\s*$')
 _NUMBER_BYTES = b"0123456789.,-+eE \t"
+# An element of at least 1e-5 in magnitude (no negative exponent): a vector
+# holding one has a length once stored, even as halfvec.
+_CLEARLY_NONZERO = re.compile(
+    rb"(?:^|,)\s*[-+]?(?:[1-9][0-9]*\.?[0-9]*|0*\.0{0,4}[1-9][0-9]*)(?:[eE]\+?[0-9]+)?\s*(?:,|$)"
+)
 
 
 def derived_id(*parts: object) -> uuid.UUID:
@@ -184,20 +191,23 @@ def check_name(value: object) -> str:
     return value
 
 
-def split_embedding(raw: bytes, dim: int) -> tuple[bytes, str] | None:
+def split_embedding(raw: bytes, dim: int, distance: str | None = None) -> tuple[bytes, str] | None:
     """Cut a line's trailing ``"embedding": [...]`` out as vector text, for speed.
 
     Parsing 384 floats per line dominates an import in Python; PostgreSQL's
     ``vector`` input does it in C. Returns the line with ``null`` in place of
     the array, and the array as vector text, when the array holds exactly
-    ``dim`` plain numbers; otherwise None (the caller parses the whole line,
-    and validation names the problem).
+    ``dim`` plain numbers (and, under ``distance="cosine"``, one of them is
+    clearly not zero); otherwise None (the caller parses the whole line, and
+    validation names the problem, a zero vector included).
     """
     match = _TRAILING_EMBEDDING.search(raw)
     if match is None:
         return None
     numbers = match.group(1)
     if numbers.count(b",") != dim - 1 or numbers.translate(None, _NUMBER_BYTES):
+        return None
+    if distance == "cosine" and _CLEARLY_NONZERO.search(numbers) is None:
         return None
     start, end = match.span(1)
     rest = raw[: start - 1] + b"null" + raw[end + 1 :]
@@ -223,7 +233,9 @@ def memory_from_json(obj: Mapping[str, Any], settings: Settings) -> MemoryRecord
     vector = (
         None
         if embedding is None
-        else validate_embedding(embedding, settings.embedding_dim, settings.vector_type)
+        else validate_embedding(
+            embedding, settings.embedding_dim, settings.vector_type, distance=settings.distance
+        )
     )
     return MemoryRecord(
         id=memory_id,
@@ -259,7 +271,7 @@ def assembly_from_json(obj: Mapping[str, Any], settings: Settings) -> AssemblyRe
         ),
         scope=scope,
         name=name,
-        description=validate_content(
+        description=validate_text(
             obj.get("description", ""), ASSEMBLY_DESCRIPTION_BYTES, "description"
         ),
         metadata=validate_metadata(obj.get("metadata"), settings.max_metadata_bytes),
@@ -286,7 +298,7 @@ def checkpoint_from_json(obj: Mapping[str, Any], settings: Settings) -> Checkpoi
         id=parse_id("id", raw_id),
         scope=scope,
         data=encode_json("data", obj["data"], settings.max_checkpoint_bytes),
-        description=validate_content(
+        description=validate_text(
             obj.get("description", ""), CHECKPOINT_DESCRIPTION_BYTES, "description"
         ),
         created_at=parse_time("created_at", obj.get("created_at")),
@@ -387,7 +399,7 @@ def memory_line(row: Mapping[str, Any]) -> str:
         "content": row["content"],
         "content_hash": row["content_hash"],
         "metadata": _json_value(row["metadata"]),
-        "importance": float(f"{row['importance']:.9g}"),
+        "importance": real_value(row["importance"]),
         "version": row["version"],
         "created_at": _time(row["created_at"]),
         "updated_at": _time(row["updated_at"]),

@@ -44,13 +44,14 @@ from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
 from memsvc.validation import (
-    validate_content,
     validate_embedding,
     validate_limit,
     validate_metadata,
     validate_name,
     validate_scope,
+    validate_sequence,
     validate_tenant,
+    validate_text,
 )
 
 SearchMode = Literal["auto", "exact", "index"]
@@ -63,16 +64,35 @@ MAX_K = 1000
 
 Vector = np.ndarray[Any, Any]
 
+# The unique index on (scope, name); see memsvc.db.tables.
+NAME_INDEX = "uq_assemblies_name"
+
 
 def _member_ids(values: object, field: str = "memory_ids") -> list[uuid.UUID]:
     """Parse memory ids, dropping repeats (first occurrence wins)."""
-    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
-        raise ValidationError(field, "must be a list of memory ids")
-    ids = [parse_id(f"{field}[{i}]", value) for i, value in enumerate(values)]
+    items = validate_sequence(values, field)
+    ids = [parse_id(f"{field}[{i}]", value) for i, value in enumerate(items)]
     unique = list(dict.fromkeys(ids))
     if len(unique) > MAX_MEMBERS_PER_CALL:
         raise ValidationError(field, f"at most {MAX_MEMBERS_PER_CALL} ids per call")
     return unique
+
+
+def _scope_text(scope: Scope) -> str:
+    return ", ".join(f"{level} {value!r}" for level, value in scope.as_dict().items() if value)
+
+
+def _is_name_clash(exc: ConflictError) -> bool:
+    # By the index the database names, never by message text.
+    return getattr(exc.__cause__, "constraint_name", None) == NAME_INDEX
+
+
+def _name_clash(name: str, scope: Scope | None) -> ConflictError:
+    """The error for a name the scope already has: which name, in which scope."""
+    where = "the assembly's scope" if scope is None else f"scope ({_scope_text(scope)})"
+    return ConflictError(
+        f"an assembly named {name!r} already exists in {where}; names are unique per scope"
+    )
 
 
 def can_see(assembly: Scope, memory: Scope) -> bool:
@@ -149,12 +169,13 @@ class AssemblyRepository(Repository):
     # ------------------------------------------------------------------ input
 
     def _vector(self, value: object, field: str) -> Vector:
+        settings = self._settings
         return validate_embedding(
-            value, self._settings.embedding_dim, self._settings.vector_type, field
+            value, settings.embedding_dim, settings.vector_type, field, distance=settings.distance
         )
 
     def _description(self, value: object) -> str:
-        return validate_content(value, MAX_DESCRIPTION_BYTES, "description")
+        return validate_text(value, MAX_DESCRIPTION_BYTES, "description")
 
     # ------------------------------------------------------------------ writes
 
@@ -189,22 +210,27 @@ class AssemblyRepository(Repository):
         async def attempt() -> Assembly:
             # Without members it is one statement: no transaction needed.
             scoped = self._transaction(conn) if wanted else self._connection(conn)
-            async with scoped as active:
-                aggregates = _Aggregates(0, 0, None)
-                if wanted:
-                    rows = await active.fetch(self._lock_memories_sql, scope.tenant, wanted)
-                    embeddings = self._check_members(scope, wanted, rows)
-                    aggregates.change([embeddings[m] for m in wanted], 1)
-                row = await active.fetchrow(
-                    self._insert_sql,
-                    *scope.levels,
-                    assembly_id,
-                    name,
-                    text,
-                    meta,
-                    *aggregates.values(),
-                    wanted,
-                )
+            try:
+                async with scoped as active:
+                    aggregates = _Aggregates(0, 0, None)
+                    if wanted:
+                        rows = await active.fetch(self._lock_memories_sql, scope.tenant, wanted)
+                        embeddings = self._check_members(scope, wanted, rows)
+                        aggregates.change([embeddings[m] for m in wanted], 1)
+                    row = await active.fetchrow(
+                        self._insert_sql,
+                        *scope.levels,
+                        assembly_id,
+                        name,
+                        text,
+                        meta,
+                        *aggregates.values(),
+                        wanted,
+                    )
+            except ConflictError as exc:
+                if not _is_name_clash(exc):
+                    raise
+                raise _name_clash(name, scope) from exc.__cause__
             assert row is not None
             return Assembly.from_row(row)
 
@@ -464,16 +490,24 @@ class AssemblyRepository(Repository):
             else validate_metadata(metadata, self._settings.max_metadata_bytes)
         )
         tenant = validate_tenant(tenant)
-        async with self._connection(conn) as active:
-            row = await active.fetchrow(
-                q.update_assembly(self._schema),
-                assembly_id,
-                tenant,
-                expected_version,
-                new_name,
-                text,
-                meta,
-            )
+        try:
+            async with self._connection(conn) as active:
+                row = await active.fetchrow(
+                    q.update_assembly(self._schema),
+                    assembly_id,
+                    tenant,
+                    expected_version,
+                    new_name,
+                    text,
+                    meta,
+                )
+        except ConflictError as exc:
+            if new_name is None or not _is_name_clash(exc):
+                raise
+            # On a connection of ours the scope can be looked up to name it;
+            # the caller's transaction is aborted by the violation.
+            scope = None if conn is not None else (await self.get(assembly_id, tenant=tenant)).scope
+            raise _name_clash(new_name, scope) from exc.__cause__
         return Assembly.from_row(
             self._versioned_outcome(row, f"assembly {assembly_id}", expected_version)
         )

@@ -24,6 +24,7 @@ from typing import Any
 
 import asyncpg
 
+from memsvc import jsontext
 from memsvc.errors import NotFoundError, ValidationError
 from memsvc.ids import new_id, parse_id
 from memsvc.models import Checkpoint, scope_from_row
@@ -34,10 +35,10 @@ from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Scope
 from memsvc.validation import (
     encode_json,
-    validate_content,
     validate_limit,
     validate_scope,
     validate_tenant,
+    validate_text,
 )
 
 MAX_DESCRIPTION_BYTES = 64 * 1024
@@ -100,7 +101,7 @@ class CheckpointRepository(Repository):
         """
         scope = _session_scope(scope)
         text = encode_json("data", data, self._settings.max_checkpoint_bytes)
-        note = validate_content(description, MAX_DESCRIPTION_BYTES, "description")
+        note = validate_text(description, MAX_DESCRIPTION_BYTES, "description")
         size = len(text.encode("utf-8"))
         params = Params(*scope.levels, new_id(), note, text, size)
         scope_sql = scope_condition(scope, "exact", params)
@@ -114,7 +115,7 @@ class CheckpointRepository(Repository):
                 await active.execute(q.lock_session(), key)
                 row = await active.fetchrow(sql, *params.values)
             assert row is not None
-            return _checkpoint(row, json.loads(text))
+            return _checkpoint(row, jsontext.loads(text))
 
         return await self._retrying(attempt, owns_transaction=conn is None)
 

@@ -20,7 +20,7 @@ from memsvc.db.codecs import vector_bytes
 from memsvc.embedding import Embedder
 from memsvc.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.ids import new_id, parse_id
-from memsvc.models import Memory, MemoryEvent, SearchHit
+from memsvc.models import Memory, MemoryEvent, SearchHit, real_value
 from memsvc.repositories import memory_queries as q
 from memsvc.repositories.base import Repository
 from memsvc.repositories.filters import compile_where
@@ -37,6 +37,7 @@ from memsvc.validation import (
     validate_metadata,
     validate_name,
     validate_scope,
+    validate_sequence,
     validate_ttl,
 )
 
@@ -113,8 +114,9 @@ class MemoryRepository(Repository):
     # ------------------------------------------------------------------ input
 
     def _vector(self, value: object, field: str = "embedding") -> np.ndarray[Any, Any]:
+        settings = self._settings
         return validate_embedding(
-            value, self._settings.embedding_dim, self._settings.vector_type, field
+            value, settings.embedding_dim, settings.vector_type, field, distance=settings.distance
         )
 
     async def _embed(self, texts: Sequence[str], field: str) -> list[np.ndarray[Any, Any]]:
@@ -188,8 +190,8 @@ class MemoryRepository(Repository):
                             content_hash=digest,
                             metadata=json.loads(meta),
                             embedding=None if vector is None else vector.tolist(),
-                            # the column is REAL: report what it stores
-                            importance=float(np.float32(weight)),
+                            # the column is REAL: report what a read returns
+                            importance=real_value(weight),
                             version=row["version"],
                             created_at=row["created_at"],
                             updated_at=row["updated_at"],
@@ -309,7 +311,8 @@ class MemoryRepository(Repository):
         result has one memory per item, in order.
         """
         scope = validate_scope(scope)
-        ids, texts, digests, metas, vectors, weights, ttls = self._prepare_batch(items)
+        batch = validate_sequence(items, "items")
+        ids, texts, digests, metas, vectors, weights, ttls = self._prepare_batch(batch)
         missing = [i for i, vector in enumerate(vectors) if vector is None]
         if missing and self._embedder is not None:
             computed = await self._embed([texts[i] for i in missing], "items.embedding")
@@ -606,7 +609,9 @@ class MemoryRepository(Repository):
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[Memory]:
         """The memories that exist among ``ids``, in the order asked for."""
-        wanted = [parse_id(f"ids[{i}]", value) for i, value in enumerate(ids)]
+        wanted = [
+            parse_id(f"ids[{i}]", value) for i, value in enumerate(validate_sequence(ids, "ids"))
+        ]
         found = {m.id: m for m in await self._by_ids(wanted, tenant, False, conn)}
         return [found[i] for i in dict.fromkeys(wanted) if i in found]
 
