@@ -82,6 +82,8 @@ class LoadReport:
     rejected_total: int = 0
     warnings_total: int = 0
     index_rebuilt: bool = False
+    # Why the vector index was (or was not) dropped, when ``auto`` had to look.
+    index_decision: str = ""
     index_build_seconds: float = 0.0
 
     def reject(self, source: str, kind: str, reason: str) -> None:
@@ -110,6 +112,12 @@ class LoadReport:
             "assembly": self.assemblies,
             "checkpoint": self.checkpoints,
         }.get(kind)
+
+    @property
+    def other_rejected(self) -> int:
+        """Rejected inputs that are no memory, assembly or checkpoint (lines, files)."""
+        kinds = self.memories.rejected + self.assemblies.rejected + self.checkpoints.rejected
+        return self.rejected_total - kinds
 
     @property
     def ok(self) -> bool:
