@@ -34,10 +34,10 @@ from memsvc.ops.bulk import (
 )
 from memsvc.ops.bulk_queries import count_up_to
 from memsvc.ops.loader import Loader, LoadReport, Problem
+from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.scope import Scope
-from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.settings import Settings
 
 IndexMode = Literal["auto", "rebuild", "keep"]
@@ -162,7 +162,7 @@ async def import_jsonl(
     Raises:
         ValidationError: The header says the file was written for other vector settings.
     """
-    _check_header(path, settings)
+    check_import_header(path, settings)
     report = LoadReport()
     rebuild = index_mode == "rebuild"
     if index_mode == "auto":
@@ -188,7 +188,7 @@ async def import_jsonl(
     return report
 
 
-def _check_header(path: Path, settings: Settings) -> None:
+def check_import_header(path: Path, settings: Settings) -> None:
     """Raise the header's ValidationError (other vector settings) before anything is done."""
     with path.open("rb") as handle:
         for raw in handle:

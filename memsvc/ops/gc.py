@@ -28,10 +28,10 @@ import asyncpg
 from memsvc.db.errors import translate_errors
 from memsvc.errors import ConcurrencyError, ValidationError
 from memsvc.ops import gc_queries as q
+from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.repositories.scope_sql import Params, scope_condition
-from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.scope import Scope
 from memsvc.settings import Settings
 

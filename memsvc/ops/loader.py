@@ -506,15 +506,17 @@ class Loader:
         members: list[uuid.UUID] = []
         for memory_id in record.member_ids:
             memory_scope = found.get(memory_id)
+            # Named as the input named it (a legacy id), not by the id derived from it.
+            label = record.member_labels.get(memory_id, str(memory_id))
             if memory_scope is None:
                 self.report.warn(
-                    source, "assembly", f"member {memory_id} is not a stored memory; left out"
+                    source, "assembly", f"member {label} is not a stored memory; left out"
                 )
             elif not can_see(record.scope, memory_scope):
                 self.report.warn(
                     source,
                     "assembly",
-                    f"member {memory_id} is outside the assembly's scope path; left out",
+                    f"member {label} is outside the assembly's scope path; left out",
                 )
             else:
                 members.append(memory_id)
