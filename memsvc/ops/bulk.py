@@ -86,6 +86,11 @@ def should_rebuild(incoming_rows: int, existing_rows: int) -> bool:
     return incoming_rows >= BULK_MIN_ROWS and existing_rows <= incoming_rows
 
 
+def new_rows_needed(existing_rows: int) -> int:
+    """The fewest new rows for which :func:`should_rebuild` says yes (counting can stop there)."""
+    return max(BULK_MIN_ROWS, existing_rows)
+
+
 # Ids checked against the table per round trip by count_new_memories.
 NEW_ROWS_CHUNK = 5_000
 

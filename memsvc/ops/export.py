@@ -27,9 +27,9 @@ from memsvc.errors import ValidationError
 from memsvc.ops import export_queries as q
 from memsvc.ops import records
 from memsvc.ops.bulk import (
-    BULK_MIN_ROWS,
     VectorIndexRebuild,
     count_new_memories,
+    new_rows_needed,
     should_rebuild,
 )
 from memsvc.ops.bulk_queries import count_up_to
@@ -226,7 +226,7 @@ async def _worth_rebuilding(
 
     progress.start("counting the memories not stored yet", total=incoming, unit="lines")
     new = await count_new_memories(
-        conn, settings.db_schema, ids(), enough=max(BULK_MIN_ROWS, existing)
+        conn, settings.db_schema, ids(), enough=new_rows_needed(existing)
     )
     progress.done()
     rebuild = should_rebuild(new, existing)

@@ -56,9 +56,9 @@ import asyncpg
 from memsvc.db.errors import translate_errors
 from memsvc.errors import ValidationError
 from memsvc.ops.bulk import (
-    BULK_MIN_ROWS,
     VectorIndexRebuild,
     count_new_memories,
+    new_rows_needed,
     should_rebuild,
 )
 from memsvc.ops.bulk_queries import count_up_to
@@ -706,7 +706,7 @@ async def _worth_rebuilding(
 
     progress.start("counting the memories not stored yet", unit="records")
     new = await count_new_memories(
-        conn, settings.db_schema, ids(), enough=max(BULK_MIN_ROWS, existing)
+        conn, settings.db_schema, ids(), enough=new_rows_needed(existing)
     )
     progress.done()
     rebuild = should_rebuild(new, existing)
