@@ -193,7 +193,13 @@ def legacy_lines(report: LegacyReport) -> list[str]:
     if report.dry_run:
         lines.append(
             f"dry run: would load {report.memories_valid} memories and "
-            f"{report.assemblies_valid} assemblies (rows already stored are skipped); "
-            "nothing was written"
+            f"{report.assemblies_valid} assemblies into an empty store (rows already "
+            "stored are skipped); nothing was written"
         )
+        if report.memories_duplicate or report.assemblies_duplicate:
+            lines.append(
+                f"{report.memories_duplicate} memories and {report.assemblies_duplicate} "
+                "assemblies in the input duplicate an earlier one (same id, content, key "
+                "or name in the scope): the load skips or rejects them"
+            )
     return lines + load_lines(report.load, dry_run=report.dry_run)
