@@ -167,7 +167,8 @@ def _progress() -> Iterator[ProgressReporter]:
         with RichProgress() as live:
             yield live
     else:
-        yield LineProgress()
+        with LineProgress() as lines:
+            yield lines
 
 
 def _starting_server(settings: Settings, progress: ProgressReporter) -> None:

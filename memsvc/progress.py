@@ -7,8 +7,9 @@ begins (``start``, with a total when one is known), advances, and ends
 
 - :class:`RichProgress`, for a terminal: a live bar (or a spinner when the
   total is unknown) per step, with the elapsed time;
-- :class:`LineProgress`, for logs, cron and CI: one timestamped line when a
-  step starts, then at most one line every ``interval`` seconds.
+- :class:`LineProgress`, for logs, cron and CI: timestamped lines, at most
+  one every ``interval`` seconds (a step that does not advance, such as an
+  index build, still gets one with its running time).
 
 Operations start their first step only after their arguments (and a file's
 header) are validated, so a rejected command prints nothing but its error.
@@ -17,6 +18,7 @@ header) are validated, so a rejected command prints nothing but its error.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -73,12 +75,20 @@ def human_amount(amount: int, unit: str) -> str:
 
 
 class LineProgress:
-    """Timestamped lines for logs: a line per step, and at most one every ``interval`` s.
+    """Timestamped lines for logs: at most one every ``interval`` seconds.
+
+    The first step's line is printed at once; later lines (a step starting,
+    its progress) wait until ``interval`` has passed since the previous one.
+    A step that does not advance (an index build, the server starting) gets
+    a line with its running time every ``interval`` from a background
+    thread, so a log never goes quiet for long. Use as a context manager
+    (or call :meth:`close`) to stop that thread.
 
     Args:
         stream: Where to write (standard error by default).
-        interval: Minimum seconds between two progress lines of a step.
+        interval: Minimum seconds between two lines.
         clock: Monotonic seconds (tests pass a fake one).
+        heartbeat: Run the background thread (tests call :meth:`tick` instead).
     """
 
     def __init__(
@@ -87,17 +97,37 @@ class LineProgress:
         *,
         interval: float = LINE_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        heartbeat: bool = True,
     ) -> None:
         self._stream = stream
         self._interval = interval
         self._clock = clock
+        self._lock = threading.Lock()
         self._description = ""
         self._total: int | None = None
         self._unit = "rows"
         self._completed = 0
         self._started = 0.0
-        self._last_line = 0.0
+        self._last_line: float | None = None
         self._active = False
+        self._announced = False  # the current step's first line was printed
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._heartbeat = heartbeat
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _due(self) -> bool:
+        return self._last_line is None or self._clock() - self._last_line >= self._interval
 
     def _write(self, text: str) -> None:
         stream = self._stream if self._stream is not None else sys.stderr
@@ -107,39 +137,71 @@ class LineProgress:
         self._last_line = self._clock()
 
     def _status(self) -> str:
+        if not self._announced:
+            self._announced = True
+            size = "" if self._total is None else f" ({human_amount(self._total, self._unit)})"
+            return f"{self._description}{size}"
         done = human_amount(self._completed, self._unit)
         if self._total:
             share = min(100.0, 100.0 * self._completed / self._total)
-            return (
-                f"{self._description}: {done} of {human_amount(self._total, self._unit)}"
-                f" ({share:.0f}%)"
-            )
-        return f"{self._description}: {done}"
+            total = human_amount(self._total, self._unit)
+            return f"{self._description}: {done} of {total} ({share:.0f}%)"
+        if self._completed:
+            return f"{self._description}: {done}"
+        return f"{self._description}: running for {self._clock() - self._started:.0f} s"
 
     def start(self, description: str, *, total: int | None = None, unit: str = "rows") -> None:
-        """Print the step's first line."""
+        """Begin a step; its first line now, or as soon as ``interval`` allows."""
         self.done()
-        self._description, self._total, self._unit = description, total, unit
-        self._completed = 0
-        self._started = self._clock()
-        self._active = True
-        size = "" if total is None else f" ({human_amount(total, unit)})"
-        self._write(f"{description}{size}")
+        with self._lock:
+            self._description, self._total, self._unit = description, total, unit
+            self._completed = 0
+            self._started = self._clock()
+            self._active = True
+            self._announced = False
+            if self._due():
+                self._write(self._status())
+        if self._heartbeat and self._thread is None:
+            self._thread = threading.Thread(
+                target=self._beat, name="memsvc-progress", daemon=True
+            )
+            self._thread.start()
 
     def advance(self, amount: int = 1) -> None:
         """Count ``amount``; print a line when ``interval`` has passed since the last one."""
-        self._completed += amount
-        if self._active and self._clock() - self._last_line >= self._interval:
-            self._write(self._status())
+        with self._lock:
+            self._completed += amount
+            if self._active and self._due():
+                self._write(self._status())
+
+    def tick(self) -> None:
+        """Print the current step's status if no line was printed for ``interval``."""
+        with self._lock:
+            if self._active and self._due():
+                self._write(self._status())
 
     def done(self) -> None:
-        """End the step; a step that printed progress lines gets a closing one."""
-        if not self._active:
-            return
-        self._active = False
-        elapsed = self._clock() - self._started
-        if elapsed >= self._interval:
-            self._write(f"{self._status()}, done in {elapsed:.1f} s")
+        """End the step; a long one gets a closing line (if ``interval`` allows)."""
+        with self._lock:
+            if not self._active:
+                return
+            self._active = False
+            elapsed = self._clock() - self._started
+            if elapsed >= self._interval and self._due():
+                self._announced = True
+                self._write(f"{self._status()}, done in {elapsed:.1f} s")
+
+    def close(self) -> None:
+        """End the last step and stop the background thread."""
+        self.done()
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(1.0, self._interval / 5)):
+            self.tick()
 
 
 class RichProgress:

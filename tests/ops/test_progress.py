@@ -10,6 +10,7 @@ import os
 import pty
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ class FakeClock:
 
 def test_plain_lines_are_timestamped_and_at_most_one_per_interval() -> None:
     out, clock = io.StringIO(), FakeClock()
-    progress = LineProgress(out, interval=5.0, clock=clock)
+    progress = LineProgress(out, interval=5.0, clock=clock, heartbeat=False)
     assert isinstance(progress, ProgressReporter)
     progress.start("importing dump.jsonl", total=4096, unit="bytes")
     for _ in range(40):  # 4 s of steady progress: no line
@@ -52,15 +53,38 @@ def test_plain_lines_are_timestamped_and_at_most_one_per_interval() -> None:
     assert len(lines) == 3
 
 
-def test_a_short_step_prints_only_its_first_line() -> None:
+def test_quick_steps_share_the_interval_and_a_silent_step_still_reports() -> None:
     out, clock = io.StringIO(), FakeClock()
-    progress = LineProgress(out, clock=clock)
+    progress = LineProgress(out, interval=5.0, clock=clock, heartbeat=False)
     progress.start("gc: deleting expired memories")
     progress.advance(500)
     clock.now += 0.5
-    progress.done()
-    assert len(out.getvalue().splitlines()) == 1
+    progress.start("gc: pruning checkpoints past retention", total=3, unit="sessions")
+    progress.advance(3)
+    clock.now += 0.5
+    progress.start("building index ix_memories_embedding_hnsw", total=None)
+    assert len(out.getvalue().splitlines()) == 1  # three steps in one second: one line
+    for _ in range(3):  # the build does not advance: the heartbeat speaks for it
+        clock.now += 2.0
+        progress.tick()
+    progress.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("gc: deleting expired memories")
+    assert lines[1].endswith("building index ix_memories_embedding_hnsw")
+    assert len(lines) == 2
     assert human_amount(1234567, "rows") == "1,234,567 rows"
+
+
+def test_the_heartbeat_thread_reports_a_step_that_does_not_advance() -> None:
+    out = io.StringIO()
+    with LineProgress(out, interval=0.05) as progress:
+        progress.start("starting the embedded PostgreSQL", total=None)
+        deadline = time.monotonic() + 5
+        while len(out.getvalue().splitlines()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 3
+    assert "starting the embedded PostgreSQL: running for" in lines[1]
 
 
 def test_rich_display_shows_each_step() -> None:
