@@ -25,7 +25,8 @@ string), ``created_at``/``updated_at`` the timestamp, and metadata
 tenant, session and key.
 
 Every imported memory's metadata gets ``"legacy": {"id": ..., "path": ...}``
-(unless it already has a ``legacy`` key), so the old ids stay findable. No
+(``"memsvc_legacy"`` when it already has a ``legacy`` key of its own), so
+the old ids stay findable. No
 field is dropped silently: a field memsvc has no column for (an assembly's
 ``keywords``, ``activation_level``, ``access_count``, ``composite_embedding``,
 a session file's extra fields, an index entry's unused fields) is kept in
@@ -623,6 +624,14 @@ def estimate_records(path: Path) -> int:
     return sum(1 for _ in root.rglob("*.json"))
 
 
+def _directory_records(path: Path) -> int | None:
+    """Memory and assembly files of a directory store (progress total); None otherwise."""
+    root = path.resolve()
+    if not root.is_dir() or _layout(root) != "directory":
+        return None
+    return sum(1 for folder in ("memories", "assemblies") for _ in (root / folder).glob("*.json"))
+
+
 async def import_legacy(
     conn: asyncpg.Connection | None,
     dsn: str | None,
@@ -644,7 +653,7 @@ async def import_legacy(
     """
     report = LegacyReport(dry_run=dry_run)
     records = read_legacy(path, tenant, settings, report, strip_nul=strip_nul)
-    total = estimate_records(path) if path.is_dir() and _layout(path) == "directory" else None
+    total = _directory_records(path)
     if dry_run:
         progress.start(f"checking {path.name}", total=total, unit="records")
         counter = _DryRunCount(report)

@@ -43,6 +43,7 @@ async def test_fields_without_a_column_are_kept_under_legacy(
             "m1": {"id": "m1", "content": "first", "embedding": VECTOR,
                    "last_access": "2025-04-01T10:00:00+00:00", "emotion": "calm"},
             "m2": {"id": "m2", "content": "second", "metadata": "not an object"},
+            "m3": {"id": "m3", "content": "third", "metadata": {"legacy": "its own"}},
         },
         {
             "a1": {"assembly_id": "a1", "name": "group",
@@ -61,6 +62,9 @@ async def test_fields_without_a_column_are_kept_under_legacy(
     assert first.metadata["legacy"]["emotion"] == "calm"
     second = await service.memories.get(derived_id("legacy-memory", "t", "m2"))
     assert second.metadata["legacy"]["metadata"] == "not an object"
+    third = await service.memories.get(derived_id("legacy-memory", "t", "m3"))
+    assert third.metadata["legacy"] == "its own"
+    assert third.metadata["memsvc_legacy"] == {"id": "m3", "path": "memories/m3.json"}
 
     group = await service.assemblies.get(derived_id("legacy-assembly", "t", "a1"))
     legacy = group.metadata["legacy"]
