@@ -223,11 +223,13 @@ def _scope_option(
 def stats(tenant: str | None) -> None:
     """Rows per tenant and scope level, table and index sizes, gc backlog, checkpoints."""
 
-    async def run() -> Stats:
-        async with _service() as svc:
+    async def run(progress: ProgressReporter) -> Stats:
+        async with _service(progress) as svc:  # shows the embedded server starting
             return await svc.maintenance.stats(tenant=tenant)
 
-    _echo(stats_lines(_run(run())))
+    with _progress() as progress:
+        report = _run(run(progress))
+    _echo(stats_lines(report))
 
 
 @main.command()
