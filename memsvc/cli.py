@@ -7,7 +7,7 @@ import contextlib
 import os
 import shutil
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,8 @@ from memsvc.db import migrate as migrations
 from memsvc.db.embedded import EmbeddedPostgres, running_postmaster_pid
 from memsvc.errors import MemsvcError, SchemaError
 from memsvc.ops.doctor import Doctor, DoctorReport
-from memsvc.ops.export import ExportReport, open_output
-from memsvc.ops.gc import GcReport
+from memsvc.ops.export import ExportReport, check_import_header, open_output
+from memsvc.ops.gc import MAX_BATCH, GcReport
 from memsvc.ops.legacy import LegacyReport, import_legacy
 from memsvc.ops.loader import LoadReport
 from memsvc.ops.render import (
@@ -31,6 +31,7 @@ from memsvc.ops.render import (
 )
 from memsvc.ops.roles import DEFAULT_MIGRATION_ROLE, DEFAULT_RUNTIME_ROLE, roles_sql
 from memsvc.ops.stats import Stats
+from memsvc.progress import NO_PROGRESS, LineProgress, ProgressReporter, RichProgress
 from memsvc.scope import Scope
 from memsvc.service import MemoryService
 from memsvc.settings import Settings
@@ -186,14 +187,38 @@ def mcp(
 # --------------------------------------------------------------------- operations
 
 
+@contextlib.contextmanager
+def _progress() -> Iterator[ProgressReporter]:
+    """A live display when standard error is a terminal, else timestamped lines.
+
+    Commands enter it only after their arguments are validated: nothing is
+    printed before an argument error.
+    """
+    if sys.stderr.isatty():
+        with RichProgress() as live:
+            yield live
+    else:
+        with LineProgress() as lines:
+            yield lines
+
+
+def _starting_server(settings: Settings, progress: ProgressReporter) -> None:
+    if settings.database_url is None:
+        progress.start(f"starting the embedded PostgreSQL in {settings.data_dir}", total=None)
+
+
 @contextlib.asynccontextmanager
-async def _database_url(settings: Settings) -> AsyncIterator[str]:
+async def _database_url(
+    settings: Settings, progress: ProgressReporter = NO_PROGRESS
+) -> AsyncIterator[str]:
     """The DSN to work on: the configured one, or the embedded server's (started here)."""
     if settings.database_url is not None:
         yield settings.database_url
         return
     embedded = EmbeddedPostgres(settings.data_dir)
+    _starting_server(settings, progress)
     dsn = await asyncio.to_thread(embedded.start)
+    progress.done()
     try:
         yield dsn
     finally:
@@ -201,8 +226,13 @@ async def _database_url(settings: Settings) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def _service() -> AsyncIterator[MemoryService]:
-    async with MemoryService.open(_settings()) as svc:
+async def _service(
+    progress: ProgressReporter = NO_PROGRESS, settings: Settings | None = None
+) -> AsyncIterator[MemoryService]:
+    settings = settings or _settings()
+    _starting_server(settings, progress)
+    async with MemoryService.open(settings) as svc:
+        progress.done()
         yield svc
 
 
@@ -224,11 +254,13 @@ def _scope_option(
 def stats(tenant: str | None) -> None:
     """Rows per tenant and scope level, table and index sizes, gc backlog, checkpoints."""
 
-    async def run() -> Stats:
-        async with _service() as svc:
+    async def run(progress: ProgressReporter) -> Stats:
+        async with _service(progress) as svc:  # shows the embedded server starting
             return await svc.maintenance.stats(tenant=tenant)
 
-    _echo(stats_lines(_run(run())))
+    with _progress() as progress:
+        report = _run(run(progress))
+    _echo(stats_lines(report))
 
 
 @main.command()
@@ -241,49 +273,54 @@ def doctor(repair: bool) -> None:
     Exit code 1 when problems remain.
     """
 
-    async def run() -> DoctorReport:
-        settings = _settings()
-        async with _database_url(settings) as dsn:
+    settings = _settings()
+
+    async def run(progress: ProgressReporter) -> DoctorReport:
+        async with _database_url(settings, progress) as dsn:
             # The doctor never migrates: a schema behind head is one of its findings.
             checked = settings.model_copy(update={"database_url": dsn, "auto_migrate": False})
             try:
                 async with MemoryService.open(checked) as svc:
-                    return await svc.maintenance.doctor(repair=repair)
+                    return await svc.maintenance.doctor(repair=repair, progress=progress)
             except SchemaError:
-                return await Doctor(checked, dsn).run(repair=repair)
+                return await Doctor(checked, dsn).run(repair=repair, progress=progress)
 
-    report: DoctorReport = _run(run())
+    with _progress() as progress:
+        report: DoctorReport = _run(run(progress))
     _echo(doctor_lines(report))
     if not report.ok:
         sys.exit(1)
 
 
 @main.command()
-@click.option("--batch-size", default=500, show_default=True, help="Rows per transaction.")
+@click.option("--batch-size", default=500, show_default=True,
+              type=click.IntRange(1, MAX_BATCH), help="Rows per transaction.")
 @click.option(
     "--idle-days",
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     default=None,
     help="Also remove sessions with no activity for this many days (default: never).",
 )
-@click.option("--max-batches", type=int, default=None, help="Stop after this many batches.")
+@click.option("--max-batches", type=click.IntRange(min=1), default=None,
+              help="Stop after this many batches.")
 def gc(batch_size: int, idle_days: float | None, max_batches: int | None) -> None:
     """Delete expired memories, prune checkpoints past retention, remove idle sessions.
 
     Several gc processes may run at once: each takes rows the others do not hold.
     """
 
-    async def run() -> GcReport:
-        async with _service() as svc:
-            with click.progressbar(length=0, label="gc", file=sys.stderr) as bar:
-                return await svc.maintenance.gc(
-                    batch_size=batch_size,
-                    idle_session_days=idle_days,
-                    max_batches=max_batches,
-                    progress=lambda _pass, count: bar.update(count),
-                )
+    async def run(progress: ProgressReporter) -> GcReport:
+        async with _service(progress) as svc:
+            return await svc.maintenance.gc(
+                batch_size=batch_size,
+                idle_session_days=idle_days,
+                max_batches=max_batches,
+                progress=progress,
+            )
 
-    _echo(gc_lines(_run(run())))
+    with _progress() as progress:
+        report = _run(run(progress))
+    _echo(gc_lines(report))
 
 
 @main.command(name="export")
@@ -298,21 +335,22 @@ def export_command(
     """Write memories, assemblies and checkpoints to FILE as JSONL ('-': stdout).
 
     With scope options, only that scope and the scopes under it (tenant
-    "default" unless --tenant is given).
+    "default" unless --tenant is given). Says which scope was selected and
+    how many rows were written, and warns when the selection matched nothing.
     """
-
-    async def run() -> ExportReport:
+    try:
         scope = _scope_option(tenant, project, agent, session)
-        async with _service() as svc:
-            total = await svc.maintenance.count_export(scope)
-            with (
-                click.progressbar(length=total, label="exporting", file=sys.stderr) as bar,
-                open_output(file) as out,
-            ):
-                return await svc.maintenance.export(out, scope=scope, progress=bar.update)
+    except MemsvcError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+    async def run(progress: ProgressReporter) -> ExportReport:
+        async with _service(progress) as svc:
+            with open_output(file) as out:
+                return await svc.maintenance.export(out, scope=scope, progress=progress)
 
     try:
-        report = _run(run())
+        with _progress() as progress:
+            report = _run(run(progress))
     except OSError as exc:
         raise click.ClickException(f"cannot write {file}: {exc.strerror}") from exc
     _echo(export_lines(report, file), err=file == "-")
@@ -334,16 +372,20 @@ def import_command(file: str, index_mode: str) -> None:
 
     Rejected lines are listed with their line number and reason (exit code 1).
     """
+    settings = _settings()
+    try:
+        check_import_header(Path(file), settings)
+    except MemsvcError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
 
-    async def run() -> LoadReport:
-        async with _service() as svc:
-            size = os.path.getsize(file)
-            with click.progressbar(length=size, label="importing", file=sys.stderr) as bar:
-                return await svc.maintenance.import_file(
-                    file, index_mode=index_mode, progress=bar.update  # type: ignore[arg-type]
-                )
+    async def run(progress: ProgressReporter) -> LoadReport:
+        async with _service(progress, settings) as svc:
+            return await svc.maintenance.import_file(
+                file, index_mode=index_mode, progress=progress  # type: ignore[arg-type]
+            )
 
-    report: LoadReport = _run(run())
+    with _progress() as progress:
+        report: LoadReport = _run(run(progress))
     _echo(load_lines(report))
     if not report.ok:
         sys.exit(1)
@@ -352,29 +394,40 @@ def import_command(file: str, index_mode: str) -> None:
 @main.command(name="import-legacy")
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--tenant", default="default", show_default=True, help="Tenant to import into.")
-@click.option("--dry-run", is_flag=True, help="Read and check everything; write nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Read and check everything, count what would be loaded; write nothing.")
+@click.option("--strip-nul", is_flag=True,
+              help="Remove NUL characters from text (reported per file) instead of "
+                   "rejecting it.")
 @click.option("--index", "index_mode", type=INDEX_MODE, default="auto", show_default=True,
               help=INDEX_HELP)
-def import_legacy_command(path: str, tenant: str, dry_run: bool, index_mode: str) -> None:
+def import_legacy_command(
+    path: str, tenant: str, dry_run: bool, strip_nul: bool, index_mode: str
+) -> None:
     """Import a file-based memory store: a directory with memory_index.json, memories/ and
     assemblies/, or one JSON file per session (a file, or a directory of them).
 
     Unreadable files are listed with their path and skipped (exit code 1).
     Re-running is idempotent.
     """
+    settings = _settings()
+    try:
+        Scope(tenant)
+    except MemsvcError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
 
-    async def run() -> LegacyReport:
+    async def run(progress: ProgressReporter) -> LegacyReport:
         if dry_run:
-            return await import_legacy(None, None, _settings(), None, Path(path),
-                                       tenant=tenant, dry_run=True)
-        async with _service() as svc:
-            with click.progressbar(length=0, label="importing", file=sys.stderr) as bar:
-                return await svc.maintenance.import_legacy(
-                    path, tenant=tenant, index_mode=index_mode,  # type: ignore[arg-type]
-                    progress=bar.update,
-                )
+            return await import_legacy(None, None, settings, None, Path(path), tenant=tenant,
+                                       dry_run=True, strip_nul=strip_nul, progress=progress)
+        async with _service(progress, settings) as svc:
+            return await svc.maintenance.import_legacy(
+                path, tenant=tenant, index_mode=index_mode,  # type: ignore[arg-type]
+                strip_nul=strip_nul, progress=progress,
+            )
 
-    report: LegacyReport = _run(run())
+    with _progress() as progress:
+        report: LegacyReport = _run(run(progress))
     _echo(legacy_lines(report))
     if not report.ok:
         sys.exit(1)

@@ -63,6 +63,37 @@ async def test_upgrade_downgrade_upgrade_round_trip_matches_the_metadata(
     assert comments == 0
 
 
+UNCOMMENTED_VIEW_COLUMNS = """
+SELECT c.relname || '.' || a.attname
+FROM pg_attribute AS a
+JOIN pg_class AS c ON c.oid = a.attrelid
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = 'memsvc' AND c.relkind = 'v' AND a.attnum > 0 AND NOT a.attisdropped
+  AND col_description(c.oid, a.attnum) IS NULL
+ORDER BY 1"""
+
+
+async def test_every_view_column_is_commented_and_0006_round_trips(empty_database: str) -> None:
+    settings = settings_for_tests(empty_database)
+
+    async def uncommented() -> list[str]:
+        conn = await asyncpg.connect(empty_database)
+        try:
+            return [row[0] for row in await conn.fetch(UNCOMMENTED_VIEW_COLUMNS)]
+        finally:
+            await conn.close()
+
+    await asyncio.to_thread(migrate.upgrade, settings, empty_database, "0005")
+    before = await uncommented()
+    assert "scope_stats.live_memories" in before and "recent_activity.memory_id" in before
+    await asyncio.to_thread(migrate.upgrade, settings, empty_database, "0006")
+    assert await uncommented() == []  # `\d+` documents every column of both views
+    await asyncio.to_thread(migrate.downgrade, settings, empty_database, "0005")
+    assert await uncommented() == before  # 0004's own comments are back, nothing more
+    await asyncio.to_thread(migrate.upgrade, settings, empty_database, "head")
+    assert await uncommented() == []
+
+
 def test_offline_sql_renders() -> None:
     sql = migrate.render_sql(settings_for_tests("postgresql://nowhere/x"))
     assert "CREATE EXTENSION IF NOT EXISTS vector" in sql

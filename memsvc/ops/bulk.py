@@ -24,8 +24,10 @@ table is several times faster. :class:`VectorIndexRebuild` does that safely:
   --repair`` to leave a missing index to the load. If the process dies
   mid-load, ``memsvc doctor --repair`` builds the index again.
 
-Callers only use it when the table is empty or small next to the load
-(see :func:`should_rebuild`): rebuilding costs time in the whole table.
+Callers only use it when the load will insert many rows and the table is
+empty or small next to them (see :func:`should_rebuild`; rows already stored
+do not count, see :func:`count_new_memories`): rebuilding costs time in the
+whole table, and searches run exact scans until it is done.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -48,6 +51,7 @@ from memsvc.db.pool import connect
 from memsvc.db.tables import build_metadata
 from memsvc.errors import MemsvcError, SchemaError, StorageError
 from memsvc.ops import bulk_queries as q
+from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -80,6 +84,52 @@ def should_rebuild(incoming_rows: int, existing_rows: int) -> bool:
     it is missing: worth it for a large load into a table no larger than it.
     """
     return incoming_rows >= BULK_MIN_ROWS and existing_rows <= incoming_rows
+
+
+def new_rows_needed(existing_rows: int) -> int:
+    """The fewest new rows for which :func:`should_rebuild` says yes (counting can stop there)."""
+    return max(BULK_MIN_ROWS, existing_rows)
+
+
+# Ids checked against the table per round trip by count_new_memories.
+NEW_ROWS_CHUNK = 5_000
+
+
+async def count_new_memories(
+    conn: asyncpg.Connection,
+    schema: str,
+    ids: Iterable[tuple[str, uuid.UUID]],
+    *,
+    enough: int,
+) -> int:
+    """How many of ``ids`` (tenant, memory id) are not stored yet; stops past ``enough``.
+
+    Decides whether a load pays for an index rebuild by what it will really
+    insert: re-importing rows already present inserts nothing. Memory held
+    is one chunk of ids; the count stops once it reaches ``enough``.
+    """
+    sql = q.count_new(schema)
+    new = 0
+    tenants: list[str] = []
+    memory_ids: list[uuid.UUID] = []
+
+    async def check() -> int:
+        with translate_errors():
+            count: int = await conn.fetchval(sql, tenants, memory_ids)
+        tenants.clear()
+        memory_ids.clear()
+        return count
+
+    for tenant, memory_id in ids:
+        tenants.append(tenant)
+        memory_ids.append(memory_id)
+        if len(memory_ids) >= NEW_ROWS_CHUNK:
+            new += await check()
+            if new >= enough:
+                return new
+    if memory_ids:
+        new += await check()
+    return new
 
 
 def build_memory_mb(rows: int, settings: Settings) -> int:
@@ -143,6 +193,7 @@ async def build_index(
     definition: str,
     *,
     rows: int,
+    progress: ProgressReporter = NO_PROGRESS,
 ) -> None:
     """Build an index concurrently and make sure it ends up valid.
 
@@ -155,6 +206,7 @@ async def build_index(
         workers = build_workers(await conn.fetchrow(q.BUILD_WORKERS), os.cpu_count())
         if workers is not None:
             await conn.execute(q.limit_build_workers(workers))
+        progress.start(f"building index {name} over {rows:,} rows", total=None)
         for attempt in (1, 2):
             state = await index_state(conn, schema, name)
             if state is not None and state.valid:
@@ -167,6 +219,7 @@ async def build_index(
                 if attempt == 2:
                     raise
                 log.warning("building %s.%s failed (%s); retrying once", schema, name, exc)
+    progress.done()
     state = await index_state(conn, schema, name)
     if state is None or not state.valid:
         raise StorageError(
@@ -184,8 +237,16 @@ class VectorIndexRebuild:
     slower). The build happens on exit, even when the load failed.
     """
 
-    def __init__(self, dsn: str, settings: Settings, *, name: str = MEMORY_VECTOR_INDEX) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        settings: Settings,
+        *,
+        name: str = MEMORY_VECTOR_INDEX,
+        progress: ProgressReporter = NO_PROGRESS,
+    ) -> None:
         self._dsn = dsn
+        self._progress = progress
         self._settings = settings
         self._name = name
         self._conn: asyncpg.Connection | None = None
@@ -234,7 +295,12 @@ class VectorIndexRebuild:
                         q.count_up_to(self._settings.db_schema, "memories"), 10_000_000
                     )
                 await build_index(
-                    self._conn, self._settings, self._name, self._definition, rows=rows
+                    self._conn,
+                    self._settings,
+                    self._name,
+                    self._definition,
+                    rows=rows,
+                    progress=self._progress,
                 )
                 self.build_seconds = time.perf_counter() - started
         finally:

@@ -11,9 +11,18 @@ from __future__ import annotations
 # a missing index alone while a load holds the lock.
 BULK_LOCK_KEY = 0x6D656D737663_0B  # "memsvc" + 0x0b
 
+
 def count_up_to(schema: str, table: str) -> str:
     """Rows of a table, counted up to ``$1`` (cheap on large tables)."""
     return f"SELECT count(*) FROM (SELECT 1 FROM {schema}.{table} LIMIT $1) AS capped"
+
+
+def count_new(schema: str) -> str:
+    """How many of the (tenant, id) pairs in ``$1``/``$2`` are not stored memories."""
+    return f"""
+SELECT count(*) FROM unnest($1::text[], $2::uuid[]) AS i(tenant_id, id)
+WHERE NOT EXISTS (
+    SELECT 1 FROM {schema}.memories AS m WHERE m.tenant_id = i.tenant_id AND m.id = i.id)"""
 
 
 def index_state() -> str:

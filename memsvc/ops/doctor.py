@@ -12,9 +12,12 @@ Checked, in order (later checks need the earlier ones to pass):
    failed ``CREATE INDEX CONCURRENTLY`` leaves behind);
 5. ``assemblies``: ``member_count``, ``embedded_count`` and the centroid
    agree with the member rows, recomputed in SQL;
-6. ``history``: memories that vanished without a ``deleted`` event, or exist
+6. ``content hashes``: memories whose stored ``content_hash`` is not the
+   hash of their content (content edited in SQL): dedupe and import
+   idempotency rely on it;
+7. ``history``: memories that vanished without a ``deleted`` event, or exist
    without any event (rows changed behind memsvc's back; reported only);
-7. ``gc backlog``: expired memories and sessions over checkpoint retention
+8. ``gc backlog``: expired memories and sessions over checkpoint retention
    (reported; ``memsvc gc`` deletes them).
 
 With ``repair``, each fix runs in its own transaction and is reported:
@@ -22,7 +25,9 @@ assemblies are recomputed by :meth:`AssemblyRepository.recompute` (which
 locks the assembly row ``FOR UPDATE``), an invalid index is rebuilt with
 ``REINDEX INDEX CONCURRENTLY``, a missing HNSW index is built with ``CREATE
 INDEX CONCURRENTLY`` from the schema metadata (unless a bulk load holds the
-index lock: it is rebuilding it).
+index lock: it is rebuilding it), a stale ``content_hash`` is recomputed
+unless the new hash is already another memory's in the same scope (that
+would be a duplicate: it is reported, not repaired).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from memsvc.ops.bulk import (
     build_index,
     metadata_index_definition,
 )
+from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.settings import Settings
 
@@ -53,6 +59,7 @@ Status = Literal["ok", "warning", "problem", "repaired"]
 # Relative L2 error tolerated between a stored centroid and the recomputed mean.
 CENTROID_TOLERANCE = {"vector": 1e-4, "halfvec": 2e-3}
 MAX_ASSEMBLY_REPAIRS = 10_000
+MAX_HASH_REPAIRS = 10_000
 MIN_PGVECTOR = (0, 8, 0)
 
 
@@ -112,9 +119,16 @@ class Doctor:
         self._schema = settings.db_schema
         self._dsn = dsn
         self._assemblies = assemblies
+        self._progress: ProgressReporter = NO_PROGRESS
 
-    async def run(self, *, repair: bool = False) -> DoctorReport:
-        """Run every check (and, with ``repair``, fix what can be fixed)."""
+    async def run(
+        self, *, repair: bool = False, progress: ProgressReporter = NO_PROGRESS
+    ) -> DoctorReport:
+        """Run every check (and, with ``repair``, fix what can be fixed).
+
+        ``progress`` is told each check as a step (and repairs as they happen).
+        """
+        self._progress = progress
         report = DoctorReport(repair=repair)
         conn = await connect(self._dsn, self._settings)
         try:
@@ -122,10 +136,16 @@ class Doctor:
                 if not await self._base_checks(conn, report):
                     report.add("further checks", "warning", "skipped until the above is fixed")
                     return report
+                progress.start("doctor: checking indexes")
                 await self._check_indexes(conn, report, repair)
+                progress.start("doctor: checking assemblies")
                 await self._check_assemblies(conn, report, repair)
+                progress.start("doctor: checking content hashes")
+                await self._check_content_hashes(conn, report, repair)
+                progress.start("doctor: checking history and gc backlog")
                 await self._check_history(conn, report)
                 await self._check_backlog(conn, report)
+                progress.done()
         finally:
             await conn.close()
         return report
@@ -224,6 +244,7 @@ class Doctor:
             for name, what in issues:
                 try:
                     if what == "invalid":
+                        self._progress.start(f"doctor: rebuilding invalid index {name}")
                         await conn.execute(q.reindex_concurrently(self._schema, name))
                         check.fixes.append(f"rebuilt invalid index {name} (REINDEX CONCURRENTLY)")
                     elif what == "missing":
@@ -231,7 +252,10 @@ class Doctor:
                         rows = await conn.fetchval(
                             bulk_queries.count_up_to(self._schema, "memories"), 10_000_000
                         )
-                        await build_index(conn, self._settings, name, definition, rows=rows)
+                        await build_index(
+                            conn, self._settings, name, definition, rows=rows,
+                            progress=self._progress,
+                        )
                         check.fixes.append(
                             f"built missing index {name} (CREATE INDEX CONCURRENTLY)"
                         )
@@ -283,6 +307,53 @@ class Doctor:
                 failed += 1
                 check.fixes.append(f"assembly {row['id']}: repair failed: {exc}")
         check.status = "problem" if failed else "repaired"
+
+    # ------------------------------------------------------------ content hashes
+
+    async def _check_content_hashes(
+        self, conn: asyncpg.Connection, report: DoctorReport, repair: bool
+    ) -> None:
+        rows = await conn.fetch(q.stale_content_hashes(self._schema), MAX_HASH_REPAIRS)
+        if not rows:
+            report.add("content hashes", "ok", "every content_hash matches its content")
+            return
+        shown = ", ".join(str(row["id"]) for row in rows[:10])
+        more = f" and {len(rows) - 10} more" if len(rows) > 10 else ""
+        check = report.add(
+            "content hashes",
+            "problem",
+            f"{len(rows)} memories whose content_hash does not match their content "
+            f"(edited outside memsvc): {shown}{more}",
+        )
+        if not repair:
+            return
+        self._progress.start("doctor: recomputing content hashes", total=len(rows))
+        remaining = []
+        for row in rows:
+            self._progress.advance(1)
+            if row["clash"] is not None:
+                remaining.append(
+                    f"memory {row['id']}: its content is now that of memory {row['clash']} "
+                    "in the same scope; not recomputed (it would be a duplicate: "
+                    "edit or delete one of them)"
+                )
+                continue
+            try:
+                fixed = await conn.fetchval(
+                    q.fix_content_hash(self._schema), row["tenant_id"], row["id"], row["actual"]
+                )
+            except asyncpg.UniqueViolationError:
+                # A memory with this content arrived since the check.
+                remaining.append(
+                    f"memory {row['id']}: its content is now another memory's in the same "
+                    "scope; not recomputed"
+                )
+                continue
+            if fixed is not None:
+                check.fixes.append(f"recomputed the content_hash of memory {row['id']}")
+        check.status = "problem" if remaining else "repaired"
+        if remaining:
+            check.detail = "; ".join(remaining)
 
     # ------------------------------------------------------------ history, backlog
 

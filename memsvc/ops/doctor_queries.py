@@ -110,3 +110,45 @@ SELECT count(*) FROM (
 def reindex_concurrently(schema: str, name: str) -> str:
     """Rebuild an (invalid) index without blocking its table."""
     return f"REINDEX INDEX CONCURRENTLY {schema}.{name}"
+
+
+# The fingerprint memsvc stores in content_hash, computed in SQL (sha256 of UTF-8).
+_ACTUAL_HASH = "'sha256:' || encode(sha256(convert_to({content}, 'UTF8')), 'hex')"
+
+
+def stale_content_hashes(schema: str) -> str:
+    """Memories whose ``content_hash`` is not the hash of their content (edited in SQL).
+
+    Returns up to ``$1`` rows with the stored and the actual hash, and the
+    memory that already holds the actual hash in the same scope (the unique
+    content key), if any.
+    """
+    actual = _ACTUAL_HASH.format(content="m.content")
+    return f"""
+SELECT m.tenant_id, m.id, m.content_hash AS stored, h.actual,
+       (SELECT o.id FROM {schema}.memories AS o
+        WHERE m.key IS NULL AND o.key IS NULL AND o.tenant_id = m.tenant_id
+          AND o.project_id IS NOT DISTINCT FROM m.project_id
+          AND o.agent_id IS NOT DISTINCT FROM m.agent_id
+          AND o.session_id IS NOT DISTINCT FROM m.session_id
+          AND o.content_hash = h.actual AND o.id <> m.id
+        LIMIT 1) AS clash
+FROM {schema}.memories AS m
+CROSS JOIN LATERAL (SELECT {actual} AS actual) AS h
+WHERE m.content_hash <> h.actual
+ORDER BY m.tenant_id, m.id
+LIMIT $1"""
+
+
+def fix_content_hash(schema: str) -> str:
+    """Store the actual hash of memory ``$1``/``$2`` if its content is still the checked one.
+
+    ``$3`` is the hash found by the check: a content changed since then is
+    left for the next run. A clash with another memory of the scope raises
+    the unique violation of ``uq_memories_content`` (nothing is changed).
+    """
+    actual = _ACTUAL_HASH.format(content="content")
+    return f"""
+UPDATE {schema}.memories SET content_hash = $3
+WHERE tenant_id = $1 AND id = $2 AND content_hash <> $3 AND {actual} = $3
+RETURNING id"""

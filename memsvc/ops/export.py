@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import uuid
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,27 +26,37 @@ from memsvc.db.errors import translate_errors
 from memsvc.errors import ValidationError
 from memsvc.ops import export_queries as q
 from memsvc.ops import records
-from memsvc.ops.bulk import VectorIndexRebuild, should_rebuild
+from memsvc.ops.bulk import (
+    VectorIndexRebuild,
+    count_new_memories,
+    new_rows_needed,
+    should_rebuild,
+)
 from memsvc.ops.bulk_queries import count_up_to
 from memsvc.ops.loader import Loader, LoadReport, Problem
+from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.scope import Scope
 from memsvc.settings import Settings
 
 IndexMode = Literal["auto", "rebuild", "keep"]
-Progress = Callable[[int], None]
-
 CURSOR_PREFETCH = 500
 
 
 @dataclass(frozen=True, slots=True)
 class ExportReport:
-    """What an export wrote."""
+    """What an export wrote, and from which scope (None: everything)."""
 
     memories: int
     assemblies: int
     checkpoints: int
+    scope: Scope | None = None
+
+    @property
+    def total(self) -> int:
+        """Rows written, all kinds."""
+        return self.memories + self.assemblies + self.checkpoints
 
 
 def _filter(scope: Scope | None) -> tuple[str, list[object]]:
@@ -69,7 +80,7 @@ async def export_jsonl(
     out: IO[str],
     *,
     scope: Scope | None = None,
-    progress: Progress | None = None,
+    progress: ProgressReporter = NO_PROGRESS,
 ) -> ExportReport:
     """Write a header, then memories, assemblies and checkpoints of ``scope`` (and below).
 
@@ -78,7 +89,8 @@ async def export_jsonl(
         settings: The service settings (schema, vector settings for the header).
         out: A text stream to write lines to.
         scope: Only rows of this scope and the scopes under it; None for everything.
-        progress: Called with the number of rows written since the last call.
+        progress: Told the rows to write (counted in the export's snapshot) and each
+            batch written.
     """
     schema = settings.db_schema
     filter_sql, values = _filter(scope)
@@ -90,6 +102,10 @@ async def export_jsonl(
     )
     with translate_errors():
         async with conn.transaction(isolation="repeatable_read", readonly=True):
+            total = None
+            if progress is not NO_PROGRESS:
+                total = await conn.fetchval(q.count_rows(schema, filter_sql), *values)
+            progress.start("exporting", total=total)
             out.write(records.header_line(settings, datetime.now(UTC)) + "\n")
             for kind, sql, render in statements:
                 pending: list[str] = []
@@ -101,14 +117,14 @@ async def export_jsonl(
                         pending = []
                 _write(out, pending, progress)
                 counts[kind] += len(pending)
-    return ExportReport(counts["memory"], counts["assembly"], counts["checkpoint"])
+    progress.done()
+    return ExportReport(counts["memory"], counts["assembly"], counts["checkpoint"], scope)
 
 
-def _write(out: IO[str], lines: list[str], progress: Progress | None) -> None:
+def _write(out: IO[str], lines: list[str], progress: ProgressReporter) -> None:
     if lines:
         out.write("\n".join(lines) + "\n")
-        if progress is not None:
-            progress(len(lines))
+        progress.advance(len(lines))
 
 
 def count_lines(path: Path) -> int:
@@ -128,49 +144,98 @@ async def import_jsonl(
     path: Path,
     *,
     index_mode: IndexMode = "auto",
-    progress: Progress | None = None,
+    progress: ProgressReporter = NO_PROGRESS,
 ) -> LoadReport:
     """Load a JSONL export; see the module docstring.
 
     Args:
-        conn: A connection (from ``svc.pool``) for the bulk decision's row count.
+        conn: A connection (from ``svc.pool``) for the bulk decision's row counts.
         dsn: Where the loader and the index rebuild open their own connections.
         settings: The service settings.
         assemblies: The service's assembly repository (recomputes aggregates).
         path: The file to read.
         index_mode: ``auto`` drops and rebuilds the HNSW index when the input
-            is large and the table no larger (see :mod:`memsvc.ops.bulk`);
-            ``rebuild`` always does; ``keep`` never does.
-        progress: Called with the number of bytes read since the last call.
+            holds many memories not stored yet, and the table is no larger
+            (see :mod:`memsvc.ops.bulk`); ``rebuild`` always does; ``keep`` never does.
+        progress: Told the bytes read, and the index check and rebuild steps.
 
     Raises:
         ValidationError: The header says the file was written for other vector settings.
     """
+    check_import_header(path, settings)
+    report = LoadReport()
     rebuild = index_mode == "rebuild"
     if index_mode == "auto":
-        incoming = count_lines(path)
-        with translate_errors():
-            existing = await conn.fetchval(
-                count_up_to(settings.db_schema, "memories"), incoming + 1
-            )
-        rebuild = should_rebuild(incoming, existing)
-    report = LoadReport()
+        rebuild = await _worth_rebuilding(conn, settings, path, report, progress)
     async with AsyncExitStack() as stack:
         index = None
         if rebuild:
-            index = await stack.enter_async_context(VectorIndexRebuild(dsn, settings))
+            index = await stack.enter_async_context(
+                VectorIndexRebuild(dsn, settings, progress=progress)
+            )
+        progress.start(f"importing {path.name}", total=path.stat().st_size, unit="bytes")
         async with Loader(dsn, settings, assemblies, report=report) as loader:
             with path.open("rb") as handle:
                 for number, raw in enumerate(handle, 1):
-                    if progress is not None:
-                        progress(len(raw))
+                    progress.advance(len(raw))
                     record = _parse_line(raw, number, settings, report)
                     if record is not None:
                         await loader.add(record, f"line {number}")
         report.index_rebuilt = index is not None and index.active
+    progress.done()
     if index is not None:
         report.index_build_seconds = index.build_seconds
     return report
+
+
+def check_import_header(path: Path, settings: Settings) -> None:
+    """Raise the header's ValidationError (other vector settings) before anything is done."""
+    with path.open("rb") as handle:
+        for raw in handle:
+            if raw.strip():
+                _parse_line(raw, 1, settings, LoadReport())
+                return
+
+
+async def _worth_rebuilding(
+    conn: asyncpg.Connection,
+    settings: Settings,
+    path: Path,
+    report: LoadReport,
+    progress: ProgressReporter,
+) -> bool:
+    """Whether the load will insert enough new memories to rebuild the index (``auto``).
+
+    Lines are an upper bound on the memories; only when that bound is large
+    enough are the ids of the file's memories checked against the table.
+    """
+    incoming = count_lines(path)
+    with translate_errors():
+        existing = await conn.fetchval(count_up_to(settings.db_schema, "memories"), incoming + 1)
+    if not should_rebuild(incoming, existing):
+        return False
+
+    def ids() -> Iterator[tuple[str, uuid.UUID]]:
+        scratch = LoadReport()  # rejected lines are reported by the load itself
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                progress.advance(1)
+                record = _parse_line(raw, number, settings, scratch)
+                if isinstance(record, records.MemoryRecord):
+                    yield record.scope.tenant, record.id
+
+    progress.start("counting the memories not stored yet", total=incoming, unit="lines")
+    new = await count_new_memories(
+        conn, settings.db_schema, ids(), enough=new_rows_needed(existing)
+    )
+    progress.done()
+    rebuild = should_rebuild(new, existing)
+    report.index_decision = (
+        f"{'at least ' if rebuild else ''}{new} memories not stored yet"
+        f" ({existing} stored): vector index "
+        + ("dropped for the load" if rebuild else "kept in place")
+    )
+    return rebuild
 
 
 def _parse_line(

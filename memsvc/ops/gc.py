@@ -28,6 +28,7 @@ import asyncpg
 from memsvc.db.errors import translate_errors
 from memsvc.errors import ConcurrencyError, ValidationError
 from memsvc.ops import gc_queries as q
+from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.repositories.scope_sql import Params, scope_condition
@@ -68,9 +69,6 @@ class GcReport:
         )
 
 
-Progress = Callable[[str, int], None]
-
-
 class GarbageCollector:
     """Runs the gc passes on a pool; see the module docstring."""
 
@@ -94,7 +92,7 @@ class GarbageCollector:
         batch_size: int = DEFAULT_BATCH,
         idle_session_days: float | None = None,
         max_batches: int | None = None,
-        progress: Progress | None = None,
+        progress: ProgressReporter = NO_PROGRESS,
     ) -> GcReport:
         """Delete expired memories, prune checkpoints, and (optionally) idle sessions.
 
@@ -104,7 +102,7 @@ class GarbageCollector:
                 many days (their memories, assemblies and checkpoints); None: never.
             max_batches: Stop deleting expired memories after this many batches
                 (the next run continues); None: until none is left.
-            progress: Called with (pass name, rows deleted) after each batch.
+            progress: Told each pass as a step, and the rows (or sessions) it deletes.
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
             raise ValidationError("batch_size", "must be an integer")
@@ -118,18 +116,19 @@ class GarbageCollector:
             raise ValidationError("idle_session_days", "must be a positive number of days")
         started = time.perf_counter()
         report = GcReport()
+        progress.start("gc: deleting expired memories")
         while max_batches is None or report.batches < max_batches:
             deleted = await self._retrying(lambda: self._delete_expired_batch(batch_size))
             report.batches += 1
             report.expired_deleted += deleted
-            if progress is not None:
-                progress("expired", deleted)
+            progress.advance(deleted)
             if deleted < batch_size:
                 break  # none left (or only rows other workers hold right now)
         report.checkpoints_pruned = await self._prune_checkpoints(progress)
         if idle_session_days is not None:
             cutoff = datetime.now(UTC) - timedelta(days=idle_session_days)
             await self._remove_idle_sessions(cutoff, batch_size, report, progress)
+        progress.done()
         report.seconds = time.perf_counter() - started
         return report
 
@@ -151,7 +150,7 @@ class GarbageCollector:
                 rows = await conn.fetch(q.lock_expired(self._schema), batch_size)
                 return await self._memories.delete_locked(conn, rows)
 
-    async def _prune_checkpoints(self, progress: Progress | None) -> int:
+    async def _prune_checkpoints(self, progress: ProgressReporter) -> int:
         keep = self._settings.checkpoint_keep_last
         with translate_errors():
             async with self._pool.acquire() as conn:
@@ -159,6 +158,9 @@ class GarbageCollector:
                     q.sessions_over_retention(self._schema), keep, SESSIONS_PER_RUN
                 )
         pruned = 0
+        progress.start(
+            "gc: pruning checkpoints past retention", total=len(sessions), unit="sessions"
+        )
         for row in sessions:
             scope = Scope.trusted(
                 row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"]
@@ -166,24 +168,23 @@ class GarbageCollector:
             # The repository's prune takes the session's lock, like create.
             count = await self._checkpoints.prune(scope, keep)
             pruned += count
-            if progress is not None:
-                progress("checkpoints", count)
+            progress.advance(1)
         return pruned
 
     async def _remove_idle_sessions(
-        self, cutoff: datetime, batch_size: int, report: GcReport, progress: Progress | None
+        self, cutoff: datetime, batch_size: int, report: GcReport, progress: ProgressReporter
     ) -> None:
         with translate_errors():
             async with self._pool.acquire() as conn:
                 sessions = await conn.fetch(q.idle_sessions(self._schema), cutoff, SESSIONS_PER_RUN)
+        progress.start("gc: removing idle sessions", total=len(sessions), unit="sessions")
         for row in sessions:
             scope = Scope.trusted(
                 row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"]
             )
             await self._remove_idle_session(scope, cutoff, batch_size, report)
             report.idle_sessions += 1
-            if progress is not None:
-                progress("idle sessions", 1)
+            progress.advance(1)
 
     async def _remove_idle_session(
         self, scope: Scope, cutoff: datetime, batch_size: int, report: GcReport

@@ -9,7 +9,7 @@ when it is a UUID, else a deterministic uuid5 of it; ``content``,
 ``embedding``, ``metadata``, ``quickrecal_score`` (or ``significance``)
 as ``importance`` (clamped to [0, 1]), ``timestamp``/``created_at`` and
 ``updated_at``/``quickrecal_updated`` as timestamps, ``access_count`` and
-``last_access_time``; index entries fill in what a file lacks. Each
+``last_access_time`` (or ``last_access``); index entries fill in what a file lacks. Each
 assembly file becomes an assembly (``assembly_id``/``id``, ``name``,
 ``description``, ``memory_ids``/``memories``/``member_ids`` mapped the same
 way, ``creation_time``/``created_at``); its counts and centroid are
@@ -25,18 +25,28 @@ string), ``created_at``/``updated_at`` the timestamp, and metadata
 tenant, session and key.
 
 Every imported memory's metadata gets ``"legacy": {"id": ..., "path": ...}``
-(unless it already has a ``legacy`` key), so the old ids stay findable.
+(``"memsvc_legacy"`` when it already has a ``legacy`` key of its own), so
+the old ids stay findable. No
+field is dropped silently: a field memsvc has no column for (an assembly's
+``keywords``, ``activation_level``, ``access_count``, ``composite_embedding``,
+a session file's extra fields, an index entry's unused fields) is kept in
+that ``legacy`` object; the index file's own ``metadata`` block, which
+belongs to no record, is reported as a warning. A member missing from an
+assembly is reported by its legacy id. Text with NUL bytes is rejected (the
+file is named) unless ``strip_nul`` removes them (a warning per file).
 Empty, truncated or otherwise unreadable files are reported with their path
 and skipped; the import never stops for them. Ids are deterministic and the
 load skips rows already stored, so running it again changes nothing.
-``dry_run`` reads and validates everything and writes nothing.
+``dry_run`` reads and validates everything and writes nothing; it counts
+what the load would insert into an empty store, duplicates in the input
+(same id, same content in a scope, same key) counted apart.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +56,12 @@ import asyncpg
 
 from memsvc.db.errors import translate_errors
 from memsvc.errors import ValidationError
-from memsvc.ops.bulk import VectorIndexRebuild, should_rebuild
+from memsvc.ops.bulk import (
+    VectorIndexRebuild,
+    count_new_memories,
+    new_rows_needed,
+    should_rebuild,
+)
 from memsvc.ops.bulk_queries import count_up_to
 from memsvc.ops.export import IndexMode
 from memsvc.ops.loader import Loader, LoadReport, Problem
@@ -59,6 +74,7 @@ from memsvc.ops.records import (
     derived_id,
     parse_time,
 )
+from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.memories import content_hash
 from memsvc.scope import Scope
@@ -72,8 +88,8 @@ from memsvc.validation import (
 )
 
 INDEX_FILE = "memory_index.json"
-
-Progress = Callable[[int], None]
+# Index-file entry fields that only locate the file.
+INDEX_LOCATION = ("filepath",)
 
 
 @dataclass
@@ -87,6 +103,9 @@ class LegacyReport:
     sessions_found: int = 0
     memories_valid: int = 0
     assemblies_valid: int = 0
+    # Dry run: valid records that repeat an earlier one (the load skips or rejects them).
+    memories_duplicate: int = 0
+    assemblies_duplicate: int = 0
     load: LoadReport = field(default_factory=LoadReport)
 
     @property
@@ -95,14 +114,67 @@ class LegacyReport:
         return self.load.ok
 
 
+class _Fields:
+    """A legacy object's fields; remembers which were read, so the rest can be kept."""
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        self._obj = obj
+        self._read: set[str] = set()
+
+    def has(self, *names: str) -> bool:
+        return any(name in self._obj for name in names)
+
+    def first(self, *names: str, default: Any = None) -> Any:
+        """The value of the first of ``names`` present (marked as read), else ``default``."""
+        for name in names:
+            if name in self._obj:
+                self._read.add(name)
+                return self._obj[name]
+        return default
+
+    def unread(self) -> dict[str, Any]:
+        """The fields nothing read, in file order."""
+        return {k: v for k, v in self._obj.items() if k not in self._read}
+
+
+def _strip_nul(value: Any) -> Any:
+    """``value`` with NUL characters removed from every string in it (keys too)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, Mapping):
+        return {_strip_nul(k): _strip_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strip_nul(v) for v in value]
+    return value
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 class _Reader:
     """Turns a legacy tree into records, reporting unreadable files as it goes."""
 
-    def __init__(self, root: Path, tenant: str, settings: Settings, report: LegacyReport) -> None:
+    def __init__(
+        self,
+        root: Path,
+        tenant: str,
+        settings: Settings,
+        report: LegacyReport,
+        *,
+        strip_nul: bool = False,
+    ) -> None:
         self.root = root
         self.tenant = tenant
         self.settings = settings
         self.report = report
+        self.strip_nul = strip_nul
 
     # ------------------------------------------------------------ helpers
 
@@ -144,6 +216,9 @@ class _Reader:
         if not isinstance(obj, dict):
             self._problem(path, kind, f"not a JSON object (a {type(obj).__name__})")
             return None
+        if self.strip_nul and _has_nul(obj):
+            obj = dict(_strip_nul(obj))
+            self.report.load.warn(self._rel(path), kind, "NUL characters removed (--strip-nul)")
         return obj
 
     def _inside(self, relative: object, default: Path) -> Path | None:
@@ -169,12 +244,51 @@ class _Reader:
         except ValueError:
             return derived_id("legacy-assembly", self.tenant, legacy_id)
 
-    def _metadata(self, base: object, legacy: dict[str, Any], **extra: Any) -> str:
+    def _metadata(
+        self, base: object, legacy: dict[str, Any], source: str, kind: str, **extra: Any
+    ) -> str:
+        """Metadata JSON: ``base``, ``extra`` fields, and ``legacy`` under ``"legacy"``.
+
+        Fields of ``legacy`` beyond id/path/key are kept when the result fits
+        the metadata limit; otherwise they are left out and named in a warning.
+        """
         meta: dict[str, Any] = dict(base) if isinstance(base, Mapping) else {}
+        if base is not None and not isinstance(base, Mapping):
+            legacy = {**legacy, "metadata": base}  # not an object: kept, not merged
         for name, value in extra.items():
             meta.setdefault(name, value)
-        meta.setdefault("legacy", legacy)
-        return encode_json("metadata", meta, self.settings.max_metadata_bytes)
+        if "legacy" in meta:
+            # The record's own "legacy" key wins; ours goes next to it.
+            meta.setdefault("memsvc_legacy", legacy)
+        else:
+            meta["legacy"] = legacy
+        limit = self.settings.max_metadata_bytes
+        try:
+            return encode_json("metadata", meta, limit)
+        except ValidationError as exc:
+            kept = {k: legacy[k] for k in ("id", "path", "key") if k in legacy}
+            if kept == legacy or "over the limit" not in exc.reason:
+                raise
+        dropped = sorted(set(legacy) - set(kept))
+        self.report.load.warn(
+            source, kind, f"legacy fields {', '.join(dropped)} not kept: metadata too large"
+        )
+        meta["legacy" if meta.get("legacy") is legacy else "memsvc_legacy"] = kept
+        return encode_json("metadata", meta, limit)
+
+    @staticmethod
+    def _legacy(
+        base: dict[str, Any], fields: _Fields, entry: _Fields | None = None
+    ) -> dict[str, Any]:
+        """``base`` plus the unread fields of the file (and of its index entry)."""
+        legacy = dict(base)
+        for name, value in fields.unread().items():
+            legacy[name if name not in legacy else f"field_{name}"] = value
+        if entry is not None:
+            unread = {k: v for k, v in entry.unread().items() if k not in INDEX_LOCATION}
+            if unread:
+                legacy["index"] = unread
+        return legacy
 
     # ------------------------------------------------------------ directory store
 
@@ -190,6 +304,14 @@ class _Reader:
             if not isinstance(index.get(section, {}), dict):
                 self._problem(index_path, "file", f"its {section!r} is not an object; ignored")
                 index[section] = {}
+        others = {k: v for k, v in index.items() if k not in ("memories", "assemblies")}
+        if others:
+            # The index's own fields (its "metadata" block...) belong to no record.
+            shown = json.dumps(others, ensure_ascii=False, default=str)
+            shown = shown if len(shown) <= 300 else shown[:300] + "..."
+            self.report.load.warn(
+                INDEX_FILE, "file", f"fields {', '.join(others)} not imported: {shown}"
+            )
         yield from self._section(index.get("memories", {}), "memories", "memory")
         yield from self._section(index.get("assemblies", {}), "assemblies", "assembly")
 
@@ -243,34 +365,62 @@ class _Reader:
                 self.report.assemblies_valid += 1
                 yield assembly, source
         except ValidationError as exc:
-            self._problem(source, kind, f"{exc.field}: {exc.reason}")
+            self._problem(source, kind, self._reason(exc))
+
+    def _reason(self, exc: ValidationError) -> str:
+        reason = f"{exc.field}: {exc.reason}"
+        if "NUL" in exc.reason and not self.strip_nul:
+            reason += " (--strip-nul imports it without them)"
+        return reason
 
     def _memory(
-        self, obj: dict[str, Any], legacy_id: str, entry: dict[str, Any], source: str
+        self, obj: dict[str, Any], legacy_id: str, entry_obj: dict[str, Any], source: str
     ) -> MemoryRecord:
-        own_id = obj.get("id", obj.get("memory_id"))
+        fields, entry = _Fields(obj), _Fields(entry_obj)
+        own_id = fields.first("id", "memory_id")
         legacy_id = str(own_id) if own_id is not None else legacy_id
-        text = validate_content(obj.get("content"), self.settings.max_content_bytes)
-        embedding = obj.get("embedding")
-        score = obj.get("quickrecal_score", obj.get("significance", entry.get("quickrecal_score")))
+        text = validate_content(fields.first("content"), self.settings.max_content_bytes)
+        embedding = fields.first("embedding")
+        if fields.has("quickrecal_score", "significance"):
+            score = fields.first("quickrecal_score", "significance")
+        else:
+            score = entry.first("quickrecal_score")
         importance = 0.5
         if isinstance(score, int | float) and not isinstance(score, bool):
             importance = validate_importance(min(1.0, max(0.0, float(score))))
-        created = parse_time(
-            "timestamp",
-            obj.get("created_at", obj.get("timestamp", entry.get("created_at"))),
+        if fields.has("created_at", "timestamp"):
+            created_value = fields.first("created_at", "timestamp")
+        else:
+            created_value = entry.first("created_at")
+        created = parse_time("timestamp", created_value)
+        if fields.has("updated_at", "quickrecal_updated"):
+            updated_value = fields.first("updated_at", "quickrecal_updated")
+        else:
+            updated_value = entry.first("updated_at")
+        updated = parse_time("updated_at", updated_value)
+        access_count = fields.first("access_count", default=0)
+        last_access = parse_time(
+            "last_access_time", fields.first("last_access_time", "last_access")
         )
-        updated = parse_time(
-            "updated_at",
-            obj.get("updated_at", obj.get("quickrecal_updated", entry.get("updated_at"))),
+        valid_count = (
+            isinstance(access_count, int) and not isinstance(access_count, bool)
+            and access_count >= 0
         )
-        access_count = obj.get("access_count", 0)
+        legacy = {"id": legacy_id, "path": source}
+        if not valid_count:
+            legacy["access_count"] = access_count  # no count memsvc can store: kept as is
+        base = fields.first("metadata")
         return MemoryRecord(
             id=self.memory_id(legacy_id),
             scope=Scope(self.tenant),
             content=text,
             content_hash=content_hash(text),
-            metadata=self._metadata(obj.get("metadata"), {"id": legacy_id, "path": source}),
+            metadata=self._metadata(
+                base,
+                self._legacy(legacy, fields, entry),
+                source,
+                "memory",
+            ),
             embedding=None
             if embedding is None
             else validate_embedding(
@@ -282,37 +432,48 @@ class _Reader:
             importance=importance,
             created_at=created,
             updated_at=updated or created,
-            access_count=access_count
-            if isinstance(access_count, int) and not isinstance(access_count, bool)
-            and access_count >= 0
-            else 0,
-            last_accessed_at=parse_time("last_access_time", obj.get("last_access_time")),
+            access_count=access_count if valid_count else 0,
+            last_accessed_at=last_access,
         )
 
     def _assembly(
-        self, obj: dict[str, Any], legacy_id: str, entry: dict[str, Any], source: str
+        self, obj: dict[str, Any], legacy_id: str, entry_obj: dict[str, Any], source: str
     ) -> AssemblyRecord:
-        own_id = obj.get("assembly_id", obj.get("id"))
+        fields, entry = _Fields(obj), _Fields(entry_obj)
+        own_id = fields.first("assembly_id", "id")
         legacy_id = str(own_id) if own_id is not None else legacy_id
-        members = obj.get("memory_ids", obj.get("memories", obj.get("member_ids", [])))
+        members = fields.first("memory_ids", "memories", "member_ids", default=[])
         if isinstance(members, dict):
             members = list(members)
         if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
             raise ValidationError("memory_ids", "must be a list of memory ids")
-        created = parse_time(
-            "creation_time",
-            obj.get("creation_time", obj.get("created_at", entry.get("created_at"))),
-        )
-        description = obj.get("description") or ""
+        if fields.has("creation_time", "created_at"):
+            created_value = fields.first("creation_time", "created_at")
+        else:
+            created_value = entry.first("created_at")
+        created = parse_time("creation_time", created_value)
+        description = fields.first("description") or ""
+        name = check_name(fields.first("name") or legacy_id)
+        updated = parse_time("updated_at", fields.first("updated_at")) or created
+        base = fields.first("metadata")
+        member_ids: dict[uuid.UUID, str] = {}
+        for member in members:
+            member_ids.setdefault(self.memory_id(member), member)
         return AssemblyRecord(
             id=self.assembly_id(legacy_id),
             scope=Scope(self.tenant),
-            name=check_name(obj.get("name") or legacy_id),
+            name=name,
             description=validate_text(description, 64 * 1024, "description"),
-            metadata=self._metadata(obj.get("metadata"), {"id": legacy_id, "path": source}),
-            member_ids=list(dict.fromkeys(self.memory_id(m) for m in members)),
+            metadata=self._metadata(
+                base,
+                self._legacy({"id": legacy_id, "path": source}, fields, entry),
+                source,
+                "assembly",
+            ),
+            member_ids=list(member_ids),
+            member_labels={k: v for k, v in member_ids.items() if str(k) != v},
             created_at=created,
-            updated_at=parse_time("updated_at", obj.get("updated_at")) or created,
+            updated_at=updated,
         )
 
     # ------------------------------------------------------------ session files
@@ -342,6 +503,8 @@ class _Reader:
         if not isinstance(categories, dict):
             self._problem(source, "file", "its 'memories' is not an object")
             return
+        # The file's other fields are kept with each of its memories.
+        extra = {k: v for k, v in obj.items() if k not in ("session_id", "memories")}
         self.report.sessions_found += 1
         for category, entries in categories.items():
             if not isinstance(entries, dict):
@@ -351,15 +514,21 @@ class _Reader:
                 key = f"{category}/{name}"
                 self.report.memories_found += 1
                 try:
-                    memory = self._session_memory(scope, key, category, entry, source)
+                    memory = self._session_memory(scope, key, category, entry, source, extra)
                 except ValidationError as exc:
-                    self._problem(source, "memory", f"{key}: {exc.field}: {exc.reason}")
+                    self._problem(source, "memory", f"{key}: {self._reason(exc)}")
                     continue
                 self.report.memories_valid += 1
                 yield memory, source
 
     def _session_memory(
-        self, scope: Scope, key: str, category: str, entry: object, source: str
+        self,
+        scope: Scope,
+        key: str,
+        category: str,
+        entry: object,
+        source: str,
+        session_fields: Mapping[str, Any],
     ) -> MemoryRecord:
         fields = dict(entry) if isinstance(entry, dict) else {"value": entry}
         value = fields.pop("value", None)
@@ -375,7 +544,12 @@ class _Reader:
             content=text,
             content_hash=content_hash(text),
             metadata=self._metadata(
-                fields, {"key": key, "path": source}, category=category
+                fields,
+                {"key": key, "path": source, **({"session": dict(session_fields)}
+                                                 if session_fields else {})},
+                source,
+                "memory",
+                category=category,
             ),
             embedding=None,
             importance=validate_importance(score),
@@ -393,7 +567,7 @@ def _layout(root: Path) -> str:
 
 
 def read_legacy(
-    path: Path, tenant: str, settings: Settings, report: LegacyReport
+    path: Path, tenant: str, settings: Settings, report: LegacyReport, *, strip_nul: bool = False
 ) -> Iterator[tuple[Record, str]]:
     """Records of the legacy store at ``path`` (a store directory, a session file or a
     directory of session files), with their source paths; problems go to ``report``."""
@@ -402,13 +576,46 @@ def read_legacy(
         raise ValidationError("path", f"{path} does not exist")
     scope = Scope(tenant)  # validates the tenant before anything is read
     if _layout(root) == "directory":
-        reader = _Reader(root, scope.tenant, settings, report)
+        reader = _Reader(root, scope.tenant, settings, report, strip_nul=strip_nul)
         return reader.directory_store()
     if root.is_file():
-        reader = _Reader(root.parent, scope.tenant, settings, report)
+        reader = _Reader(root.parent, scope.tenant, settings, report, strip_nul=strip_nul)
         return reader.session_files([root])
-    reader = _Reader(root, scope.tenant, settings, report)
+    reader = _Reader(root, scope.tenant, settings, report, strip_nul=strip_nul)
     return reader.session_files(sorted(root.rglob("*.json")))
+
+
+class _DryRunCount:
+    """What a load into an empty store would insert: the first record of each id,
+    content (key-less memories, per scope), key and assembly name; later ones are
+    duplicates (skipped or rejected by the load, as it finds them)."""
+
+    def __init__(self, report: LegacyReport) -> None:
+        self._report = report
+        self._seen: set[tuple[object, ...]] = set()
+
+    def add(self, record: Record) -> None:
+        scope = (record.scope.tenant, record.scope.project, record.scope.agent,
+                 record.scope.session)
+        keys: list[tuple[object, ...]]
+        if isinstance(record, MemoryRecord):
+            keys = [("memory", scope[0], record.id)]
+            keys.append(("key", *scope, record.key) if record.key is not None
+                        else ("content", *scope, record.content_hash))
+            duplicate = any(k in self._seen for k in keys)
+            if duplicate:
+                self._report.memories_duplicate += 1
+                self._report.memories_valid -= 1
+        elif isinstance(record, AssemblyRecord):
+            keys = [("assembly", scope[0], record.id), ("name", *scope, record.name)]
+            duplicate = any(k in self._seen for k in keys)
+            if duplicate:
+                self._report.assemblies_duplicate += 1
+                self._report.assemblies_valid -= 1
+        else:
+            return
+        if not duplicate:
+            self._seen.update(keys)
 
 
 def estimate_records(path: Path) -> int:
@@ -421,6 +628,14 @@ def estimate_records(path: Path) -> int:
     return sum(1 for _ in root.rglob("*.json"))
 
 
+def _directory_records(path: Path) -> int | None:
+    """Memory and assembly files of a directory store (progress total); None otherwise."""
+    root = path.resolve()
+    if not root.is_dir() or _layout(root) != "directory":
+        return None
+    return sum(1 for folder in ("memories", "assemblies") for _ in (root / folder).glob("*.json"))
+
+
 async def import_legacy(
     conn: asyncpg.Connection | None,
     dsn: str | None,
@@ -431,19 +646,25 @@ async def import_legacy(
     tenant: str = "default",
     dry_run: bool = False,
     index_mode: IndexMode = "auto",
-    progress: Progress | None = None,
+    strip_nul: bool = False,
+    progress: ProgressReporter = NO_PROGRESS,
 ) -> LegacyReport:
     """Import a legacy store (see the module docstring); with ``dry_run`` write nothing.
 
     ``conn``, ``dsn`` and ``assemblies`` may be None for a dry run.
-    ``progress`` is called with 1 per record read.
+    ``progress`` is told each record read (and the index rebuild step).
+    ``strip_nul`` removes NUL characters from text instead of rejecting it.
     """
     report = LegacyReport(dry_run=dry_run)
-    records = read_legacy(path, tenant, settings, report)
+    records = read_legacy(path, tenant, settings, report, strip_nul=strip_nul)
+    total = _directory_records(path)
     if dry_run:
-        for _record, _source in records:
-            if progress is not None:
-                progress(1)
+        progress.start(f"checking {path.name}", total=total, unit="records")
+        counter = _DryRunCount(report)
+        for record, _source in records:
+            counter.add(record)
+            progress.advance(1)
+        progress.done()
         return report
     if conn is None or dsn is None or assemblies is None:
         raise ValueError("conn, dsn and assemblies are required unless dry_run")
@@ -455,14 +676,56 @@ async def import_legacy(
                 count_up_to(settings.db_schema, "memories"), incoming + 1
             )
         rebuild = should_rebuild(incoming, existing)
+        if rebuild:
+            rebuild = await _worth_rebuilding(
+                conn, settings, path, tenant, existing, report, strip_nul, progress
+            )
     async with AsyncExitStack() as stack:
         index = None
         if rebuild:
-            index = await stack.enter_async_context(VectorIndexRebuild(dsn, settings))
+            index = await stack.enter_async_context(
+                VectorIndexRebuild(dsn, settings, progress=progress)
+            )
+        progress.start(f"importing {path.name}", total=total, unit="records")
         async with Loader(dsn, settings, assemblies, report=report.load) as loader:
             for record, source in records:
                 await loader.add(record, source)
-                if progress is not None:
-                    progress(1)
+                progress.advance(1)
         report.load.index_rebuilt = index is not None and index.active
+    progress.done()
+    if index is not None:
+        report.load.index_build_seconds = index.build_seconds
     return report
+
+
+async def _worth_rebuilding(
+    conn: asyncpg.Connection,
+    settings: Settings,
+    path: Path,
+    tenant: str,
+    existing: int,
+    report: LegacyReport,
+    strip_nul: bool,
+    progress: ProgressReporter,
+) -> bool:
+    """Whether enough of the store's memories are not stored yet to rebuild the index."""
+
+    def ids() -> Iterator[tuple[str, uuid.UUID]]:
+        scratch = LegacyReport(dry_run=True)  # problems are reported by the load itself
+        for record, _source in read_legacy(path, tenant, settings, scratch, strip_nul=strip_nul):
+            progress.advance(1)
+            if isinstance(record, MemoryRecord):
+                yield record.scope.tenant, record.id
+
+    progress.start("counting the memories not stored yet", unit="records")
+    new = await count_new_memories(
+        conn, settings.db_schema, ids(), enough=new_rows_needed(existing)
+    )
+    progress.done()
+    rebuild = should_rebuild(new, existing)
+    report.load.index_decision = (
+        f"{'at least ' if rebuild else ''}{new} memories not stored yet"
+        f" ({existing} stored): vector index "
+        + ("dropped for the load" if rebuild else "kept in place")
+    )
+    return rebuild

@@ -82,6 +82,8 @@ class LoadReport:
     rejected_total: int = 0
     warnings_total: int = 0
     index_rebuilt: bool = False
+    # Why the vector index was (or was not) dropped, when ``auto`` had to look.
+    index_decision: str = ""
     index_build_seconds: float = 0.0
 
     def reject(self, source: str, kind: str, reason: str) -> None:
@@ -110,6 +112,12 @@ class LoadReport:
             "assembly": self.assemblies,
             "checkpoint": self.checkpoints,
         }.get(kind)
+
+    @property
+    def other_rejected(self) -> int:
+        """Rejected inputs that are no memory, assembly or checkpoint (lines, files)."""
+        kinds = self.memories.rejected + self.assemblies.rejected + self.checkpoints.rejected
+        return self.rejected_total - kinds
 
     @property
     def ok(self) -> bool:
@@ -499,15 +507,17 @@ class Loader:
         members: list[uuid.UUID] = []
         for memory_id in record.member_ids:
             memory_scope = found.get(memory_id)
+            # Named as the input named it (a legacy id), not by the id derived from it.
+            label = record.member_labels.get(memory_id, str(memory_id))
             if memory_scope is None:
                 self.report.warn(
-                    source, "assembly", f"member {memory_id} is not a stored memory; left out"
+                    source, "assembly", f"member {label} is not a stored memory; left out"
                 )
             elif not can_see(record.scope, memory_scope):
                 self.report.warn(
                     source,
                     "assembly",
-                    f"member {memory_id} is outside the assembly's scope path; left out",
+                    f"member {label} is outside the assembly's scope path; left out",
                 )
             else:
                 members.append(memory_id)

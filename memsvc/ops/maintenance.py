@@ -6,17 +6,17 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import asyncpg
 
 from memsvc.ops.doctor import Doctor, DoctorReport
 from memsvc.ops.export import ExportReport, IndexMode, count_export, export_jsonl, import_jsonl
 from memsvc.ops.gc import DEFAULT_BATCH, GarbageCollector, GcReport
-from memsvc.ops.gc import Progress as GcProgress
 from memsvc.ops.legacy import LegacyReport, import_legacy
 from memsvc.ops.loader import LoadReport
 from memsvc.ops.stats import Stats, collect_stats
+from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
@@ -60,7 +60,7 @@ class Maintenance:
         batch_size: int = DEFAULT_BATCH,
         idle_session_days: float | None = None,
         max_batches: int | None = None,
-        progress: GcProgress | None = None,
+        progress: ProgressReporter = NO_PROGRESS,
     ) -> GcReport:
         """Delete expired memories, prune checkpoints past retention, remove idle sessions.
 
@@ -71,7 +71,7 @@ class Maintenance:
             batch_size: Rows per transaction.
             idle_session_days: Also remove sessions idle this many days; None: never.
             max_batches: Cap on expired-memory batches this run.
-            progress: Called with (pass name, rows deleted) after each batch.
+            progress: Told each pass and what it deletes (see :mod:`memsvc.progress`).
         """
         return await self._gc.run(
             batch_size=batch_size,
@@ -134,10 +134,12 @@ class Maintenance:
         async with self._pool.acquire() as conn:
             return await collect_stats(conn, self._settings.db_schema, tenant)
 
-    async def doctor(self, *, repair: bool = False) -> DoctorReport:
+    async def doctor(
+        self, *, repair: bool = False, progress: ProgressReporter = NO_PROGRESS
+    ) -> DoctorReport:
         """Check the database; with ``repair`` fix what can be (see :mod:`memsvc.ops.doctor`)."""
         return await Doctor(self._settings, self._dsn, assemblies=self._assemblies).run(
-            repair=repair
+            repair=repair, progress=progress
         )
 
     # ------------------------------------------------------------ export / import
@@ -148,17 +150,26 @@ class Maintenance:
             return await count_export(conn, self._settings.db_schema, scope)
 
     async def export(
-        self, out: IO[str], *, scope: Scope | None = None, progress: Any = None
+        self, out: IO[str], *, scope: Scope | None = None,
+        progress: ProgressReporter = NO_PROGRESS,
     ) -> ExportReport:
         """Write every memory, assembly and checkpoint of ``scope`` and below (all when None)
-        as JSONL to ``out``; see :mod:`memsvc.ops.export`."""
+        as JSONL to ``out``; see :mod:`memsvc.ops.export`. ``progress`` is told the rows
+        to write and each batch written."""
         async with self._pool.acquire() as conn:
             return await export_jsonl(conn, self._settings, out, scope=scope, progress=progress)
 
     async def import_file(
-        self, path: Path | str, *, index_mode: IndexMode = "auto", progress: Any = None
+        self,
+        path: Path | str,
+        *,
+        index_mode: IndexMode = "auto",
+        progress: ProgressReporter = NO_PROGRESS,
     ) -> LoadReport:
-        """Load a JSONL export, idempotently; rejected lines are in the report."""
+        """Load a JSONL export, idempotently; rejected lines are in the report.
+
+        ``progress`` is told the bytes read, and the index check and rebuild steps.
+        """
         async with self._pool.acquire() as conn:
             return await import_jsonl(
                 conn,
@@ -177,9 +188,13 @@ class Maintenance:
         tenant: str = "default",
         dry_run: bool = False,
         index_mode: IndexMode = "auto",
-        progress: Any = None,
+        strip_nul: bool = False,
+        progress: ProgressReporter = NO_PROGRESS,
     ) -> LegacyReport:
-        """Import a file-based legacy store; see :mod:`memsvc.ops.legacy`."""
+        """Import a file-based legacy store; see :mod:`memsvc.ops.legacy`.
+
+        ``progress`` is told the records read, and the index rebuild step.
+        """
         async with self._pool.acquire() as conn:
             return await import_legacy(
                 conn,
@@ -190,5 +205,6 @@ class Maintenance:
                 tenant=tenant,
                 dry_run=dry_run,
                 index_mode=index_mode,
+                strip_nul=strip_nul,
                 progress=progress,
             )

@@ -112,6 +112,8 @@ class AssemblyRecord:
     version: int = 1
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    # How the input named members whose id was derived (legacy ids), for reports.
+    member_labels: dict[uuid.UUID, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ from memsvc.ops.gc import GcReport
 from memsvc.ops.legacy import LegacyReport
 from memsvc.ops.loader import LoadReport
 from memsvc.ops.stats import Stats
+from memsvc.scope import Scope
 
 MAX_PROBLEMS_SHOWN = 200
 
@@ -42,6 +43,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]
         ]
         lines.append("  ".join(parts).rstrip())
     return lines
+
+
+def _estimate(rows: int | None) -> int | str:
+    return "unknown" if rows is None else rows
 
 
 def stats_lines(stats: Stats) -> list[str]:
@@ -80,7 +85,7 @@ def stats_lines(stats: Stats) -> list[str]:
                 human_bytes(r.bytes),
                 human_bytes(r.total_bytes),
                 human_bytes(r.index_bytes),
-                r.estimated_rows if r.kind == "table" else "",
+                _estimate(r.estimated_rows) if r.kind == "table" else "",
             ]
             for r in stats.relations
         ],
@@ -119,12 +124,27 @@ def gc_lines(report: GcReport) -> list[str]:
     return lines
 
 
+def scope_text(scope: Scope | None) -> str:
+    """``tenant 'acme', session 's-1'`` (only the levels given); ``everything`` for None."""
+    if scope is None:
+        return "everything"
+    levels = [("tenant", scope.tenant), ("project", scope.project), ("agent", scope.agent),
+              ("session", scope.session)]
+    return ", ".join(f"{name} {value!r}" for name, value in levels if value is not None)
+
+
 def export_lines(report: ExportReport, target: str) -> list[str]:
-    """``memsvc export``."""
-    return [
+    """``memsvc export``: the scope selected, what was written, a warning if nothing was."""
+    lines = []
+    if report.scope is not None:
+        lines.append(f"selected scope: {scope_text(report.scope)} and the scopes under it")
+    lines.append(
         f"exported {report.memories} memories, {report.assemblies} assemblies, "
-        f"{report.checkpoints} checkpoints to {target}"
-    ]
+        f"{report.checkpoints} checkpoints ({report.total} rows) to {target}"
+    )
+    if report.total == 0:
+        lines.append("warning: the selection matched nothing; only the header was written")
+    return lines
 
 
 def load_lines(report: LoadReport, *, dry_run: bool = False) -> list[str]:
@@ -140,6 +160,13 @@ def load_lines(report: LoadReport, *, dry_run: bool = False) -> list[str]:
                 f"{name}: {counts.inserted} inserted, {counts.already_present} already present, "
                 f"{counts.rejected} rejected"
             )
+    if report.other_rejected:
+        # Lines or files that never became a record: with the counts above,
+        # they add up to the rejected total listed below.
+        lines.append(f"other input: {report.other_rejected} rejected (not a record)")
+    if not dry_run:
+        if report.index_decision:
+            lines.append(report.index_decision)
         if report.index_rebuilt:
             lines.append(
                 "vector index dropped for the load and rebuilt "
@@ -166,7 +193,13 @@ def legacy_lines(report: LegacyReport) -> list[str]:
     if report.dry_run:
         lines.append(
             f"dry run: would load {report.memories_valid} memories and "
-            f"{report.assemblies_valid} assemblies (rows already stored are skipped); "
-            "nothing was written"
+            f"{report.assemblies_valid} assemblies into an empty store (rows already "
+            "stored are skipped); nothing was written"
         )
+        if report.memories_duplicate or report.assemblies_duplicate:
+            lines.append(
+                f"{report.memories_duplicate} memories and {report.assemblies_duplicate} "
+                "assemblies in the input duplicate an earlier one (same id, content, key "
+                "or name in the scope): the load skips or rejects them"
+            )
     return lines + load_lines(report.load, dry_run=report.dry_run)

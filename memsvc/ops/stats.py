@@ -41,7 +41,9 @@ class RelationSize:
     bytes: int
     total_bytes: int | None  # tables: with indexes and TOAST
     index_bytes: int | None
-    estimated_rows: int
+    # The planner's estimate; None before the table was first analyzed
+    # (PostgreSQL says -1 then, which is no row count).
+    estimated_rows: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +114,7 @@ async def collect_stats(conn: asyncpg.Connection, schema: str, tenant: str | Non
                 bytes=row["bytes"],
                 total_bytes=row["total_bytes"],
                 index_bytes=row["index_bytes"],
-                estimated_rows=row["estimated_rows"],
+                estimated_rows=None if row["estimated_rows"] < 0 else row["estimated_rows"],
             )
             for row in relations
         ],

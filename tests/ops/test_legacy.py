@@ -68,8 +68,18 @@ async def test_directory_store_arrives_field_by_field(
     assert first.metadata == {
         "kind": "preference",
         "source": "chat",
-        "legacy": {"id": str(U0), "path": f"memories/{U0}.json"},
+        "legacy": {
+            "id": str(U0),
+            "path": f"memories/{U0}.json",
+            # The index entry's fields the file's own values took precedence over.
+            "index": {
+                "created_at": "2025-03-15T14:32:01.123456",
+                "content_hash": "sha256:a1b2c3...",
+                "quickrecal_score": 0.5,
+            },
+        },
     }
+    assert first.last_accessed_at == datetime(2025, 3, 16, 9, 0, tzinfo=UTC)
     assert stored[U1].updated_at == datetime(2025, 3, 17, 8, 0, tzinfo=UTC)
     clamped = stored[non_uuid]
     assert clamped.importance == 1.0  # "significance": 1.7, clamped
