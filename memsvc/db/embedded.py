@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import threading
 import uuid
@@ -83,6 +84,13 @@ def _postmaster_info(data_dir: Path) -> Any:
         if info.process.name() != "postgres":
             return None
     return info
+
+
+def psql_executable() -> str | None:
+    """psql from the wheel (same version as the server), else from PATH."""
+    utils = _pgserver().utils
+    bundled = utils.POSTGRES_VERSIONS[utils.TARGET_POSTGRES_VERSION] / "psql"
+    return str(bundled) if bundled.exists() else shutil.which("psql")
 
 
 def running_postmaster_pid(data_dir: Path) -> int | None:
