@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +79,9 @@ def test_the_cli_prints_one_line_for_a_bad_setting() -> None:
         "Error: ValidationError: embedding_dim: Input should be a valid integer, unable to "
         "parse string as an integer (environment variable MEMSVC_EMBEDDING_DIM)"
     ]
+
+
+def test_the_readme_lists_every_setting_with_its_variable() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    listed = dict(re.findall(r"^\| `(\w+)` \| `(MEMSVC_\w+)` \|", readme, flags=re.MULTILINE))
+    assert listed == {name: env_var(name) for name in Settings.model_fields}
