@@ -260,10 +260,13 @@ async def test_a_data_dir_without_permission_is_a_storage_error(tmp_path: Path) 
         await MemoryService.open(Settings(data_dir=locked / "data"))
 
 
+@pytest.mark.parametrize("command", [("stats",), ("migrate",), ("db", "start"), ("db", "psql")])
 @pytest.mark.parametrize("case", ["a file", "under a file"])
-def test_the_cli_says_one_line_for_an_unusable_data_dir(tmp_path: Path, case: str) -> None:
+def test_the_cli_says_one_line_for_an_unusable_data_dir(
+    tmp_path: Path, case: str, command: tuple[str, ...]
+) -> None:
     path = _unusable_dirs(tmp_path)[case]
-    result = memsvc(path, "stats")
+    result = memsvc(path, *command)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
