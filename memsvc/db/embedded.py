@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -48,6 +49,7 @@ RECORD_FILE = "server.json"
 LOCK_FILE = "server.lock"
 DATA_DIR_SETTING = "data_dir (MEMSVC_DATA_DIR)"
 _STOP_TIMEOUT_S = 60
+_START_ATTEMPTS = 3
 # File locks are per process; threads of one process also take this one.
 _THREAD_LOCK = threading.RLock()
 
@@ -277,7 +279,22 @@ class EmbeddedPostgres:
         # start() would also join the wheel's handle list (see the module doc).
         server = _pgserver().PostgresServer(pgdata, cleanup_mode=None)
         server.ensure_pgdata_inited()
-        server.ensure_postgres_running()
+        for attempt in range(_START_ATTEMPTS):
+            # A server stopped a moment ago may still have processes exiting
+            # (holding its shared memory): the new one would refuse to start.
+            _wait_for_exit(_leftover_processes(pgdata))
+            try:
+                server.ensure_postgres_running()
+                break
+            except subprocess.SubprocessError as exc:
+                log.warning("embedded PostgreSQL did not start (%s); its log:\n%s",
+                            exc, _log_tail(pgdata / "log"))
+                if attempt == _START_ATTEMPTS - 1:
+                    raise StorageError(
+                        f"the embedded PostgreSQL in {DATA_DIR_SETTING} {self.data_dir} "
+                        f"did not start; see {pgdata / 'log'}"
+                    ) from exc
+                time.sleep(0.5)
         return server.get_postmaster_info()
 
     @property
@@ -337,6 +354,28 @@ class EmbeddedPostgres:
         self._holder, self._dsn = None, None
 
 
+def _leftover_processes(pgdata: Path) -> list[psutil.Process]:
+    """postgres processes still running on ``pgdata`` (from a server shutting down)."""
+    leftovers = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if process.info["name"] == "postgres" and str(pgdata) in cmdline:
+            leftovers.append(process)
+    return leftovers
+
+
+def _wait_for_exit(processes: list[psutil.Process]) -> None:
+    if processes:
+        psutil.wait_procs(processes, timeout=_STOP_TIMEOUT_S)
+
+
+def _log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
 def _stop_postmaster(data_dir: Path) -> None:
     """Fast shutdown of the server on ``data_dir`` (if it runs), waiting for it to exit."""
     info = _postmaster_info(data_dir)
@@ -344,6 +383,9 @@ def _stop_postmaster(data_dir: Path) -> None:
         return
     pgserver = _pgserver()
     server = pgserver.PostgresServer(pgdata_path(data_dir), cleanup_mode=None)
+    processes = [info.process]
+    with contextlib.suppress(psutil.Error):
+        processes += info.process.children(recursive=True)
     try:
         pgserver.pgexec.pgexec(
             "pg_ctl",
@@ -358,3 +400,5 @@ def _stop_postmaster(data_dir: Path) -> None:
         _, alive = psutil.wait_procs([info.process], timeout=_STOP_TIMEOUT_S)
         for process in alive:
             process.kill()
+    # pg_ctl returns once postmaster.pid is gone; the processes may take a moment more.
+    _wait_for_exit(processes)
