@@ -248,6 +248,8 @@ def _progress() -> Iterator[ProgressReporter]:
 
 def _starting_server(settings: Settings, progress: ProgressReporter) -> None:
     if settings.database_url is None:
+        # An unusable data_dir is an argument error: said before any progress.
+        EmbeddedPostgres(settings.data_dir).prepare_directory()
         progress.start(f"starting the embedded PostgreSQL in {settings.data_dir}", total=None)
 
 

@@ -215,7 +215,8 @@ class EmbeddedPostgres:
             yield record
             record.write(self.record_path)
 
-    def _prepare_directory(self) -> None:
+    def prepare_directory(self) -> None:
+        """Create data_dir if needed; an unusable one is a StorageError naming the setting."""
         # Every way data_dir can be unusable (missing parent that cannot be
         # created, a file in its place, no permission) ends here, named.
         try:
@@ -241,7 +242,7 @@ class EmbeddedPostgres:
         """
         if self._holder is not None:
             return self.dsn
-        self._prepare_directory()
+        self.prepare_directory()
         try:
             holder = Holder.for_pid(holder_pid or os.getpid())
             with self._locked() as record:
