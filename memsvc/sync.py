@@ -18,8 +18,6 @@ guarantees of the async API.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextvars
 import functools
 import inspect
 import threading
@@ -47,39 +45,15 @@ class _LoopThread:
         self._thread.start()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` on the loop, in a copy of the caller's context.
-
-        The caller's context variables (the current OpenTelemetry span among
-        them) go with the call, as they would with ``await``, so the
-        operation's span nests under the calling thread's span.
-        """
         if threading.current_thread() is self._thread:
             coroutine.close()
             raise MemsvcError("the sync client cannot be called from its own event loop")
-        done: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-        def start() -> None:
-            # A task copies the context current when it is created: this one.
-            task = self.loop.create_task(coroutine)
-            task.add_done_callback(functools.partial(_settle, done))
-
-        self.loop.call_soon_threadsafe(start, context=contextvars.copy_context())
-        return done.result()
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
-
-
-def _settle(done: concurrent.futures.Future[T], task: asyncio.Task[T]) -> None:
-    """Hand a finished task's outcome to the waiting thread."""
-    if task.cancelled():
-        done.cancel()
-    elif (exc := task.exception()) is not None:
-        done.set_exception(exc)
-    else:
-        done.set_result(task.result())
 
 
 class _Blocking:
