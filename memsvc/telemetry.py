@@ -32,7 +32,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
-from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
 P = ParamSpec("P")
@@ -90,6 +90,9 @@ class _Instruments:
             self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, version)
         else:
             self.tracer = tracer_provider.get_tracer(INSTRUMENTATION_NAME, version)
+        # Known to be off (an explicit no-op provider): no span, no attributes.
+        # The global provider's proxy may get a real tracer later, so it counts as on.
+        self.tracing = not isinstance(self.tracer, trace.NoOpTracer)
         meter: Meter
         if meter_provider is None:
             meter = metrics.get_meter(INSTRUMENTATION_NAME, version or "")
@@ -263,16 +266,13 @@ def traced(
         @functools.wraps(method)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             instruments = _instruments or _current()
-            span = instruments.tracer.start_span(name, kind=SpanKind.INTERNAL)
-            recording = span.is_recording()
-            if recording:
-                span.set_attributes(call_attributes(args, kwargs))
-            # A no-op tracer's span is invalid: nothing can nest under it.
-            token = (
-                otel_context.attach(trace.set_span_in_context(span))
-                if span.get_span_context().is_valid
-                else None
-            )
+            span: Span | None = None
+            token: object = None
+            if instruments.tracing:
+                # Attributes given at the start are the samplers' to see, and
+                # cost the SDK one copy instead of a locked update per attribute.
+                span = instruments.tracer.start_span(name, attributes=call_attributes(args, kwargs))
+                token = otel_context.attach(trace.set_span_in_context(span))
             started = time.perf_counter()
             try:
                 result = await method(*args, **kwargs)
@@ -282,27 +282,28 @@ def traced(
                     time.perf_counter() - started,
                     {"memsvc.operation": name, "memsvc.outcome": "error", "error.type": error},
                 )
-                if recording:
+                if span is not None:
                     # The class only: messages may quote what the caller passed.
-                    span.set_attribute("error.type", error)
+                    failure: dict[str, AttributeValue] = {"error.type": error}
                     field_name = getattr(exc, "field", None)
                     if isinstance(field_name, str):
-                        span.set_attribute("memsvc.error.field", field_name)
+                        failure["memsvc.error.field"] = field_name
+                    span.set_attributes(failure)
                     span.set_status(Status(StatusCode.ERROR, error))
                 raise
             else:
                 instruments.duration.record(time.perf_counter() - started, ok)
                 if on_result is not None:
                     on_result(result)
-                if recording:
+                if span is not None:
                     rows = _rows(result)
                     if rows is not None:
                         span.set_attribute("memsvc.rows", rows)
                 return result
             finally:
-                if token is not None:
-                    otel_context.detach(token)
-                span.end()
+                if span is not None:
+                    otel_context.detach(token)  # type: ignore[arg-type]
+                    span.end()
 
         return wrapper
 
