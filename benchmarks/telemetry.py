@@ -169,7 +169,9 @@ async def run(dsn: str, ops: int, chunk: int) -> None:
         )
     )
     sdk_metrics.shutdown()
-    print(f"ops/s (medians); the sdk exported {exporter.exported:,} spans, {points} metric points")
+    print(
+        f"ops/s over all chunks; the sdk exported {exporter.exported:,} spans, {points} metric points"
+    )
 
 
 def main() -> None:
