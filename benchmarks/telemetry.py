@@ -170,7 +170,8 @@ async def run(dsn: str, ops: int, chunk: int) -> None:
     )
     sdk_metrics.shutdown()
     print(
-        f"ops/s over all chunks; the sdk exported {exporter.exported:,} spans, {points} metric points"
+        f"ops/s over all chunks; the sdk exported {exporter.exported:,} spans, "
+        f"{points} metric points"
     )
 
 
