@@ -35,6 +35,8 @@ from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observa
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
+from memsvc.scope import Scope
+
 P = ParamSpec("P")
 R = TypeVar("R")
 C = TypeVar("C", bound=type)
@@ -63,13 +65,12 @@ DURATION_BUCKETS = (
 # Arguments recorded on spans, by parameter name. Strings only when they are
 # one of the documented choices: a bad value could be anything the caller
 # passed (content included), so it is never echoed into telemetry.
-_NUMBER_ARGUMENTS = {"k": "memsvc.k", "limit": "memsvc.limit", "keep": "memsvc.keep"}
+_NUMBER_ARGUMENTS = {"k": "memsvc.k", "limit": "memsvc.limit", "keep_last": "memsvc.keep_last"}
 _CHOICE_ARGUMENTS = {
     "include": ("memsvc.include", frozenset({"exact", "ancestors", "descendants"})),
     "mode": ("memsvc.mode", frozenset({"auto", "exact", "index"})),
     "rank": ("memsvc.rank", frozenset({"similarity", "recall"})),
 }
-_LEVELS = ("tenant", "project", "agent", "session")
 
 
 def _version() -> str | None:
@@ -185,11 +186,10 @@ def _argument(signature: inspect.Signature, name: str) -> _Argument | None:
     return _Argument(name, position, default)
 
 
-def _scope_attributes(scope: Any, attributes: dict[str, AttributeValue]) -> None:
-    tenant = getattr(scope, "tenant", None)
-    if not isinstance(tenant, str):
-        return
-    attributes["memsvc.tenant"] = tenant
+def _scope_attributes(scope: object, attributes: dict[str, AttributeValue]) -> None:
+    if not isinstance(scope, Scope):
+        return  # a bad argument: the operation reports it
+    attributes["memsvc.tenant"] = scope.tenant
     if scope.session is not None:
         attributes["memsvc.scope.level"] = "session"
     elif scope.agent is not None:

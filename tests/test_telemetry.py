@@ -139,6 +139,13 @@ async def test_an_operation_inside_another_is_its_child(
     assert attributes["memsvc.tenant"] == "acme"
     assert attributes["memsvc.scope.level"] == "session"
 
+    assert len(await working.list_checkpoints(limit=5)) == 1
+    assert (recorded.span("memsvc.working.list_checkpoints").attributes or {})["memsvc.limit"] == 5
+    assert await service.checkpoints.prune(scope, 0) == 1
+    prune = recorded.span("memsvc.checkpoints.prune").attributes or {}
+    assert prune["memsvc.keep_last"] == 0
+    assert prune["memsvc.rows"] == 1
+
 
 async def test_no_content_metadata_or_embedding_reaches_any_attribute(
     service: MemoryService, scope: Scope, recorded: Recorded
