@@ -32,7 +32,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
-from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
 from memsvc.scope import Scope
@@ -87,13 +87,15 @@ class _Instruments:
         self, tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None
     ) -> None:
         version = _version()
-        if tracer_provider is None:
-            self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, version)
-        else:
+        self._version = version
+        # With the global provider, tracing starts once the app sets a real
+        # one (see global_tracing); until then a call costs no span at all.
+        self._awaiting_global = tracer_provider is None
+        self.tracer: Tracer = trace.NoOpTracer()
+        self.tracing = False
+        if tracer_provider is not None:
             self.tracer = tracer_provider.get_tracer(INSTRUMENTATION_NAME, version)
-        # Known to be off (an explicit no-op provider): no span, no attributes.
-        # The global provider's proxy may get a real tracer later, so it counts as on.
-        self.tracing = not isinstance(self.tracer, trace.NoOpTracer)
+            self.tracing = not isinstance(self.tracer, trace.NoOpTracer)
         meter: Meter
         if meter_provider is None:
             meter = metrics.get_meter(INSTRUMENTATION_NAME, version or "")
@@ -130,6 +132,22 @@ class _Instruments:
             callbacks=[_observe_working_store],
             description="1 for the working-memory store in use, by backend and fallback",
         )
+
+    def global_tracing(self) -> bool:
+        """Whether the global tracer provider has become a real one (then used directly).
+
+        Checked per call only while the app has set none: one function call,
+        cheaper than a span of OpenTelemetry's proxy that leads nowhere.
+        """
+        if not self._awaiting_global:
+            return False
+        provider = trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider):
+            return False
+        self.tracer = provider.get_tracer(INSTRUMENTATION_NAME, self._version)
+        self.tracing = not isinstance(self.tracer, trace.NoOpTracer)
+        self._awaiting_global = False
+        return self.tracing
 
 
 _instruments: _Instruments | None = None
@@ -268,7 +286,7 @@ def traced(
             instruments = _instruments or _current()
             span: Span | None = None
             token: object = None
-            if instruments.tracing:
+            if instruments.tracing or instruments.global_tracing():
                 # Attributes given at the start are the samplers' to see, and
                 # cost the SDK one copy instead of a locked update per attribute.
                 span = instruments.tracer.start_span(name, attributes=call_attributes(args, kwargs))

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -340,3 +343,40 @@ async def test_gc_and_import_count_their_rows(
     assert imported == {("memories", "inserted"): 3, ("memories", "already_present"): 2}
     gc_span = recorded.span("memsvc.maintenance.gc")
     assert gc_span.status.status_code is StatusCode.UNSET
+
+
+GLOBAL_PROVIDER_SCRIPT = """
+import asyncio, json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from memsvc import HashingEmbedder, MemoryService, Scope, Settings
+
+async def main():
+    settings = Settings(**json.loads(sys.argv[1]))
+    async with MemoryService.open(settings, embedder=HashingEmbedder()) as svc:
+        await svc.memories.add(Scope("acme"), "before the app set a provider")
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        with trace.get_tracer("app").start_as_current_span("request"):
+            await svc.memories.add(Scope("acme"), "after")
+        print(json.dumps([[s.name, s.parent is not None] for s in exporter.get_finished_spans()]))
+
+asyncio.run(main())
+"""
+
+
+def test_the_global_provider_is_used_once_the_app_sets_it(settings: Settings) -> None:
+    # A process of its own: the global tracer provider can be set only once.
+    done = subprocess.run(
+        [sys.executable, "-c", GLOBAL_PROVIDER_SCRIPT, settings.model_dump_json()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    spans = json.loads(done.stdout.strip().splitlines()[-1])
+    assert spans == [["memsvc.memories.add", True], ["request", False]]
