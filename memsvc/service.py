@@ -87,7 +87,7 @@ class MemoryService:
             checkpoints=self.checkpoints,
             memories=self.memories,
         )
-        watch(pool, working_store, schema=settings.db_schema)
+        watch(self, schema=settings.db_schema)
 
     @classmethod
     def open(
@@ -150,7 +150,7 @@ class MemoryService:
         if self._closed:
             return
         self._closed = True
-        unwatch(self._pool)
+        unwatch(self)
         await self.maintenance.close()
         await self.working_store.close()
         await self._pool.close()

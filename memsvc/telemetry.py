@@ -24,9 +24,10 @@ import importlib.metadata
 import inspect
 import itertools
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from opentelemetry import context as otel_context
@@ -370,11 +371,6 @@ def traced_operations(
 # --------------------------------------------------------------------- metrics
 
 
-class _Pool(Protocol):
-    def get_size(self) -> int: ...
-    def get_idle_size(self) -> int: ...
-
-
 class _Store(Protocol):
     @property
     def backend(self) -> str: ...
@@ -382,38 +378,52 @@ class _Store(Protocol):
     def using_fallback(self) -> bool: ...
 
 
+class _Service(Protocol):
+    @property
+    def pool(self) -> Any: ...
+    @property
+    def working_store(self) -> _Store: ...
+
+
 @dataclass(eq=False)
 class _Watched:
-    """A service's pool and store, as the observable gauges see them."""
+    """An open service, as the observable gauges see it."""
 
-    label: str
-    pool: _Pool
-    store: _Store | None
+    service: weakref.ref[_Service]
+    attributes: dict[str, AttributeValue]
     waiting: int = 0
-    attributes: dict[str, AttributeValue] = field(default_factory=dict)
 
 
-# Keyed by id(pool): asyncpg pools take no weak references. Services remove
-# themselves when they close (see :func:`unwatch`).
+# By id(pool) (asyncpg pools take no weak references), so a waiting pool
+# finds its entry; the service is held weakly, and a service dropped without
+# close() leaves the gauges all the same.
 _watched: dict[int, _Watched] = {}
 _labels = itertools.count(1)
 
 
-def watch(pool: _Pool, store: _Store | None, *, schema: str) -> None:
-    """Report this pool's connections and this working-memory store in the gauges."""
+def watch(service: _Service, *, schema: str) -> None:
+    """Report this service's pool and working-memory store in the gauges."""
+    key = id(service.pool)
+
+    def forget(ref: weakref.ref[_Service]) -> None:
+        # Only its own entry: a later service's pool may have the same id.
+        entry = _watched.get(key)
+        if entry is not None and entry.service is ref:
+            del _watched[key]
+
     label = str(next(_labels))
-    _watched[id(pool)] = _Watched(
-        label, pool, store, attributes={"memsvc.db_schema": schema, "memsvc.service": label}
+    _watched[key] = _Watched(
+        weakref.ref(service, forget), {"memsvc.db_schema": schema, "memsvc.service": label}
     )
 
 
-def unwatch(pool: _Pool) -> None:
-    """Stop reporting a pool (its service closed)."""
-    _watched.pop(id(pool), None)
+def unwatch(service: _Service) -> None:
+    """Stop reporting a service (it closed)."""
+    _watched.pop(id(service.pool), None)
 
 
 @contextmanager
-def waiting_for_connection(pool: _Pool) -> Iterator[None]:
+def waiting_for_connection(pool: object) -> Iterator[None]:
     """Count an operation waiting for a connection of a busy pool."""
     watched = _watched.get(id(pool))
     if watched is None:
@@ -426,27 +436,35 @@ def waiting_for_connection(pool: _Pool) -> Iterator[None]:
         watched.waiting -= 1
 
 
-def _observe_pool_connections(options: CallbackOptions) -> Iterable[Observation]:
+def _services() -> Iterator[tuple[_Service, _Watched]]:
     for watched in list(_watched.values()):
-        size, idle = watched.pool.get_size(), watched.pool.get_idle_size()
+        service = watched.service()
+        if service is not None:
+            yield service, watched
+
+
+def _observe_pool_connections(options: CallbackOptions) -> Iterable[Observation]:
+    for service, watched in _services():
+        pool = service.pool
+        size, idle = pool.get_size(), pool.get_idle_size()
         yield Observation(size - idle, {**watched.attributes, "state": "in_use"})
         yield Observation(idle, {**watched.attributes, "state": "idle"})
 
 
 def _observe_pool_waiting(options: CallbackOptions) -> Iterable[Observation]:
-    for watched in list(_watched.values()):
+    for _, watched in _services():
         yield Observation(watched.waiting, watched.attributes)
 
 
 def _observe_working_store(options: CallbackOptions) -> Iterable[Observation]:
-    for watched in list(_watched.values()):
-        if watched.store is not None:
-            attributes = {
-                **watched.attributes,
-                "backend": watched.store.backend,
-                "fallback": watched.store.using_fallback,
-            }
-            yield Observation(1, attributes)
+    for service, watched in _services():
+        store = service.working_store
+        attributes = {
+            **watched.attributes,
+            "backend": store.backend,
+            "fallback": store.using_fallback,
+        }
+        yield Observation(1, attributes)
 
 
 def count_gc(deleted: Mapping[str, int]) -> None:
