@@ -152,12 +152,13 @@ class _Instruments:
 
 
 _instruments: _Instruments | None = None
+_configured: dict[tuple[TracerProvider | None, MeterProvider | None], _Instruments] = {}
 
 
 def _current() -> _Instruments:
-    global _instruments
     if _instruments is None:
-        _instruments = _Instruments(None, None)
+        configure()
+    assert _instruments is not None
     return _instruments
 
 
@@ -171,10 +172,15 @@ def configure(
     Without arguments (the default), memsvc uses OpenTelemetry's global
     providers, including ones set after memsvc was imported. Pass providers
     when an app keeps several, or in tests (the global tracer provider can be
-    set only once per process).
+    set only once per process). Configuring the same providers again reuses
+    their instruments (so gauges are not registered twice).
     """
     global _instruments
-    _instruments = _Instruments(tracer_provider, meter_provider)
+    key = (tracer_provider, meter_provider)
+    instruments = _configured.get(key)
+    if instruments is None:
+        instruments = _configured[key] = _Instruments(tracer_provider, meter_provider)
+    _instruments = instruments
 
 
 # --------------------------------------------------------------------- spans
