@@ -380,3 +380,14 @@ def test_the_global_provider_is_used_once_the_app_sets_it(settings: Settings) ->
     )
     spans = json.loads(done.stdout.strip().splitlines()[-1])
     assert spans == [["memsvc.memories.add", True], ["request", False]]
+
+
+async def test_a_bad_scope_argument_is_reported_by_the_operation_not_the_wrapper(
+    service: MemoryService, recorded: Recorded
+) -> None:
+    with pytest.raises(ValidationError) as raised:
+        await service.memories.add({"tenant": SECRET}, "content")  # type: ignore[arg-type]
+    assert raised.value.field == "scope"
+    attributes = recorded.span("memsvc.memories.add").attributes or {}
+    assert "memsvc.tenant" not in attributes
+    assert attributes["error.type"] == "ValidationError"
