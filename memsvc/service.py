@@ -22,6 +22,7 @@ from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.scope import Scope
 from memsvc.settings import Settings
+from memsvc.telemetry import unwatch, watch
 from memsvc.working import WorkingMemory, WorkingStore, open_working_store
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class MemoryService:
             checkpoints=self.checkpoints,
             memories=self.memories,
         )
+        watch(self, schema=settings.db_schema)
 
     @classmethod
     def open(
@@ -164,6 +166,7 @@ class MemoryService:
         if self._closed:
             return
         self._closed = True
+        unwatch(self)
         await self.maintenance.close()
         await self.working_store.close()
         await self._pool.close()

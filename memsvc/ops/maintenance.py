@@ -22,10 +22,49 @@ from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.scope import Scope
 from memsvc.settings import Settings
+from memsvc.telemetry import count_gc, count_import, traced_operations
 
 log = logging.getLogger(__name__)
 
 
+def _count_gc(report: GcReport) -> None:
+    count_gc(
+        {
+            "expired_memories": report.expired_deleted,
+            "pruned_checkpoints": report.checkpoints_pruned,
+            "idle_memories": report.idle_memories_deleted,
+            "idle_assemblies": report.idle_assemblies_deleted,
+            "idle_checkpoints": report.idle_checkpoints_deleted,
+        }
+    )
+
+
+def _count_load(report: LoadReport | LegacyReport) -> None:
+    if isinstance(report, LegacyReport):
+        if report.dry_run:
+            return
+        report = report.load
+    count_import(
+        {
+            kind: {
+                "inserted": counts.inserted,
+                "already_present": counts.already_present,
+                "rejected": counts.rejected,
+            }
+            for kind, counts in (
+                ("memories", report.memories),
+                ("assemblies", report.assemblies),
+                ("checkpoints", report.checkpoints),
+            )
+        }
+    )
+
+
+@traced_operations(
+    "memsvc.maintenance",
+    exclude=["close", "stop_background_gc"],
+    on_result={"gc": _count_gc, "import_file": _count_load, "import_legacy": _count_load},
+)
 class Maintenance:
     """Operations on the service's database (``svc.maintenance``).
 

@@ -43,6 +43,7 @@ from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
+from memsvc.telemetry import traced_operations
 from memsvc.validation import (
     validate_embedding,
     validate_limit,
@@ -152,6 +153,7 @@ class _Aggregates:
         return self.member_count, self.embedded_count, self.total.tolist(), centroid
 
 
+@traced_operations("memsvc.assemblies", exclude=["detach_memories", "embeddings_changed"])
 @tenant_scoped
 class AssemblyRepository(Repository):
     """Named groups of memories with exact member counts and centroids."""

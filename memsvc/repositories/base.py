@@ -20,6 +20,7 @@ from memsvc.errors import (
 )
 from memsvc.repositories.tenancy import SET_TENANT, current_tenant
 from memsvc.settings import Settings
+from memsvc.telemetry import waiting_for_connection
 
 T = TypeVar("T")
 
@@ -92,8 +93,9 @@ class Repository:
         """
         if self._pool.get_idle_size() > 0:
             return await self._pool.acquire()
-        async with asyncio.timeout(self._settings.command_timeout_s):
-            return await self._pool.acquire()
+        with waiting_for_connection(self._pool):
+            async with asyncio.timeout(self._settings.command_timeout_s):
+                return await self._pool.acquire()
 
     @asynccontextmanager
     async def _transaction(

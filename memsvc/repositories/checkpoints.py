@@ -33,6 +33,7 @@ from memsvc.repositories.base import Repository
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Scope
+from memsvc.telemetry import traced_operations
 from memsvc.validation import (
     encode_json,
     validate_limit,
@@ -70,6 +71,7 @@ def _from_row(row: Any) -> Checkpoint:
     return _checkpoint(row, row.get("data"))
 
 
+@traced_operations("memsvc.checkpoints")
 @tenant_scoped
 class CheckpointRepository(Repository):
     """Durable snapshots of session state, newest N kept per session."""

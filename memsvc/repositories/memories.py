@@ -28,6 +28,7 @@ from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
+from memsvc.telemetry import traced_operations
 from memsvc.validation import (
     check_text,
     validate_content,
@@ -78,6 +79,7 @@ class _SearchStatement:
     exact_sql: str | None  # the fallback, in auto mode
 
 
+@traced_operations("memsvc.memories", exclude=["delete_locked"])
 @tenant_scoped
 class MemoryRepository(Repository):
     """Store, fetch, change and search long-term memories.

@@ -22,6 +22,7 @@ from memsvc.errors import NotFoundError, ValidationError, WorkingMemoryError
 from memsvc.models import Checkpoint, TaskState
 from memsvc.scope import Scope
 from memsvc.settings import Settings
+from memsvc.telemetry import traced_operations
 from memsvc.validation import check_text, validate_ttl
 from memsvc.working.store import SessionLimits, SessionSnapshot, WorkingStore
 from memsvc.working.values import encode_scratchpad_entry, encode_value, validate_key
@@ -67,6 +68,7 @@ def _parse_checkpoint_id(checkpoint_id: object) -> uuid.UUID:
         raise NotFoundError(f"checkpoint {checkpoint_id!r} not found") from None
 
 
+@traced_operations("memsvc.working", scope_attribute="scope")
 class WorkingMemory:
     """Session-scoped working memory on a :class:`~memsvc.working.store.WorkingStore`.
 
