@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.timeout(240)
 
 _HOLD = """
 import sys
+import tempfile
 from memsvc.db.embedded import EmbeddedPostgres
 server = EmbeddedPostgres(sys.argv[1])
 print(server.start(), flush=True)
@@ -101,11 +104,14 @@ def assert_no_trace(data_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    # One data directory for the module: initdb runs once.
-    directory = tmp_path_factory.mktemp("embedded")
+def shared_dir() -> Iterator[Path]:
+    # One data directory for the module: initdb runs once. Not under pytest's
+    # basetemp: any pytest starting on the machine resets that to mode 0700,
+    # which the server's own user (when tests run as root) cannot traverse.
+    directory = Path(tempfile.mkdtemp(prefix="memsvc-test-embedded-"))
     yield directory
     EmbeddedPostgres(directory).stop()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

@@ -50,7 +50,10 @@ def run_project(tmp_path: Path, server: TestPostgres, ini: str, tests: str) -> s
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSVC_", "PYTEST_"))}
     env[TEST_DATABASE_URL_ENV] = server.dsn
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        # Its own basetemp: a child pytest would otherwise reset the shared
+        # pytest-of-<user> directory's mode under the running suite.
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "--basetemp", str(tmp_path / "basetemp")],
         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=200, check=False,
     )
     output = result.stdout + result.stderr
