@@ -33,6 +33,9 @@ TENANT_TABLES = (
     "assemblies",
     "assembly_members",
     "session_checkpoints",
+    "langgraph_checkpoints",
+    "langgraph_checkpoint_blobs",
+    "langgraph_checkpoint_writes",
 )
 
 
@@ -69,6 +72,10 @@ class MemoryService:
         self._pool = pool
         self._embedded = embedded
         self._closed = False
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # built outside a loop: the first async use tells
+            self._loop = None
         self.assemblies = AssemblyRepository(pool, settings)
         self.checkpoints = CheckpointRepository(pool, settings)
         self.memories = MemoryRepository(
@@ -142,6 +149,17 @@ class MemoryService:
     def pool(self) -> asyncpg.Pool:
         """The asyncpg pool, for apps that run their own statements alongside memsvc's."""
         return self._pool
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the service was opened on (its pool works only there).
+
+        Blocking adapters (e.g. the LangGraph saver's sync methods) submit
+        coroutines to it from other threads.
+        """
+        if self._loop is None:
+            raise RuntimeError("the service was not opened inside an event loop")
+        return self._loop
 
     async def close(self) -> None:
         """Close the pool; stop the embedded server if this process started it."""

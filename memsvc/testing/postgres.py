@@ -38,7 +38,16 @@ from memsvc.service import MemoryService
 from memsvc.settings import Settings
 
 TEST_DATABASE_URL_ENV = "MEMSVC_TEST_DATABASE_URL"
-TABLES = ("assembly_members", "assemblies", "memory_events", "memories", "session_checkpoints")
+TABLES = (
+    "assembly_members",
+    "assemblies",
+    "memory_events",
+    "memories",
+    "session_checkpoints",
+    "langgraph_checkpoints",
+    "langgraph_checkpoint_blobs",
+    "langgraph_checkpoint_writes",
+)
 
 
 def with_database(dsn: str, database: str) -> str:
