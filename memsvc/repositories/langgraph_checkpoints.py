@@ -195,9 +195,7 @@ class LangGraphCheckpointRepository(Repository):
             args.append(limit)
             limit_param = f"${len(args)}"
         sql = q.list_checkpoints(self._schema, conditions, limit_param)
-        rows: builtins.list[Any] = await self._read(
-            conn, lambda active: active.fetch(sql, *args)
-        )
+        rows: builtins.list[Any] = await self._read(conn, lambda active: active.fetch(sql, *args))
         return rows
 
     async def delete_threads(

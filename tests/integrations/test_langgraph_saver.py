@@ -128,8 +128,9 @@ async def test_twenty_writers_forking_one_parent_all_keep_their_checkpoint(
         assert found is not None
         assert found.checkpoint["channel_values"] == {"a": f"w{number}", "b": f"w{number}"}
         assert found.parent_config is not None
-        assert found.parent_config["configurable"]["checkpoint_id"] == (
-            root["configurable"]["checkpoint_id"]
+        assert (
+            found.parent_config["configurable"]["checkpoint_id"]
+            == (root["configurable"]["checkpoint_id"])
         )
     head = await saver.aget_tuple(generate_config(thread))
     assert head is not None
@@ -235,9 +236,7 @@ async def test_retention_is_exact_under_twenty_racing_writers(settings: Settings
             *(put(saver, thread, root, values={"a": n}) for n in range(WRITERS))
         )
         kept = await history(saver, thread)
-        newest = sorted(
-            (c["configurable"]["checkpoint_id"] for c in children), reverse=True
-        )[:4]
+        newest = sorted((c["configurable"]["checkpoint_id"] for c in children), reverse=True)[:4]
         assert [t.checkpoint["id"] for t in kept] == newest
         assert await blob_count(service, thread) == 4
 
@@ -300,8 +299,10 @@ async def test_sync_methods_work_from_other_threads_and_refuse_the_loop(
     def from_a_worker() -> tuple[Any, list[CheckpointTuple], str]:
         stored = saver.put(generate_config(thread), checkpoint, generate_metadata(), versions)
         saver.put_writes(stored, [("a", "pending")], "task")
-        return saver.get_tuple(stored), list(saver.list(generate_config(thread))), (
-            threading.current_thread().name
+        return (
+            saver.get_tuple(stored),
+            list(saver.list(generate_config(thread))),
+            (threading.current_thread().name),
         )
 
     found, listed, worker = await asyncio.to_thread(from_a_worker)
@@ -323,9 +324,7 @@ async def test_bad_input_is_refused_before_anything_is_written(service: MemorySe
         await saver.aput(generate_config("bad\x00thread"), checkpoint, generate_metadata(), {})
     assert error.value.field == "config.configurable.thread_id"
     with pytest.raises(ValidationError) as error:
-        await saver.aput(
-            generate_config("t"), checkpoint, generate_metadata(blob=object()), {}
-        )
+        await saver.aput(generate_config("t"), checkpoint, generate_metadata(blob=object()), {})
     assert error.value.field == "metadata"
     with pytest.raises(ValidationError) as error:
         await saver.aprune(["t"], strategy="shred")

@@ -243,7 +243,9 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of a thread."""
-        await self._repository.delete_threads([_thread_id(thread_id, "thread_id")], tenant=self.tenant)
+        await self._repository.delete_threads(
+            [_thread_id(thread_id, "thread_id")], tenant=self.tenant
+        )
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) stored by these runs."""
@@ -288,8 +290,7 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
 
         async def collect() -> list[CheckpointTuple]:
             return [
-                item
-                async for item in self.alist(config, filter=filter, before=before, limit=limit)
+                item async for item in self.alist(config, filter=filter, before=before, limit=limit)
             ]
 
         yield from self._run(collect())
@@ -371,9 +372,7 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
     def _tuple(self, row: Any) -> CheckpointTuple:
         thread_id = row["thread_id"]
         checkpoint_ns = row["checkpoint_ns"]
-        checkpoint: Checkpoint = self.serde.loads_typed(
-            (row["checkpoint_type"], row["checkpoint"])
-        )
+        checkpoint: Checkpoint = self.serde.loads_typed((row["checkpoint_type"], row["checkpoint"]))
         checkpoint["channel_values"] = {
             channel: self.serde.loads_typed((blob_type, blob))
             for channel, blob_type, blob in row["blobs"]
