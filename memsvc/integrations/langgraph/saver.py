@@ -18,7 +18,7 @@ import asyncio
 import json
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -173,7 +173,7 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
         if parent_id is not None:
             _text("config.configurable.checkpoint_id", parent_id)
         checkpoint_id = _text("checkpoint.id", checkpoint["id"])
-        saved = dict(checkpoint)
+        saved: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = saved.pop("channel_values", None) or {}
         versions = checkpoint["channel_versions"]
         blobs = [
@@ -201,7 +201,7 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
             versions=[str(version) for version in versions.values()],
             metadata=self._json("metadata", stored_metadata),
             run_id=None if run_id is None else str(run_id),
-            blobs=blobs,  # type: ignore[arg-type]
+            blobs=blobs,
         )
         return _config(thread_id, checkpoint_ns, checkpoint_id)
 
@@ -224,8 +224,11 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
         if checkpoint_id is None:
             raise ValidationError("config.configurable.checkpoint_id", "is required")
         rows = [
-            (WRITES_IDX_MAP.get(channel, idx), _text("writes.channel", channel))
-            + self.serde.dumps_typed(value)
+            (
+                WRITES_IDX_MAP.get(channel, idx),
+                _text("writes.channel", channel),
+                *self.serde.dumps_typed(value),
+            )
             for idx, (channel, value) in enumerate(writes)
         ]
         await self._repository.put_writes(
@@ -237,7 +240,7 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
             checkpoint_id=_text("config.configurable.checkpoint_id", checkpoint_id),
             task_id=_text("task_id", task_id),
             task_path=_text("task_path", task_path),
-            writes=rows,  # type: ignore[arg-type]
+            writes=rows,
             replace=all(channel in WRITES_IDX_MAP for channel, _ in writes),
         )
 
@@ -347,7 +350,7 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
 
     # ---------------------------------------------------------------- helpers
 
-    def _run(self, coroutine: Any) -> Any:
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         loop = self.svc.loop
         try:
             running = asyncio.get_running_loop()
@@ -359,7 +362,7 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
                 "MemsvcSaver's sync methods block on the service's event loop: call them from "
                 "another thread, or use the async methods (aget_tuple, aput, ...) on the loop"
             )
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, loop)
         return future.result()
 
     @staticmethod
