@@ -16,6 +16,8 @@ whole checkpoint: its row, the blobs of its versions and its writes.
 from __future__ import annotations
 
 CP = "langgraph_checkpoints"
+# Metadata keys LangGraph leaves on checkpoints of threads with a DeltaChannel.
+DELTA_MARKERS = "array['counters_since_delta_snapshot', 'delta_writes_versioned']"
 BLOBS = "langgraph_checkpoint_blobs"
 WRITES = "langgraph_checkpoint_writes"
 
@@ -70,6 +72,9 @@ def put_and_retain(schema: str) -> str:
     checkpoint (nor the new one) refers to go too. Because a child's id sorts
     after its parent's, the kept set holds every descendant of each kept
     checkpoint: each kept chain is whole from its oldest kept member on.
+    Also kept: root checkpoints a subgraph's checkpoint started from
+    (``metadata.parents['']``), and every checkpoint of a namespace whose
+    graph uses a ``DeltaChannel`` (see :func:`delta_threads`).
     """
     return (
         _PUT_CTES.format(schema=schema, blobs=BLOBS, cp=CP)
@@ -82,7 +87,19 @@ def put_and_retain(schema: str) -> str:
         UNION ALL SELECT $4
     ) AS ids
 ), doomed AS (
-    SELECT checkpoint_id FROM ranked WHERE position > $16 AND checkpoint_id <> $4
+    SELECT checkpoint_id FROM ranked
+    WHERE position > $16 AND checkpoint_id <> $4
+    AND NOT ($10::jsonb ?| {DELTA_MARKERS})
+    AND NOT EXISTS (
+        SELECT 1 FROM {schema}.{CP}
+        WHERE tenant_id = $1 AND thread_id = $2 AND checkpoint_ns = $3
+        AND metadata ?| {DELTA_MARKERS}
+    )
+    AND checkpoint_id NOT IN (
+        SELECT metadata -> 'parents' ->> '' FROM {schema}.{CP}
+        WHERE tenant_id = $1 AND thread_id = $2 AND checkpoint_ns <> $3
+        AND metadata -> 'parents' ? ''
+    )
 ), dropped_checkpoints AS (
     DELETE FROM {schema}.{CP}
     WHERE tenant_id = $1 AND thread_id = $2 AND checkpoint_ns = $3
@@ -182,6 +199,19 @@ ORDER BY c.checkpoint_id DESC
 {limit}"""
 
 
+def delta_threads(schema: str) -> str:
+    """Which of the threads $2 (tenant $1) use a LangGraph ``DeltaChannel``.
+
+    Such a channel's value is rebuilt from the writes of every checkpoint
+    back to its last snapshot, so dropping older checkpoints would lose it.
+    LangGraph marks these threads' metadata.
+    """
+    return f"""
+SELECT DISTINCT thread_id FROM {schema}.{CP}
+WHERE tenant_id = $1 AND thread_id = ANY($2::text[]) AND metadata ?| {DELTA_MARKERS}
+ORDER BY thread_id"""
+
+
 def lock_thread() -> str:
     """Serialize a thread's retention, pruning and deletes until the transaction ends."""
     return "SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))"
@@ -239,7 +269,11 @@ SELECT count(*) FROM dropped_checkpoints"""
 
 
 def keep_newest(schema: str) -> str:
-    """Keep the newest $3 checkpoints of each namespace of the threads $2; count the rest."""
+    """Keep the newest $3 checkpoints of each namespace of the threads $2; count the rest.
+
+    A root checkpoint a kept subgraph checkpoint started from
+    (``metadata.parents['']``) is kept too, as LangGraph's own saver does.
+    """
     doomed = f"""
 WITH ranked AS (
     SELECT thread_id, checkpoint_ns, checkpoint_id,
@@ -249,7 +283,16 @@ WITH ranked AS (
     FROM {schema}.{CP}
     WHERE tenant_id = $1 AND thread_id = ANY($2::text[])
 ), doomed AS (
-    SELECT thread_id, checkpoint_ns, checkpoint_id FROM ranked WHERE position > $3
+    SELECT r.thread_id, r.checkpoint_ns, r.checkpoint_id FROM ranked AS r
+    WHERE r.position > $3 AND NOT EXISTS (
+        SELECT 1 FROM ranked AS k
+        JOIN {schema}.{CP} AS c
+            ON c.tenant_id = $1 AND c.thread_id = k.thread_id
+            AND c.checkpoint_ns = k.checkpoint_ns AND c.checkpoint_id = k.checkpoint_id
+        WHERE k.position <= $3 AND k.thread_id = r.thread_id
+        AND k.checkpoint_ns <> r.checkpoint_ns
+        AND c.metadata -> 'parents' ->> '' = r.checkpoint_id
+    )
 )"""
     return doomed + _drop(schema, "doomed", "$2::text[]")
 

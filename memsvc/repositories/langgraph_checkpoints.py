@@ -216,12 +216,14 @@ class LangGraphCheckpointRepository(Repository):
         """Keep the newest ``keep_last`` checkpoints per namespace of these threads.
 
         Deletes the others with their writes, and the blobs no kept checkpoint
-        refers to; returns how many checkpoints went.
+        refers to; returns how many checkpoints went. Refuses (ValidationError,
+        nothing deleted) threads whose graph uses a LangGraph ``DeltaChannel``:
+        their channel values are rebuilt from older checkpoints' writes.
         """
         tenant = validate_id("tenant", tenant)
         keep = _keep(keep_last)
         sql = q.keep_newest(self._schema)
-        return await self._locked(tenant, thread_ids, sql, [keep], conn)
+        return await self._locked(tenant, thread_ids, sql, [keep], conn, refuse_delta=True)
 
     async def delete_for_runs(
         self, run_ids: Sequence[str], *, tenant: str, conn: asyncpg.Connection | None = None
@@ -263,6 +265,8 @@ class LangGraphCheckpointRepository(Repository):
         sql: str,
         extra: builtins.list[Any],
         conn: asyncpg.Connection | None,
+        *,
+        refuse_delta: bool = False,
     ) -> int:
         """Run ``sql`` ($1 tenant, $2 thread ids, then ``extra``) under the threads' locks."""
         threads = sorted(set(thread_ids))
@@ -273,6 +277,15 @@ class LangGraphCheckpointRepository(Repository):
         async def attempt() -> int:
             async with self._transaction(conn) as active:
                 await active.execute(q.lock_threads(), keys)
+                if refuse_delta:
+                    delta = await active.fetch(q.delta_threads(self._schema), tenant, threads)
+                    if delta:
+                        names = ", ".join(repr(row["thread_id"]) for row in delta)
+                        raise ValidationError(
+                            "thread_ids",
+                            f"{names} use a DeltaChannel, whose state older checkpoints' "
+                            "writes rebuild: keep_latest would lose it (use strategy='delete')",
+                        )
                 result = await active.fetchval(sql, tenant, threads, *extra)
             return int(result or 0)
 

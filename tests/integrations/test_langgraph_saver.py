@@ -339,3 +339,41 @@ async def test_bad_input_is_refused_before_anything_is_written(service: MemorySe
     async with service.pool.acquire() as conn:
         rows = await conn.fetchval("SELECT count(*) FROM memsvc.langgraph_checkpoints")
     assert rows == 0
+
+
+async def test_pruning_keeps_the_root_checkpoint_a_subgraph_started_from(
+    service: MemoryService,
+) -> None:
+    saver = MemsvcSaver(service)
+    thread = str(uuid.uuid4())
+    first = await put(saver, thread, values={"a": 1})
+    config = generate_config(thread, checkpoint_ns="child:1")
+    versions = {"s": saver.get_next_version(None, None)}
+    checkpoint = generate_checkpoint(channel_values={"s": 1}, channel_versions=versions)
+    parents = {"": first["configurable"]["checkpoint_id"]}
+    await saver.aput(config, checkpoint, generate_metadata(parents=parents), versions)
+    await put(saver, thread, first, values={"a": 2})
+    await saver.aprune([thread], strategy="keep_latest")
+    root = await history(saver, thread)
+    assert [t.checkpoint["channel_values"] for t in root] == [{"a": 2}, {"a": 1}]
+
+
+async def test_delta_channel_threads_are_never_pruned_by_retention_nor_keep_latest(
+    settings: Settings,
+) -> None:
+    retaining = settings.model_copy(update={"langgraph_checkpoint_keep_last": 2})
+    async with MemoryService.open(retaining, embedder=HashingEmbedder()) as service:
+        saver = MemsvcSaver(service)
+        thread = str(uuid.uuid4())
+        parent = None
+        for step in range(4):
+            config = generate_config(thread)
+            if parent is not None:
+                config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+            metadata = generate_metadata(step=step, counters_since_delta_snapshot={"m": [step, 1]})
+            parent = await saver.aput(config, generate_checkpoint(), metadata, {})
+        assert len(await history(saver, thread)) == 4
+        with pytest.raises(ValidationError) as error:
+            await saver.aprune([thread], strategy="keep_latest")
+        assert error.value.field == "thread_ids"
+        assert len(await history(saver, thread)) == 4
