@@ -377,3 +377,40 @@ async def test_delta_channel_threads_are_never_pruned_by_retention_nor_keep_late
             await saver.aprune([thread], strategy="keep_latest")
         assert error.value.field == "thread_ids"
         assert len(await history(saver, thread)) == 4
+
+
+async def test_a_compiled_graph_is_interrupted_and_resumed_from_its_checkpoint(
+    service: MemoryService,
+) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    def plan(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(f"plan for: {state['messages'][-1].content}")]}
+
+    def act(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(f"done after {len(state['messages'])} messages")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("plan", plan)
+    builder.add_node("act", act)
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "act")
+    builder.add_edge("act", END)
+    config: Any = {"configurable": {"thread_id": str(uuid.uuid4())}}
+
+    first = builder.compile(checkpointer=MemsvcSaver(service), interrupt_before=["act"])
+    await first.ainvoke({"messages": [HumanMessage("measure the span")]}, config)
+    paused = await first.aget_state(config)
+    assert paused.next == ("act",)
+
+    # a new saver and graph, as another process would build them, resume the thread
+    resumed = builder.compile(checkpointer=MemsvcSaver(service))
+    result = await resumed.ainvoke(None, config)
+    assert [m.content for m in result["messages"]] == [
+        "measure the span",
+        "plan for: measure the span",
+        "done after 2 messages",
+    ]
+    states = [state async for state in resumed.aget_state_history(config)]
+    assert states[0].next == () and len(states) >= 4
