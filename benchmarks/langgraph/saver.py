@@ -10,7 +10,7 @@ The peer is LangGraph's ``AsyncPostgresSaver`` (psycopg 3) on a psycopg pool
 of the same size as memsvc's. An ``AsyncPostgresSaver`` serializes its calls
 with a lock, so for the concurrent runs each task gets its own saver on the
 shared pool: the peer is measured at its best, not behind its own lock.
-Sides alternate over several rounds and the median counts.
+Sides alternate (each going first in turn) over several rounds; medians count.
 """
 
 from __future__ import annotations
@@ -158,9 +158,13 @@ async def run_saver(dsn: str, *, ops: int = 200, rounds: int = 3) -> list[dict[s
                 # warm both sides up: connections, statement caches
                 await measure(ours, op, tasks, ops // 4)
                 await measure(theirs, op, tasks, ops // 4)
-                for _ in range(rounds):
+                for number in range(rounds):
+                    # alternate who goes first, so drift hits both sides alike
+                    if number % 2:
+                        peer.append(await measure(theirs, op, tasks, ops))
                     mine.append(await measure(ours, op, tasks, ops))
-                    peer.append(await measure(theirs, op, tasks, ops))
+                    if not number % 2:
+                        peer.append(await measure(theirs, op, tasks, ops))
                 row = {
                     "op": op,
                     "mode": mode,
