@@ -10,7 +10,8 @@ The peer is LangGraph's ``AsyncPostgresSaver`` (psycopg 3) on a psycopg pool
 of the same size as memsvc's. An ``AsyncPostgresSaver`` serializes its calls
 with a lock, so for the concurrent runs each task gets its own saver on the
 shared pool: the peer is measured at its best, not behind its own lock.
-Sides alternate (each going first in turn) over several rounds; medians count.
+Sides alternate (each going first in turn) over several rounds; the ratio
+printed is the median of the rounds' ratios, the rates the medians of each side.
 """
 
 from __future__ import annotations
@@ -171,7 +172,8 @@ async def run_saver(dsn: str, *, ops: int = 200, rounds: int = 3) -> list[dict[s
                     "memsvc": statistics.median(mine),
                     "langgraph": statistics.median(peer),
                 }
-                row["ratio"] = row["memsvc"] / row["langgraph"]
+                # the median of each round's ratio: a round's two runs share its drift
+                row["ratio"] = statistics.median(m / p for m, p in zip(mine, peer, strict=True))
                 rows.append(row)
                 print(
                     f"{op:<12} {mode:<9} {row['memsvc']:>10.0f} {row['langgraph']:>12.0f} "
