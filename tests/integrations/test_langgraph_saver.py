@@ -414,3 +414,48 @@ async def test_a_compiled_graph_is_interrupted_and_resumed_from_its_checkpoint(
     ]
     states = [state async for state in resumed.aget_state_history(config)]
     assert states[0].next == () and len(states) >= 4
+
+
+async def test_retention_keeps_a_fork_of_a_pruned_checkpoint_whole(settings: Settings) -> None:
+    retaining = settings.model_copy(update={"langgraph_checkpoint_keep_last": 2})
+    async with MemoryService.open(retaining, embedder=HashingEmbedder()) as service:
+        saver = MemsvcSaver(service)
+        thread = str(uuid.uuid4())
+
+        async def step(
+            parent: dict[str, Any] | None, previous: dict[str, Any], changes: dict[str, Any]
+        ) -> tuple[dict[str, Any], dict[str, Any]]:
+            versions = dict(previous)
+            new = {
+                channel: saver.get_next_version(versions.get(channel), None) for channel in changes
+            }
+            versions.update(new)
+            values = {**(await current_values(parent)), **changes}
+            config = generate_config(thread)
+            if parent is not None:
+                config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+            cp = generate_checkpoint(channel_values=values, channel_versions=versions)
+            return await saver.aput(config, cp, generate_metadata(), new), versions
+
+        async def current_values(config: dict[str, Any] | None) -> dict[str, Any]:
+            if config is None:
+                return {}
+            found = await saver.aget_tuple(config)
+            assert found is not None
+            return dict(found.checkpoint["channel_values"])
+
+        root, root_versions = await step(None, {}, {"a": "a0", "b": "b0"})
+        root_values = await current_values(root)
+        first, first_versions = await step(root, root_versions, {"a": "a1"})
+        await step(first, first_versions, {"a": "a2"})  # retention drops the root now
+        # a fork of the dropped root, changing only b, carries a's value along
+        config = generate_config(thread)
+        config["configurable"]["checkpoint_id"] = root["configurable"]["checkpoint_id"]
+        versions = {**root_versions, "b": saver.get_next_version(root_versions["b"], None)}
+        cp = generate_checkpoint(
+            channel_values={**root_values, "b": "b-fork"}, channel_versions=versions
+        )
+        fork = await saver.aput(config, cp, generate_metadata(), {"b": versions["b"]})
+        found = await saver.aget_tuple(fork)
+        assert found is not None
+        assert found.checkpoint["channel_values"] == {"a": "a0", "b": "b-fork"}

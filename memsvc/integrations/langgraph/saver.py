@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -176,6 +175,16 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
         saved: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = saved.pop("channel_values", None) or {}
         versions = checkpoint["channel_versions"]
+        written: dict[str, Any] = dict(new_versions)
+        if self.svc.settings.langgraph_checkpoint_keep_last is not None:
+            # Retention may already have dropped the parent of a fork, and with
+            # it the blobs of channels this put leaves unchanged: store the
+            # values it carries for them too (a blob already there is kept).
+            written.update(
+                (channel, versions[channel])
+                for channel in values
+                if channel in versions and channel not in written
+            )
         blobs = [
             (
                 channel,
@@ -186,7 +195,7 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
                     else ("empty", None)
                 ),
             )
-            for channel, version in new_versions.items()
+            for channel, version in written.items()
         ]
         stored_metadata = get_serializable_checkpoint_metadata(config, metadata)
         run_id = stored_metadata.get("run_id")
@@ -356,12 +365,15 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if running is loop or threading.get_ident() == getattr(loop, "_thread_id", None):
+        if running is loop:
             coroutine.close()
             raise RuntimeError(
                 "MemsvcSaver's sync methods block on the service's event loop: call them from "
                 "another thread, or use the async methods (aget_tuple, aput, ...) on the loop"
             )
+        if not loop.is_running():
+            coroutine.close()
+            raise RuntimeError("the service's event loop is not running: it cannot serve calls")
         future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, loop)
         return future.result()
 
