@@ -15,8 +15,8 @@ from memsvc.db.embedded import EmbeddedPostgres
 async def main() -> None:
     parser = argparse.ArgumentParser(description="memsvc vs LangGraph's PostgreSQL savers")
     parser.add_argument("--database-url", help="PostgreSQL with pgvector (default: embedded)")
-    parser.add_argument("--ops", type=int, default=200, help="operations per measurement")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per side")
+    parser.add_argument("--seconds", type=float, default=1.0, help="length of one measurement")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per side")
     args = parser.parse_args()
     embedded = None
     directory = None
@@ -26,7 +26,7 @@ async def main() -> None:
         embedded = EmbeddedPostgres(directory)
         dsn = await asyncio.to_thread(embedded.start)
     try:
-        await run_saver(dsn, ops=args.ops, rounds=args.rounds)
+        await run_saver(dsn, seconds=args.seconds, rounds=args.rounds)
     finally:
         if embedded is not None:
             await asyncio.to_thread(embedded.close)

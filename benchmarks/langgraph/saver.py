@@ -97,35 +97,43 @@ class Thread:
         assert len(items) == 100
 
 
-async def measure(make_saver: SaverFactory, op: str, tasks: int, ops: int) -> float:
-    """Ops/s of ``tasks`` concurrent tasks doing ``ops`` operations in all."""
+RUN = {
+    "aput": Thread.put,
+    "aput_writes": Thread.put_writes,
+    "aget_tuple": Thread.get_tuple,
+    "alist 100": Thread.list_100,
+}
+
+
+async def prepare(make_saver: SaverFactory, op: str, tasks: int) -> list[Thread]:
+    """One thread per task, holding what the reads need (a checkpoint with writes,
+    or 100 checkpoints)."""
     threads = [Thread(await make_saver()) for _ in range(tasks)]
-    # Set up what the reads need: a checkpoint with writes, or 100 checkpoints.
     setup = 100 if op == "alist 100" else 1
     for thread in threads:
         for _ in range(setup):
             await thread.put()
         await thread.put_writes()
-    run = {
-        "aput": Thread.put,
-        "aput_writes": Thread.put_writes,
-        "aget_tuple": Thread.get_tuple,
-        "alist 100": Thread.list_100,
-    }[op]
-    per_task = max(1, ops // tasks)
-    if op == "alist 100":
-        per_task = max(1, per_task // 10)  # each call reads 100 checkpoints
+    return threads
 
-    async def loop(thread: Thread) -> None:
-        for _ in range(per_task):
+
+async def measure(threads: list[Thread], op: str, seconds: float) -> float:
+    """Ops/s of one task per thread calling ``op`` until ``seconds`` have passed."""
+    run = RUN[op]
+    done = 0
+
+    async def loop(thread: Thread, deadline: float) -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
             await run(thread)
+            done += 1
 
     started = time.perf_counter()
-    await asyncio.gather(*(loop(thread) for thread in threads))
-    return per_task * tasks / (time.perf_counter() - started)
+    await asyncio.gather(*(loop(thread, started + seconds) for thread in threads))
+    return done / (time.perf_counter() - started)
 
 
-async def run_saver(dsn: str, *, ops: int = 200, rounds: int = 3) -> list[dict[str, Any]]:
+async def run_saver(dsn: str, *, seconds: float = 1.0, rounds: int = 5) -> list[dict[str, Any]]:
     """Measure both savers on ``dsn``; print and return one row per (op, mode)."""
     settings = Settings(
         database_url=dsn, auto_migrate=True, pool_min_size=POOL_SIZE, pool_max_size=POOL_SIZE
@@ -150,22 +158,24 @@ async def run_saver(dsn: str, *, ops: int = 200, rounds: int = 3) -> list[dict[s
         async def theirs() -> BaseCheckpointSaver[Any]:
             return AsyncPostgresSaver(pool)  # type: ignore[arg-type]
 
-        print(f"MemsvcSaver vs AsyncPostgresSaver: {ops} ops per measurement, {rounds} rounds")
+        print(f"MemsvcSaver vs AsyncPostgresSaver: {rounds} rounds of {seconds:g} s per side")
         print(f"{'op':<12} {'mode':<9} {'memsvc/s':>10} {'langgraph/s':>12} {'ratio':>7}")
         for op in OPS:
             for mode, tasks in MODES.items():
                 mine: list[float] = []
                 peer: list[float] = []
                 # warm both sides up: connections, statement caches
-                await measure(ours, op, tasks, ops // 4)
-                await measure(theirs, op, tasks, ops // 4)
+                mine_threads = await prepare(ours, op, tasks)
+                peer_threads = await prepare(theirs, op, tasks)
+                await measure(mine_threads, op, seconds / 4)
+                await measure(peer_threads, op, seconds / 4)
                 for number in range(rounds):
                     # alternate who goes first, so drift hits both sides alike
                     if number % 2:
-                        peer.append(await measure(theirs, op, tasks, ops))
-                    mine.append(await measure(ours, op, tasks, ops))
+                        peer.append(await measure(peer_threads, op, seconds))
+                    mine.append(await measure(mine_threads, op, seconds))
                     if not number % 2:
-                        peer.append(await measure(theirs, op, tasks, ops))
+                        peer.append(await measure(peer_threads, op, seconds))
                 row = {
                     "op": op,
                     "mode": mode,
