@@ -15,6 +15,8 @@ whole checkpoint: its row, the blobs of its versions and its writes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 CP = "langgraph_checkpoints"
 # Metadata keys LangGraph leaves on checkpoints of threads with a DeltaChannel.
 DELTA_MARKERS = "array['counters_since_delta_snapshot', 'delta_writes_versioned']"
@@ -187,15 +189,40 @@ ORDER BY c.checkpoint_id DESC
 LIMIT 1"""
 
 
-def list_checkpoints(schema: str, conditions: list[str], limit_param: str | None) -> str:
-    """Checkpoints of a tenant matching ``conditions`` (SQL on alias ``c``), newest first."""
-    where = " AND ".join(["c.tenant_id = $1", *conditions])
-    limit = f"LIMIT {limit_param}" if limit_param else ""
+# Filters of list_checkpoints, in the order their values are passed; each
+# placeholder ``{}`` takes one value.
+LIST_FILTERS = {
+    "thread_id": "c.thread_id = {}",
+    "checkpoint_ns": "c.checkpoint_ns = {}",
+    "checkpoint_id": "c.checkpoint_id = {}",
+    "metadata": "c.metadata @> {}::jsonb",
+    "before": "c.checkpoint_id < {}",
+    "after": "(c.checkpoint_id, c.thread_id, c.checkpoint_ns) < ({}, {}, {})",
+}
+
+
+def list_checkpoints(schema: str, filters: Sequence[str], *, limited: bool) -> str:
+    """A page of a tenant's ($1) checkpoints, newest first, matching ``filters``.
+
+    ``filters`` names entries of LIST_FILTERS, whose values follow $1 in
+    LIST_FILTERS order, then the page size if ``limited``. ``after`` is the
+    keyset cursor: the (checkpoint_id, thread_id, checkpoint_ns) of the
+    previous page's last row (ids alone can repeat across threads).
+    """
+    conditions = ["c.tenant_id = $1"]
+    number = 1
+    for name, template in LIST_FILTERS.items():
+        if name not in filters:
+            continue
+        slots = template.count("{}")
+        conditions.append(template.format(*(f"${number + i + 1}" for i in range(slots))))
+        number += slots
+    limit = f"LIMIT ${number + 1}" if limited else ""
     return f"""
 SELECT {_tuple_columns(schema)}
 FROM {schema}.{CP} AS c
-WHERE {where}
-ORDER BY c.checkpoint_id DESC
+WHERE {" AND ".join(conditions)}
+ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC
 {limit}"""
 
 

@@ -169,32 +169,32 @@ class LangGraphCheckpointRepository(Repository):
         checkpoint_id: str | None,
         metadata_filter: str | None,
         before: str | None,
+        after: tuple[str, str, str] | None,
         limit: int | None,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[Any]:
         """Checkpoint rows (with blobs and writes) matching every given criterion, newest first.
 
         ``metadata_filter`` is a JSON object the metadata must contain;
-        ``before`` keeps ids below it.
+        ``before`` keeps ids below it; ``after`` is the previous page's last
+        row as (checkpoint_id, thread_id, checkpoint_ns).
         """
         tenant = validate_id("tenant", tenant)
-        args: list[Any] = [tenant]
-        conditions: builtins.list[str] = []
-        for column, value, cast in (
-            ("c.thread_id = ", thread_id, ""),
-            ("c.checkpoint_ns = ", checkpoint_ns, ""),
-            ("c.checkpoint_id = ", checkpoint_id, ""),
-            ("c.metadata @> ", metadata_filter, "::jsonb"),
-            ("c.checkpoint_id < ", before, ""),
-        ):
-            if value is not None:
-                args.append(value)
-                conditions.append(f"{column}${len(args)}{cast}")
-        limit_param = None
+        given: dict[str, tuple[Any, ...] | None] = {
+            "thread_id": None if thread_id is None else (thread_id,),
+            "checkpoint_ns": None if checkpoint_ns is None else (checkpoint_ns,),
+            "checkpoint_id": None if checkpoint_id is None else (checkpoint_id,),
+            "metadata": None if metadata_filter is None else (metadata_filter,),
+            "before": None if before is None else (before,),
+            "after": after,
+        }
+        filters = [name for name in q.LIST_FILTERS if given[name] is not None]
+        args: builtins.list[Any] = [tenant]
+        for name in filters:
+            args.extend(given[name] or ())
         if limit is not None:
             args.append(limit)
-            limit_param = f"${len(args)}"
-        sql = q.list_checkpoints(self._schema, conditions, limit_param)
+        sql = q.list_checkpoints(self._schema, filters, limited=limit is not None)
         rows: builtins.list[Any] = await self._read(conn, lambda active: active.fetch(sql, *args))
         return rows
 

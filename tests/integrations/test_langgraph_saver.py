@@ -459,3 +459,33 @@ async def test_retention_keeps_a_fork_of_a_pruned_checkpoint_whole(settings: Set
         found = await saver.aget_tuple(fork)
         assert found is not None
         assert found.checkpoint["channel_values"] == {"a": "a0", "b": "b-fork"}
+
+
+async def test_listing_pages_through_long_histories_without_gaps_or_repeats(
+    service: MemoryService,
+) -> None:
+    saver = MemsvcSaver(service, tenant="pages")
+    thread, copy = "history", "history-copy"
+    parent = None
+    for step in range(230):
+        parent = await put(saver, thread, parent, values={"step": step})
+    await saver.acopy_thread(thread, copy)  # the same checkpoint ids in a second thread
+
+    everything = [t async for t in saver.alist(None)]
+    keys = [
+        (t.config["configurable"]["checkpoint_id"], t.config["configurable"]["thread_id"])
+        for t in everything
+    ]
+    assert len(keys) == 460 and len(set(keys)) == 460
+    assert keys == sorted(keys, reverse=True)
+    one = [
+        t.checkpoint["channel_values"]["step"] async for t in saver.alist(generate_config(thread))
+    ]
+    assert one == list(range(229, -1, -1))
+    limited = [t async for t in saver.alist(generate_config(thread), limit=150)]
+    assert [t.checkpoint["channel_values"]["step"] for t in limited] == list(range(229, 79, -1))
+    older = [
+        t.checkpoint["channel_values"]["step"]
+        async for t in saver.alist(generate_config(thread), before=limited[-1].config)
+    ]
+    assert older == list(range(79, -1, -1))

@@ -43,6 +43,7 @@ from memsvc.validation import check_text
 T = TypeVar("T")
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
+LIST_PAGE = 100
 
 
 def _text(field: str, value: object) -> str:
@@ -135,21 +136,34 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
             raise ValidationError("limit", "must be an integer")
         if limit is not None and limit <= 0:
             return
-        rows = await self._repository.list(
-            tenant=self.tenant,
-            thread_id=None if thread_id is None else _thread_id(thread_id),
-            checkpoint_ns=None
+        criteria: dict[str, Any] = {
+            "thread_id": None if thread_id is None else _thread_id(thread_id),
+            "checkpoint_ns": None
             if checkpoint_ns is None
             else _text("config.configurable.checkpoint_ns", checkpoint_ns),
-            checkpoint_id=None
+            "checkpoint_id": None
             if checkpoint_id is None
             else _text("config.configurable.checkpoint_id", checkpoint_id),
-            metadata_filter=None if not filter else self._json("filter", filter),
-            before=None if before_id is None else _text("before", before_id),
-            limit=limit,
-        )
-        for row in rows:
-            yield self._tuple(row)
+            "metadata_filter": None if not filter else self._json("filter", filter),
+            "before": None if before_id is None else _text("before", before_id),
+        }
+        # Pages, so a long history never sits in memory whole (each row
+        # carries its channel values); each page is one snapshot.
+        remaining = limit
+        after: tuple[str, str, str] | None = None
+        while remaining is None or remaining > 0:
+            page = LIST_PAGE if remaining is None else min(remaining, LIST_PAGE)
+            rows = await self._repository.list(
+                tenant=self.tenant, **criteria, after=after, limit=page
+            )
+            for row in rows:
+                yield self._tuple(row)
+            if len(rows) < page:
+                return
+            if remaining is not None:
+                remaining -= len(rows)
+            last = rows[-1]
+            after = (last["checkpoint_id"], last["thread_id"], last["checkpoint_ns"])
 
     async def aput(
         self,
