@@ -478,6 +478,8 @@ async def test_listing_pages_through_long_histories_without_gaps_or_repeats(
     ]
     assert len(keys) == 460 and len(set(keys)) == 460
     assert keys == sorted(keys, reverse=True)
+    from_a_thread = await asyncio.to_thread(lambda: [t.config for t in saver.list(None)])
+    assert from_a_thread == [t.config for t in everything]
     one = [
         t.checkpoint["channel_values"]["step"] async for t in saver.alist(generate_config(thread))
     ]

@@ -15,6 +15,7 @@ one snapshot).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import random
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
@@ -126,44 +127,15 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Checkpoints matching ``config`` (thread, namespace, id), ``filter``
-        (metadata containing these pairs) and ``before`` (older ids), newest first."""
-        configurable = (config or {}).get("configurable", {})
-        thread_id = configurable.get("thread_id")
-        checkpoint_ns = configurable.get("checkpoint_ns")
-        checkpoint_id = get_checkpoint_id(config) if config else None
-        before_id = get_checkpoint_id(before) if before else None
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise ValidationError("limit", "must be an integer")
-        if limit is not None and limit <= 0:
-            return
-        criteria: dict[str, Any] = {
-            "thread_id": None if thread_id is None else _thread_id(thread_id),
-            "checkpoint_ns": None
-            if checkpoint_ns is None
-            else _text("config.configurable.checkpoint_ns", checkpoint_ns),
-            "checkpoint_id": None
-            if checkpoint_id is None
-            else _text("config.configurable.checkpoint_id", checkpoint_id),
-            "metadata_filter": None if not filter else self._json("filter", filter),
-            "before": None if before_id is None else _text("before", before_id),
-        }
-        # Pages, so a long history never sits in memory whole (each row
-        # carries its channel values); each page is one snapshot.
-        remaining = limit
-        after: tuple[str, str, str] | None = None
-        while remaining is None or remaining > 0:
-            page = LIST_PAGE if remaining is None else min(remaining, LIST_PAGE)
-            rows = await self._repository.list(
-                tenant=self.tenant, **criteria, after=after, limit=page
-            )
-            for row in rows:
-                yield self._tuple(row)
-            if len(rows) < page:
-                return
-            if remaining is not None:
-                remaining -= len(rows)
-            last = rows[-1]
-            after = (last["checkpoint_id"], last["thread_id"], last["checkpoint_ns"])
+        (metadata containing these pairs) and ``before`` (older ids), newest first.
+
+        Read a page (one statement) at a time, so a long history never sits
+        in memory whole: each checkpoint carries its channel values.
+        """
+        listing = self._listing(config, filter, before, limit)
+        while (page := await self._next_page(listing)) is not None:
+            for item in page:
+                yield item
 
     async def aput(
         self,
@@ -312,14 +284,10 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """Blocking :meth:`alist`."""
-
-        async def collect() -> list[CheckpointTuple]:
-            return [
-                item async for item in self.alist(config, filter=filter, before=before, limit=limit)
-            ]
-
-        yield from self._run(collect())
+        """Blocking :meth:`alist`, fetching a page at a time on the service's loop."""
+        listing = self._listing(config, filter, before, limit)
+        while (page := self._run(self._next_page(listing))) is not None:
+            yield from page
 
     def put(
         self,
@@ -372,6 +340,55 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
         return f"{number + 1:032}.{random.random():016}"
 
     # ---------------------------------------------------------------- helpers
+
+    def _listing(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> dict[str, Any]:
+        """The validated criteria of a listing, and where its next page starts."""
+        configurable = (config or {}).get("configurable", {})
+        thread_id = configurable.get("thread_id")
+        checkpoint_ns = configurable.get("checkpoint_ns")
+        checkpoint_id = get_checkpoint_id(config) if config else None
+        before_id = get_checkpoint_id(before) if before else None
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ValidationError("limit", "must be an integer")
+        return {
+            "criteria": {
+                "thread_id": None if thread_id is None else _thread_id(thread_id),
+                "checkpoint_ns": None
+                if checkpoint_ns is None
+                else _text("config.configurable.checkpoint_ns", checkpoint_ns),
+                "checkpoint_id": None
+                if checkpoint_id is None
+                else _text("config.configurable.checkpoint_id", checkpoint_id),
+                "metadata_filter": None if not filter else self._json("filter", filter),
+                "before": None if before_id is None else _text("before", before_id),
+            },
+            "remaining": limit,
+            "after": None,
+            "done": limit is not None and limit <= 0,
+        }
+
+    async def _next_page(self, listing: dict[str, Any]) -> builtins.list[CheckpointTuple] | None:
+        """The listing's next page (keyset on id, thread, namespace), or None at its end."""
+        if listing["done"]:
+            return None
+        remaining = listing["remaining"]
+        size = LIST_PAGE if remaining is None else min(remaining, LIST_PAGE)
+        rows = await self._repository.list(
+            tenant=self.tenant, **listing["criteria"], after=listing["after"], limit=size
+        )
+        if remaining is not None:
+            listing["remaining"] = remaining - len(rows)
+        listing["done"] = len(rows) < size or listing["remaining"] == 0
+        if rows:
+            last = rows[-1]
+            listing["after"] = (last["checkpoint_id"], last["thread_id"], last["checkpoint_ns"])
+        return [self._tuple(row) for row in rows] if rows else None
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         loop = self.svc.loop
