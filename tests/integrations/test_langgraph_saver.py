@@ -10,10 +10,11 @@ import asyncio
 import threading
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import asyncpg
 import pytest
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
@@ -22,6 +23,7 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_config,
     generate_metadata,
 )
+from langgraph.checkpoint.memory import InMemorySaver
 
 from memsvc import HashingEmbedder, MemoryService, Settings, ValidationError
 from memsvc.integrations.langgraph import MemsvcSaver
@@ -491,3 +493,39 @@ async def test_listing_pages_through_long_histories_without_gaps_or_repeats(
         async for t in saver.alist(generate_config(thread), before=limited[-1].config)
     ]
     assert older == list(range(79, -1, -1))
+
+
+def _extend(state: list[str], writes: Any) -> list[str]:
+    return [*state, *(item for write in writes for item in write)]
+
+
+class DeltaState(TypedDict):
+    items: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=3)]
+
+
+async def test_delta_channel_state_is_rebuilt_like_in_memory_saver(settings: Settings) -> None:
+    from langgraph.graph import END, START, StateGraph
+
+    def add(state: DeltaState) -> dict[str, Any]:
+        return {"items": [f"seen {len(state['items'])}"]}
+
+    builder = StateGraph(DeltaState)
+    builder.add_node("add", add)
+    builder.add_edge(START, "add")
+    builder.add_edge("add", END)
+
+    async def run(saver: Any) -> list[Any]:
+        config: Any = {"configurable": {"thread_id": "delta"}}
+        results = []
+        for turn in range(5):
+            graph = builder.compile(checkpointer=saver)  # a fresh graph each turn
+            results.append(await graph.ainvoke({"items": [f"turn {turn}"]}, config))
+        return results
+
+    theirs = await run(InMemorySaver())
+    assert len(theirs[-1]["items"]) == 10
+    # also with retention on, which must leave a DeltaChannel thread's history alone
+    for keep in (None, 2):
+        chosen = settings.model_copy(update={"langgraph_checkpoint_keep_last": keep})
+        async with MemoryService.open(chosen, embedder=HashingEmbedder()) as service:
+            assert await run(MemsvcSaver(service, tenant=f"keep-{keep}")) == theirs
