@@ -229,6 +229,16 @@ async def test_retention_keeps_the_newest_n_with_a_whole_parent_chain(settings: 
 
 
 async def test_retention_is_exact_under_twenty_racing_writers(settings: Settings) -> None:
+    await check_retention_under_racing_writers(settings)
+
+
+async def test_retention_is_exact_under_racing_writers_through_pgbouncer(
+    bouncer_service: MemoryService,  # noqa: F811
+) -> None:
+    await check_retention_under_racing_writers(bouncer_service.settings)
+
+
+async def check_retention_under_racing_writers(settings: Settings) -> None:
     retaining = settings.model_copy(update={"langgraph_checkpoint_keep_last": 4})
     async with MemoryService.open(retaining, embedder=HashingEmbedder()) as service:
         saver = MemsvcSaver(service)
