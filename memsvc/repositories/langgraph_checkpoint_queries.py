@@ -362,3 +362,51 @@ SELECT tenant_id, $3, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
     checkpoint_type, checkpoint, channels, versions, metadata, run_id
 FROM {schema}.{CP} WHERE tenant_id = $1 AND thread_id = $2
 ON CONFLICT DO NOTHING"""
+
+
+def ancestors(schema: str) -> str:
+    """Up to $6 ancestors of checkpoint $4 (nearest first), with what a DeltaChannel needs.
+
+    The walk follows ``parent_checkpoint_id`` within the thread ($2) and
+    namespace ($3) of tenant $1, starting at the parent of $4 (the newest
+    checkpoint when $4 is NULL). Per ancestor: the stored, non-empty values
+    of the channels $5 at the ancestor's versions, and its writes to those
+    channels in ``(task_path, task_id, idx)`` order.
+    """
+    return f"""
+WITH RECURSIVE target AS (
+    SELECT parent_checkpoint_id FROM {schema}.{CP}
+    WHERE tenant_id = $1 AND thread_id = $2 AND checkpoint_ns = $3
+    AND ($4::text IS NULL OR checkpoint_id = $4)
+    ORDER BY checkpoint_id DESC
+    LIMIT 1
+), chain AS (
+    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.channels, c.versions, 1 AS depth
+    FROM {schema}.{CP} AS c, target
+    WHERE c.tenant_id = $1 AND c.thread_id = $2 AND c.checkpoint_ns = $3
+    AND c.checkpoint_id = target.parent_checkpoint_id
+    UNION ALL
+    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.channels, c.versions, chain.depth + 1
+    FROM chain JOIN {schema}.{CP} AS c
+        ON c.tenant_id = $1 AND c.thread_id = $2 AND c.checkpoint_ns = $3
+        AND c.checkpoint_id = chain.parent_checkpoint_id
+    WHERE chain.depth < $6
+)
+SELECT chain.checkpoint_id, chain.parent_checkpoint_id, chain.depth,
+    ARRAY(
+        SELECT ROW(b.channel, b.blob_type, b.blob)
+        FROM unnest(chain.channels, chain.versions) AS v(channel, version)
+        JOIN {schema}.{BLOBS} AS b
+            ON b.tenant_id = $1 AND b.thread_id = $2 AND b.checkpoint_ns = $3
+            AND b.channel = v.channel AND b.version = v.version
+        WHERE v.channel = ANY($5::text[]) AND b.blob_type <> 'empty'
+    ) AS blobs,
+    ARRAY(
+        SELECT ROW(w.task_id, w.channel, w.value_type, w.value)
+        FROM {schema}.{WRITES} AS w
+        WHERE w.tenant_id = $1 AND w.thread_id = $2 AND w.checkpoint_ns = $3
+        AND w.checkpoint_id = chain.checkpoint_id AND w.channel = ANY($5::text[])
+        ORDER BY w.task_path, w.task_id, w.idx
+    ) AS writes
+FROM chain
+ORDER BY chain.depth"""

@@ -198,6 +198,29 @@ class LangGraphCheckpointRepository(Repository):
         rows: builtins.list[Any] = await self._read(conn, lambda active: active.fetch(sql, *args))
         return rows
 
+    async def ancestors(
+        self,
+        *,
+        tenant: str,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str | None,
+        channels: Sequence[str],
+        limit: int,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[Any]:
+        """Up to ``limit`` ancestors of a checkpoint (the newest if no id), nearest
+        first, with their stored values of ``channels`` and their writes to them.
+
+        To walk further, call again with the last ancestor's id: the walk
+        continues from its parent.
+        """
+        tenant = validate_id("tenant", tenant)
+        args = [tenant, thread_id, checkpoint_ns, checkpoint_id, list(channels), limit]
+        sql = q.ancestors(self._schema)
+        rows: builtins.list[Any] = await self._read(conn, lambda active: active.fetch(sql, *args))
+        return rows
+
     async def delete_threads(
         self, thread_ids: Sequence[str], *, tenant: str, conn: asyncpg.Connection | None = None
     ) -> None:

@@ -539,3 +539,47 @@ async def test_delta_channel_state_is_rebuilt_like_in_memory_saver(settings: Set
         chosen = settings.model_copy(update={"langgraph_checkpoint_keep_last": keep})
         async with MemoryService.open(chosen, embedder=HashingEmbedder()) as service:
             assert await run(MemsvcSaver(service, tenant=f"keep-{keep}")) == theirs
+
+
+async def test_delta_channel_history_matches_langgraphs_reference_walk(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    import memsvc.integrations.langgraph.saver as saver_module
+
+    monkeypatch.setattr(saver_module, "ANCESTOR_PAGE", 3)  # walk several pages
+    saver = MemsvcSaver(service)
+    thread = str(uuid.uuid4())
+    configs: list[dict[str, Any]] = []
+    parent = None
+    for step in range(10):
+        # "seeded" holds a value every fourth step; "log" never does
+        values = {"seeded": f"snapshot {step}"} if step % 4 == 0 else {}
+        versions = {"seeded": saver.get_next_version(None, None)} if values else {}
+        config = generate_config(thread)
+        if parent is not None:
+            config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+        cp = generate_checkpoint(channel_values=values, channel_versions=versions)
+        parent = await saver.aput(config, cp, generate_metadata(step=step), versions)
+        await saver.aput_writes(
+            parent, [("seeded", f"w{step}"), ("log", f"l{step}")], f"task-{step}", "~"
+        )
+        await saver.aput_writes(parent, [("log", f"early{step}")], f"early-{step}", "a")
+        configs.append(parent)
+
+    channels = ["seeded", "log", "absent"]
+    for config in [*configs, generate_config(thread)]:
+        ours = await saver.aget_delta_channel_history(config=config, channels=channels)
+        reference = await BaseCheckpointSaver.aget_delta_channel_history(
+            saver, config=config, channels=channels
+        )
+        assert ours == reference
+    latest = await saver.aget_delta_channel_history(config=configs[-1], channels=channels)
+    assert latest["seeded"]["seed"] == "snapshot 8"
+    assert [w[2] for w in latest["log"]["writes"]][:2] == ["early0", "l0"]
+    assert len(latest["log"]["writes"]) == 18 and "seed" not in latest["log"]
+    in_thread = await asyncio.to_thread(
+        saver.get_delta_channel_history, config=configs[-1], channels=channels
+    )
+    assert in_thread == latest

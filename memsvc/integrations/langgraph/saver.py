@@ -18,7 +18,7 @@ import asyncio
 import builtins
 import json
 import random
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -30,6 +30,8 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
     get_checkpoint_id,
     get_serializable_checkpoint_metadata,
 )
@@ -45,6 +47,7 @@ T = TypeVar("T")
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 LIST_PAGE = 100
+ANCESTOR_PAGE = 200
 
 
 def _text(field: str, value: object) -> str:
@@ -270,6 +273,65 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
         else:
             await self._repository.keep_newest(ids, 1, tenant=self.tenant)
 
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """For each channel, the writes on the path to ``config``'s checkpoint since
+        its nearest ancestor storing a value, and that value (``seed``).
+
+        LangGraph's ``DeltaChannel`` rebuilds its state from these. The walk
+        runs in the database, ANCESTOR_PAGE ancestors per statement, instead
+        of one read per ancestor.
+        """
+        if not channels:
+            return {}
+        configurable = config.get("configurable", {})
+        thread_id = _thread_id(configurable.get("thread_id"))
+        checkpoint_ns = _text(
+            "config.configurable.checkpoint_ns", configurable.get("checkpoint_ns", "")
+        )
+        cursor = get_checkpoint_id(config)
+        collected: dict[str, builtins.list[PendingWrite]] = {channel: [] for channel in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        seen: set[str] = set()
+        while remaining:
+            rows = await self._repository.ancestors(
+                tenant=self.tenant,
+                thread_id=thread_id,
+                checkpoint_ns=checkpoint_ns,
+                checkpoint_id=cursor,
+                channels=sorted(remaining),
+                limit=ANCESTOR_PAGE,
+            )
+            for row in rows:
+                if row["checkpoint_id"] in seen:  # a cycle of parents: stop walking
+                    rows = []
+                    break
+                seen.add(row["checkpoint_id"])
+                # the writes stored at an ancestor produced its child, on the path
+                for task_id, channel, value_type, value in reversed(row["writes"]):
+                    if channel in remaining:
+                        collected[channel].append(
+                            (task_id, channel, self.serde.loads_typed((value_type, value)))
+                        )
+                for channel, blob_type, blob in row["blobs"]:
+                    if channel in remaining:
+                        seeds[channel] = self.serde.loads_typed((blob_type, blob))
+                        remaining.discard(channel)
+                if not remaining:
+                    break
+            if len(rows) < ANCESTOR_PAGE:
+                break
+            cursor = rows[-1]["checkpoint_id"]
+        result: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            entry: DeltaChannelHistory = {"writes": builtins.list(reversed(collected[channel]))}
+            if channel in seeds:
+                entry["seed"] = seeds[channel]
+            result[channel] = entry
+        return result
+
     # ------------------------------------------------------------------- sync
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -324,6 +386,12 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Blocking :meth:`aprune`."""
         self._run(self.aprune(thread_ids, strategy=strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Blocking :meth:`aget_delta_channel_history`."""
+        return self._run(self.aget_delta_channel_history(config=config, channels=channels))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """The next channel version: a zero-padded counter plus a random suffix.
