@@ -364,12 +364,12 @@ FROM {schema}.{CP} WHERE tenant_id = $1 AND thread_id = $2
 ON CONFLICT DO NOTHING"""
 
 
-def ancestors(schema: str) -> str:
+def ancestors(schema: str, *, by_id: bool) -> str:
     """Up to $6 ancestors of checkpoint $4 (nearest first), with what a DeltaChannel needs.
 
     The walk follows ``parent_checkpoint_id`` within the thread ($2) and
     namespace ($3) of tenant $1, starting at the parent of $4 (the newest
-    checkpoint when $4 is NULL). Per ancestor: the stored, non-empty values
+    checkpoint without ``by_id``, $4 then being unused). Per ancestor: the stored, non-empty values
     of the channels $5 at the ancestor's versions, and its writes to those
     channels in ``(task_path, task_id, idx)`` order.
     """
@@ -377,7 +377,7 @@ def ancestors(schema: str) -> str:
 WITH RECURSIVE target AS (
     SELECT parent_checkpoint_id FROM {schema}.{CP}
     WHERE tenant_id = $1 AND thread_id = $2 AND checkpoint_ns = $3
-    AND ($4::text IS NULL OR checkpoint_id = $4)
+    AND {"checkpoint_id = $4" if by_id else "$4::text IS NULL"}
     ORDER BY checkpoint_id DESC
     LIMIT 1
 ), chain AS (

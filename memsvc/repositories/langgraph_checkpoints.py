@@ -217,7 +217,7 @@ class LangGraphCheckpointRepository(Repository):
         """
         tenant = validate_id("tenant", tenant)
         args = [tenant, thread_id, checkpoint_ns, checkpoint_id, list(channels), limit]
-        sql = q.ancestors(self._schema)
+        sql = q.ancestors(self._schema, by_id=checkpoint_id is not None)
         rows: builtins.list[Any] = await self._read(conn, lambda active: active.fetch(sql, *args))
         return rows
 
