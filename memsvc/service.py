@@ -34,6 +34,9 @@ TENANT_TABLES = (
     "assemblies",
     "assembly_members",
     "session_checkpoints",
+    "langgraph_checkpoints",
+    "langgraph_checkpoint_blobs",
+    "langgraph_checkpoint_writes",
 )
 
 

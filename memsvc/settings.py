@@ -94,6 +94,12 @@ class Settings(BaseSettings):
     )
     max_checkpoint_bytes: int = Field(default=16 * 1024 * 1024, ge=2)
     checkpoint_keep_last: int = Field(default=50, ge=1)
+    langgraph_checkpoint_keep_last: int | None = Field(
+        default=None,
+        ge=1,
+        description="MemsvcSaver keeps the newest N checkpoints per thread and namespace, "
+        "pruned in each put's transaction. Unset: keep them all.",
+    )
 
     # --- working memory ----------------------------------------------------------
     redis_url: str | None = Field(default=None, description="Unset: in-process store.")

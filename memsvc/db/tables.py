@@ -26,7 +26,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION, JSONB, REAL, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, DOUBLE_PRECISION, JSONB, REAL, UUID
 
 from memsvc.settings import Settings
 
@@ -230,6 +230,7 @@ def build_metadata(settings: Settings) -> MetaData:
 
     _add_assembly_tables(metadata, settings, opclass, hnsw_with)
     _add_checkpoint_table(metadata)
+    _add_langgraph_tables(metadata)
     return metadata
 
 
@@ -390,4 +391,102 @@ def _add_checkpoint_table(metadata: MetaData) -> None:
         checkpoints.c.session_id,
         checkpoints.c.created_at.desc(),
         checkpoints.c.id.desc(),
+    )
+
+
+LANGGRAPH_COMMENTS = {
+    "thread_id": "LangGraph thread the row belongs to.",
+    "checkpoint_ns": "LangGraph checkpoint namespace ('' for the root graph).",
+}
+
+
+def _langgraph_thread_columns() -> list[Column[Any]]:
+    return [
+        Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
+        Column("thread_id", Text, nullable=False, comment=LANGGRAPH_COMMENTS["thread_id"]),
+        Column(
+            "checkpoint_ns", Text, nullable=False, comment=LANGGRAPH_COMMENTS["checkpoint_ns"]
+        ),
+    ]
+
+
+def _add_langgraph_tables(metadata: MetaData) -> None:
+    """Tables of the LangGraph checkpointer (``memsvc.integrations.langgraph``)."""
+    checkpoints = Table(
+        "langgraph_checkpoints",
+        metadata,
+        *_langgraph_thread_columns(),
+        Column("checkpoint_id", Text, nullable=False, comment="LangGraph checkpoint id."),
+        Column(
+            "parent_checkpoint_id",
+            Text,
+            nullable=True,
+            comment="The checkpoint this one continues (NULL for a thread's first).",
+        ),
+        Column("checkpoint_type", Text, nullable=False, comment="Serializer type of checkpoint."),
+        Column(
+            "checkpoint",
+            BYTEA,
+            nullable=False,
+            comment="The serialized checkpoint without its channel values (kept in blobs).",
+        ),
+        Column(
+            "channels",
+            ARRAY(Text),
+            nullable=False,
+            comment="Channels of the checkpoint, in step with versions.",
+        ),
+        Column(
+            "versions",
+            ARRAY(Text),
+            nullable=False,
+            comment="Version of each channel: the blob holding its value.",
+        ),
+        Column("metadata", JSONB, nullable=False, comment="Checkpoint metadata (filterable)."),
+        Column("run_id", Text, nullable=True, comment="metadata.run_id, for delete_for_runs."),
+        Column(
+            "created_at",
+            DateTime(timezone=True),
+            nullable=False,
+            server_default=text("clock_timestamp()"),
+            comment="When it was stored.",
+        ),
+        PrimaryKeyConstraint("tenant_id", "thread_id", "checkpoint_ns", "checkpoint_id"),
+        comment="LangGraph checkpoints (MemsvcSaver); channel values live in "
+        "langgraph_checkpoint_blobs.",
+    )
+    Index("ix_langgraph_checkpoints_run", checkpoints.c.tenant_id, checkpoints.c.run_id)
+    Table(
+        "langgraph_checkpoint_blobs",
+        metadata,
+        *_langgraph_thread_columns(),
+        Column("channel", Text, nullable=False, comment="Channel name."),
+        Column("version", Text, nullable=False, comment="Channel version."),
+        Column("blob_type", Text, nullable=False, comment="Serializer type ('empty': no value)."),
+        Column("blob", BYTEA, nullable=True, comment="The serialized channel value."),
+        PrimaryKeyConstraint("tenant_id", "thread_id", "checkpoint_ns", "channel", "version"),
+        comment="LangGraph channel values, one per channel version, shared by the "
+        "checkpoints that reference that version.",
+    )
+    Table(
+        "langgraph_checkpoint_writes",
+        metadata,
+        *_langgraph_thread_columns(),
+        Column("checkpoint_id", Text, nullable=False, comment="Checkpoint the writes follow."),
+        Column("task_id", Text, nullable=False, comment="Task that made the write."),
+        Column("idx", Integer, nullable=False, comment="Index of the write (negative: special)."),
+        Column("channel", Text, nullable=False, comment="Channel written."),
+        Column("value_type", Text, nullable=False, comment="Serializer type of value."),
+        Column("value", BYTEA, nullable=True, comment="The serialized value."),
+        Column(
+            "task_path",
+            Text,
+            nullable=False,
+            server_default=text("''"),
+            comment="Path of the task (orders a step's writes).",
+        ),
+        PrimaryKeyConstraint(
+            "tenant_id", "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"
+        ),
+        comment="LangGraph pending writes of tasks, per checkpoint.",
     )

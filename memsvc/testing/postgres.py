@@ -48,7 +48,16 @@ except ImportError:  # pragma: no cover - depends on the user's environment
 
 T = TypeVar("T")
 TEST_DATABASE_URL_ENV = "MEMSVC_TEST_DATABASE_URL"
-TABLES = ("assembly_members", "assemblies", "memory_events", "memories", "session_checkpoints")
+TABLES = (
+    "assembly_members",
+    "assemblies",
+    "memory_events",
+    "memories",
+    "session_checkpoints",
+    "langgraph_checkpoints",
+    "langgraph_checkpoint_blobs",
+    "langgraph_checkpoint_writes",
+)
 
 
 def with_database(dsn: str, database: str) -> str:

@@ -1,0 +1,8 @@
+"""LangGraph benchmarks: memsvc's integrations against LangGraph's PostgreSQL ones.
+
+    python -m benchmarks.langgraph                 # embedded server, saver part
+    python -m benchmarks.langgraph --database-url postgresql://... --seconds 2 --rounds 7
+
+Each part measures both sides on the same server in the same run and prints
+their ratio; absolute times on a shared machine are noise.
+"""
