@@ -33,6 +33,8 @@ TENANT_TABLES = (
     "assemblies",
     "assembly_members",
     "session_checkpoints",
+    "langgraph_store_items",
+    "langgraph_store_vectors",
 )
 
 
@@ -69,6 +71,11 @@ class MemoryService:
         self._pool = pool
         self._embedded = embedded
         self._closed = False
+        # The loop the pool belongs to; None when constructed outside one.
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         self.assemblies = AssemblyRepository(pool, settings)
         self.checkpoints = CheckpointRepository(pool, settings)
         self.memories = MemoryRepository(
@@ -142,6 +149,17 @@ class MemoryService:
     def pool(self) -> asyncpg.Pool:
         """The asyncpg pool, for apps that run their own statements alongside memsvc's."""
         return self._pool
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the service was opened on; its connections belong to it.
+
+        Code running in other threads submits work to it, e.g. with
+        ``asyncio.run_coroutine_threadsafe(coro, svc.loop)``.
+        """
+        if self._loop is None:
+            raise RuntimeError("this MemoryService was not created inside an event loop")
+        return self._loop
 
     async def close(self) -> None:
         """Close the pool; stop the embedded server if this process started it."""

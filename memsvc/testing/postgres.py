@@ -38,7 +38,15 @@ from memsvc.service import MemoryService
 from memsvc.settings import Settings
 
 TEST_DATABASE_URL_ENV = "MEMSVC_TEST_DATABASE_URL"
-TABLES = ("assembly_members", "assemblies", "memory_events", "memories", "session_checkpoints")
+TABLES = (
+    "assembly_members",
+    "assemblies",
+    "memory_events",
+    "memories",
+    "session_checkpoints",
+    "langgraph_store_vectors",
+    "langgraph_store_items",
+)
 
 
 def with_database(dsn: str, database: str) -> str:
