@@ -188,7 +188,7 @@ def list_namespaces(
     schema: str, conditions: list[str], depth: str | None, limit: str, offset: str
 ) -> str:
     """Distinct namespaces of live items (cut to ``depth`` labels), in label order."""
-    labels = "string_to_array(i.prefix, '.')"
+    labels = "(string_to_array(i.prefix, '.'))"
     namespace = f"{labels}[1:{depth}::int]" if depth else labels
     where = " AND ".join(["i.tenant_id = $1", LIVE, *conditions])
     return f"""
@@ -205,7 +205,7 @@ def label_conditions(
 
     ``*`` in ``path`` matches any one label.
     """
-    labels = f"string_to_array({alias}.prefix, '.')"
+    labels = f"(string_to_array({alias}.prefix, '.'))"
     conditions = [f"cardinality({labels}) >= {params.add(len(path))}::int"]
     for position, label in enumerate(path):
         if label == "*":

@@ -179,12 +179,11 @@ class MemsvcStore(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run operations from a thread other than the service's loop (blocks)."""
         loop = self._svc.loop
-        with contextlib.suppress(RuntimeError):
-            if asyncio.get_running_loop() is loop:
-                raise RuntimeError(
-                    "MemsvcStore's sync methods would block the service's own event loop: "
-                    "use the async ones (aput, aget, asearch, ...) there"
-                )
+        if _running_loop() is loop:
+            raise RuntimeError(
+                "MemsvcStore's sync methods would block the service's own event loop: "
+                "use the async ones (aput, aget, asearch, ...) there"
+            )
         return asyncio.run_coroutine_threadsafe(self.abatch(ops), loop).result()
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -363,11 +362,7 @@ class MemsvcStore(BaseStore):
         async def start() -> asyncio.Task[None]:
             return asyncio.create_task(sweep_forever())
 
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if _running_loop() is loop:
             self._sweeper = loop.create_task(sweep_forever())
         else:
             self._sweeper = asyncio.run_coroutine_threadsafe(start(), loop).result()
@@ -381,6 +376,13 @@ class MemsvcStore(BaseStore):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _namespace(prefix: str) -> tuple[str, ...]:
