@@ -48,11 +48,29 @@ def stats_lines(stats: Stats) -> list[str]:
     """``memsvc stats``."""
     lines = ["memories per tenant and scope level:"]
     lines += table(
-        ["tenant", "total", "tenant-only", "project", "agent", "session", "expired (gc)",
-         "embedded", "keyed"],
         [
-            [t.tenant, t.memories, t.tenant_only, t.project, t.agent, t.session, t.expired,
-             t.embedded, t.keyed]
+            "tenant",
+            "total",
+            "tenant-only",
+            "project",
+            "agent",
+            "session",
+            "expired (gc)",
+            "embedded",
+            "keyed",
+        ],
+        [
+            [
+                t.tenant,
+                t.memories,
+                t.tenant_only,
+                t.project,
+                t.agent,
+                t.session,
+                t.expired,
+                t.embedded,
+                t.keyed,
+            ]
             for t in stats.tenants
         ],
     )
@@ -60,8 +78,14 @@ def stats_lines(stats: Stats) -> list[str]:
     lines += table(
         ["tenant", "assemblies", "memberships", "checkpoints", "checkpoint bytes", "sessions"],
         [
-            [t.tenant, t.assemblies, t.assembly_members, t.checkpoints,
-             human_bytes(t.checkpoint_bytes), t.checkpoint_sessions]
+            [
+                t.tenant,
+                t.assemblies,
+                t.assembly_members,
+                t.checkpoints,
+                human_bytes(t.checkpoint_bytes),
+                t.checkpoint_sessions,
+            ]
             for t in stats.tenants
         ],
     )
@@ -107,6 +131,7 @@ def gc_lines(report: GcReport) -> list[str]:
     """``memsvc gc``."""
     lines = [
         f"expired memories deleted: {report.expired_deleted}",
+        f"expired LangGraph store items deleted: {report.store_items_expired}",
         f"checkpoints pruned past retention: {report.checkpoints_pruned}",
     ]
     if report.idle_sessions or report.idle_memories_deleted:

@@ -14,6 +14,7 @@ old vectors or the new one with its new vectors.
 from __future__ import annotations
 
 import builtins
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -149,11 +150,14 @@ class LangGraphStoreRepository(Repository):
 
         async def attempt() -> builtins.list[Any]:
             # A refresh writes: it needs a transaction of its own (or the caller's).
+            found: builtins.list[Any]
             if refresh:
                 async with self._transaction(conn) as active:
-                    return await active.fetch(sql, tenant, *args)
-            async with self._connection(conn) as active:
-                return await active.fetch(sql, tenant, *args)
+                    found = await active.fetch(sql, tenant, *args)
+            else:
+                async with self._connection(conn) as active:
+                    found = await active.fetch(sql, tenant, *args)
+            return found
 
         rows = await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
         return {(row["prefix"], row["key"]): _row(row) for row in rows}
@@ -217,10 +221,7 @@ class LangGraphStoreRepository(Repository):
                 params.add(limit),
                 params.add(offset),
             )
-            values = params.values
-            rows = await self._read(
-                conn, lambda active, sql=sql, values=values: self._run_search(active, sql, values)
-            )
+            rows = await self._read(conn, functools.partial(self._scan, sql, params.values))
             head = rows[0]
             # Fields of the same items filled the scan: read further.
             if head["scanned"] < scan or head["found"] >= wanted or scan >= MAX_SCAN:
@@ -230,6 +231,9 @@ class LangGraphStoreRepository(Repository):
         if refresh and found:
             await self.refresh(tenant, [(r.prefix, r.key) for r in found], conn=conn)
         return found
+
+    async def _scan(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
+        return await self._run_search(conn, sql, values)
 
     async def refresh(
         self,
@@ -270,7 +274,13 @@ class LangGraphStoreRepository(Repository):
         sql = q.list_namespaces(
             self._schema, conditions, depth, params.add(limit), params.add(offset)
         )
-        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        values = params.values
+
+        async def fetch(active: asyncpg.Connection) -> builtins.list[Any]:
+            found: builtins.list[Any] = await active.fetch(sql, *values)
+            return found
+
+        rows = await self._read(conn, fetch)
         return [tuple(row["namespace"]) for row in rows]
 
     async def sweep_expired(self, *, tenant: str | None = None, batch_size: int = 1000) -> int:

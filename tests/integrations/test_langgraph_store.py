@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
 
-from langgraph.store.base import PutOp  # noqa: E402
+from langgraph.store.base import PutOp
 
-from memsvc import MemoryService, ValidationError  # noqa: E402
-from memsvc.embedding import HashingEmbedder  # noqa: E402
-from memsvc.integrations.langgraph import MemsvcStore  # noqa: E402
+from memsvc import MemoryService, ValidationError
+from memsvc.embedding import HashingEmbedder
+from memsvc.integrations.langgraph import MemsvcStore
 
 
 def embed_function(dim: int):  # type: ignore[no-untyped-def]
@@ -190,7 +190,7 @@ async def test_bad_input_is_refused_and_nothing_written(store: MemsvcStore) -> N
         await store.asearch(("ok",), filter={"v": {"$regex": "x"}})
     with pytest.raises(ValidationError, match="limit"):
         await store.asearch(("ok",), limit=-1)
-    with pytest.raises(ValidationError, match="index.dims"):
+    with pytest.raises(ValidationError, match=r"index\.dims"):
         MemsvcStore(store._svc, index={"dims": 3, "embed": embed_function(3)})
 
 
@@ -211,3 +211,20 @@ async def test_concurrent_puts_to_one_key_leave_one_whole_item(store: MemsvcStor
 async def test_concurrent_puts_to_distinct_keys_lose_nothing(store: MemsvcStore) -> None:
     await asyncio.gather(*(store.aput(("many",), f"k{i}", {"text": str(i)}) for i in range(50)))
     assert len(await store.asearch(("many",), limit=100)) == 50
+
+
+async def test_store_items_show_in_stats_and_expired_ones_go_with_gc(
+    service: MemoryService,
+) -> None:
+    store = MemsvcStore(service, tenant="acme")
+    await store.aput(("ns",), "live", {"v": 1})
+    await store.aput(("ns",), "short", {"v": 2}, ttl=0.001)
+    await asyncio.sleep(0.1)
+    stats = await service.maintenance.stats(tenant="acme")
+    (acme,) = stats.tenants
+    assert (acme.store_items, acme.store_items_expired) == (2, 1)
+    report = await service.maintenance.gc()
+    assert report.store_items_expired == 1
+    (acme,) = (await service.maintenance.stats(tenant="acme")).tenants
+    assert (acme.store_items, acme.store_items_expired) == (1, 0)
+    assert await store.aget(("ns",), "live") is not None

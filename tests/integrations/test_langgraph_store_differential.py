@@ -36,7 +36,7 @@ import pytest
 
 pytest.importorskip("langgraph.store.memory", reason="needs the langgraph extra")
 
-from langgraph.store.base import (  # noqa: E402
+from langgraph.store.base import (
     GetOp,
     ListNamespacesOp,
     MatchCondition,
@@ -45,13 +45,13 @@ from langgraph.store.base import (  # noqa: E402
     SearchItem,
     SearchOp,
 )
-from langgraph.store.memory import InMemoryStore  # noqa: E402
+from langgraph.store.memory import InMemoryStore
 
-from memsvc import MemoryService  # noqa: E402
-from memsvc.db import migrate  # noqa: E402
-from memsvc.embedding import HashingEmbedder  # noqa: E402
-from memsvc.integrations.langgraph import MemsvcStore  # noqa: E402
-from memsvc.testing.postgres import TestPostgres, settings_for_tests  # noqa: E402
+from memsvc import MemoryService
+from memsvc.db import migrate
+from memsvc.embedding import HashingEmbedder
+from memsvc.integrations.langgraph import MemsvcStore
+from memsvc.testing.postgres import TestPostgres, settings_for_tests
 
 DIMS = 16
 OPERATIONS = 10_000

@@ -41,8 +41,9 @@ from memsvc.repositories.langgraph_store import (
     LangGraphStoreRepository,
     StoreRow,
 )
+from memsvc.scope import validate_id
 from memsvc.service import MemoryService
-from memsvc.validation import encode_json, validate_id
+from memsvc.validation import encode_json
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +161,8 @@ class MemsvcStore(BaseStore):
             raise ValidationError(
                 "index.dims", f"must equal the service's embedding_dim ({settings.embedding_dim})"
             )
-        distance = index.get("distance_type")  # type: ignore[typeddict-item]
-        if distance is not None and DISTANCES.get(distance) != settings.distance:
+        distance = dict(index).get("distance_type")
+        if distance is not None and DISTANCES.get(str(distance)) != settings.distance:
             raise ValidationError(
                 "index.distance_type", f"the service's schema uses {settings.distance!r}"
             )
