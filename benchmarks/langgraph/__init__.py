@@ -1,0 +1,1 @@
+"""LangGraph integration benchmarks (``python -m benchmarks.langgraph.store``)."""
