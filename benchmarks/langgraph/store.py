@@ -99,7 +99,10 @@ async def measure(
     ):
         chosen = rng.integers(0, len(queries), min(ops, len(queries)))
         p50, pages = await timed(
-            [lambda j=int(j): store.asearch(namespace, query=f"q{j}", limit=K) for j in chosen]
+            [
+                lambda j=int(j), ns=namespace: store.asearch(ns, query=f"q{j}", limit=K)
+                for j in chosen
+            ]
         )
         sims = vectors[rows] @ queries[chosen].T
         recall = []
@@ -110,8 +113,8 @@ async def measure(
         out[f"recall_{name}"] = float(np.mean(recall))
         _, filtered = await timed(
             [
-                lambda j=int(j): store.asearch(
-                    namespace, query=f"q{j}", filter={"bucket": {"$lt": 1}}, limit=K
+                lambda j=int(j), ns=namespace: store.asearch(
+                    ns, query=f"q{j}", filter={"bucket": {"$lt": 1}}, limit=K
                 )
                 for j in chosen[:50]
             ]
