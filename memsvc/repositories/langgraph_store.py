@@ -44,6 +44,7 @@ class StoreRow:
     created_at: datetime
     updated_at: datetime
     score: float | None = None
+    has_ttl: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ def _row(row: Any, score: float | None = None) -> StoreRow:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         score=score,
+        has_ttl=row["ttl_minutes"] is not None,
     )
 
 
@@ -146,17 +148,11 @@ class LangGraphStoreRepository(Repository):
             [w[1] for w in wanted],
             [w[2] for w in wanted],
         )
-        refresh = any(w[2] for w in wanted)
 
         async def attempt() -> builtins.list[Any]:
-            # A refresh writes: it needs a transaction of its own (or the caller's).
-            found: builtins.list[Any]
-            if refresh:
-                async with self._transaction(conn) as active:
-                    found = await active.fetch(sql, tenant, *args)
-            else:
-                async with self._connection(conn) as active:
-                    found = await active.fetch(sql, tenant, *args)
+            # One statement (its refresh is a CTE): atomic without a transaction block.
+            async with self._connection(conn) as active:
+                found: builtins.list[Any] = await active.fetch(sql, tenant, *args)
             return found
 
         rows = await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
@@ -182,8 +178,7 @@ class LangGraphStoreRepository(Repository):
         )
         rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
         found = [_row(row) for row in rows]
-        if refresh and found:
-            await self.refresh(tenant, [(r.prefix, r.key) for r in found], conn=conn)
+        await self._refresh_found(tenant, found, refresh, conn)
         return found
 
     async def search(
@@ -228,9 +223,20 @@ class LangGraphStoreRepository(Repository):
                 break
             scan = min(scan * 4, MAX_SCAN)
         found = [_row(row, _score(distance, row["distance"])) for row in rows if row["key"]]
-        if refresh and found:
-            await self.refresh(tenant, [(r.prefix, r.key) for r in found], conn=conn)
+        await self._refresh_found(tenant, found, refresh, conn)
         return found
+
+    async def _refresh_found(
+        self,
+        tenant: str,
+        found: builtins.list[StoreRow],
+        refresh: bool,
+        conn: asyncpg.Connection | None,
+    ) -> None:
+        # Only items with a TTL are refreshed: reads of others cost no write.
+        timed = [(row.prefix, row.key) for row in found if row.has_ttl]
+        if refresh and timed:
+            await self.refresh(tenant, timed, conn=conn)
 
     async def _scan(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
         return await self._run_search(conn, sql, values)

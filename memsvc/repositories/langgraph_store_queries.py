@@ -14,7 +14,7 @@ from typing import Any
 from memsvc.repositories.scope_sql import Params
 
 LIVE = "(i.expires_at IS NULL OR i.expires_at > now())"
-ITEM_COLUMNS = "i.prefix, i.key, i.value, i.created_at, i.updated_at"
+ITEM_COLUMNS = "i.prefix, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
 DISTANCE = {"cosine": "<=>", "l2": "<->", "ip": "<#>"}
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
