@@ -449,12 +449,6 @@ def _add_langgraph_store_tables(
         items.c.expires_at,
         postgresql_where=text("expires_at IS NOT NULL"),
     )
-    Index(
-        "ix_langgraph_store_items_updated_at",
-        items.c.tenant_id,
-        items.c.prefix,
-        items.c.updated_at,
-    )
     vectors = Table(
         "langgraph_store_vectors",
         metadata,

@@ -141,22 +141,19 @@ class LangGraphStoreRepository(Repository):
         *,
         conn: asyncpg.Connection | None = None,
     ) -> dict[tuple[str, str], StoreRow]:
-        """Live items by (prefix, key, refresh TTL?), keyed by (prefix, key)."""
+        """Live items by (prefix, key, refresh TTL?), keyed by (prefix, key).
+
+        Items found with a TTL and flagged are refreshed by a second statement;
+        reads of items without one write nothing.
+        """
         sql = q.get_items(self._schema)
-        args = (
-            [w[0] for w in wanted],
-            [w[1] for w in wanted],
-            [w[2] for w in wanted],
-        )
-
-        async def attempt() -> builtins.list[Any]:
-            # One statement (its refresh is a CTE): atomic without a transaction block.
-            async with self._connection(conn) as active:
-                found: builtins.list[Any] = await active.fetch(sql, tenant, *args)
-            return found
-
-        rows = await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
-        return {(row["prefix"], row["key"]): _row(row) for row in rows}
+        unique = {(w[0], w[1]): w[2] for w in wanted}
+        prefixes, keys = [k[0] for k in unique], [k[1] for k in unique]
+        rows = await self._read(conn, functools.partial(self._fetch, sql, [tenant, prefixes, keys]))
+        found = {(row["prefix"], row["key"]): _row(row) for row in rows}
+        refresh = [row for where, row in found.items() if unique[where]]
+        await self._refresh_found(tenant, refresh, True, conn)
+        return found
 
     async def list(
         self,
@@ -237,6 +234,9 @@ class LangGraphStoreRepository(Repository):
         timed = [(row.prefix, row.key) for row in found if row.has_ttl]
         if refresh and timed:
             await self.refresh(tenant, timed, conn=conn)
+
+    async def _fetch(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
+        return await conn.fetch(sql, *values)
 
     async def _scan(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
         return await self._run_search(conn, sql, values)

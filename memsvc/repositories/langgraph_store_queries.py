@@ -101,22 +101,10 @@ WHERE i.tenant_id = $1 AND i.prefix = u.p AND i.key = u.k"""
 
 
 def get_items(schema: str) -> str:
-    """Live items by (prefix $2, key $3), refreshing the TTL of those flagged in $4.
-
-    The refresh is a data-modifying CTE of the same statement: one round trip.
-    """
+    """Live items by (prefix $2, key $3)."""
     return f"""
-WITH wanted AS (
-    SELECT DISTINCT p, k, r FROM unnest($2::text[], $3::text[], $4::bool[]) AS u(p, k, r)
-), refreshed AS (
-    UPDATE {schema}.langgraph_store_items AS i
-    SET expires_at = now() + i.ttl_minutes * interval '1 minute'
-    FROM wanted AS w
-    WHERE w.r AND i.tenant_id = $1 AND i.prefix = w.p AND i.key = w.k
-      AND i.ttl_minutes IS NOT NULL AND {LIVE}
-)
 SELECT {ITEM_COLUMNS} FROM {schema}.langgraph_store_items AS i
-JOIN (SELECT DISTINCT p, k FROM wanted) AS w ON i.prefix = w.p AND i.key = w.k
+JOIN unnest($2::text[], $3::text[]) AS w(p, k) ON i.prefix = w.p AND i.key = w.k
 WHERE i.tenant_id = $1 AND {LIVE}"""
 
 

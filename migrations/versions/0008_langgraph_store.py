@@ -85,12 +85,6 @@ def upgrade() -> None:
         schema=schema,
         postgresql_where=sa.text("expires_at IS NOT NULL"),
     )
-    op.create_index(
-        "ix_langgraph_store_items_updated_at",
-        "langgraph_store_items",
-        ["tenant_id", "prefix", "updated_at"],
-        schema=schema,
-    )
     op.create_table(
         "langgraph_store_vectors",
         sa.Column("tenant_id", sa.Text(), nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
