@@ -46,6 +46,7 @@ class ExportReport:
     memories: int
     assemblies: int
     checkpoints: int
+    store_items: int = 0
 
 
 def _filter(scope: Scope | None) -> tuple[str, list[object]]:
@@ -55,11 +56,25 @@ def _filter(scope: Scope | None) -> tuple[str, list[object]]:
     return scope_condition(scope, "descendants", params), params.values
 
 
+def _tenant_filter(scope: Scope | None, values: list[object]) -> str:
+    """Which store items an export takes: all, a whole tenant's, or none.
+
+    Store items belong to a tenant, not to a deeper scope. ``values`` are the
+    scope filter's parameters, the tenant first.
+    """
+    if scope is None:
+        return "true"
+    if scope.depth > 0:
+        return "false"
+    return f"i.tenant_id = ${values.index(scope.tenant) + 1}"
+
+
 async def count_export(conn: asyncpg.Connection, schema: str, scope: Scope | None) -> int:
     """How many rows :func:`export_jsonl` would write for ``scope`` (all when None)."""
     filter_sql, values = _filter(scope)
+    tenant_sql = _tenant_filter(scope, values)
     with translate_errors():
-        total: int = await conn.fetchval(q.count_rows(schema, filter_sql), *values)
+        total: int = await conn.fetchval(q.count_rows(schema, filter_sql, tenant_sql), *values)
     return total
 
 
@@ -71,7 +86,7 @@ async def export_jsonl(
     scope: Scope | None = None,
     progress: Progress | None = None,
 ) -> ExportReport:
-    """Write a header, then memories, assemblies and checkpoints of ``scope`` (and below).
+    """Write a header, then memories, assemblies, checkpoints and store items of ``scope``.
 
     Args:
         conn: A connection with memsvc's codecs (from ``svc.pool``), not in a transaction.
@@ -82,12 +97,17 @@ async def export_jsonl(
     """
     schema = settings.db_schema
     filter_sql, values = _filter(scope)
-    counts = {"memory": 0, "assembly": 0, "checkpoint": 0}
-    statements = (
+    tenant_sql = _tenant_filter(scope, values)
+    counts = {"memory": 0, "assembly": 0, "checkpoint": 0, "store_item": 0}
+    statements = [
         ("memory", q.memories(schema, filter_sql), records.memory_line),
         ("assembly", q.assemblies(schema, filter_sql), records.assembly_line),
         ("checkpoint", q.checkpoints(schema, filter_sql), records.checkpoint_line),
-    )
+    ]
+    if tenant_sql != "false":
+        statements.append(
+            ("store_item", q.store_items(schema, tenant_sql), records.store_item_line)
+        )
     with translate_errors():
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             out.write(records.header_line(settings, datetime.now(UTC)) + "\n")
@@ -101,7 +121,9 @@ async def export_jsonl(
                         pending = []
                 _write(out, pending, progress)
                 counts[kind] += len(pending)
-    return ExportReport(counts["memory"], counts["assembly"], counts["checkpoint"])
+    return ExportReport(
+        counts["memory"], counts["assembly"], counts["checkpoint"], counts["store_item"]
+    )
 
 
 def _write(out: IO[str], lines: list[str], progress: Progress | None) -> None:

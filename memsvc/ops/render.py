@@ -93,6 +93,7 @@ def stats_lines(stats: Stats) -> list[str]:
         "",
         f"expired memories waiting for gc: {stats.expired}",
         f"checkpoints: {stats.checkpoints} ({human_bytes(stats.checkpoint_bytes)})",
+        f"LangGraph store items: {sum(t.store_items for t in stats.tenants)}",
         "",
         "tables and indexes:",
     ]
@@ -148,7 +149,7 @@ def export_lines(report: ExportReport, target: str) -> list[str]:
     """``memsvc export``."""
     return [
         f"exported {report.memories} memories, {report.assemblies} assemblies, "
-        f"{report.checkpoints} checkpoints to {target}"
+        f"{report.checkpoints} checkpoints, {report.store_items} store items to {target}"
     ]
 
 
@@ -160,6 +161,7 @@ def load_lines(report: LoadReport, *, dry_run: bool = False) -> list[str]:
             ("memories", report.memories),
             ("assemblies", report.assemblies),
             ("checkpoints", report.checkpoints),
+            ("store items", report.store_items),
         ):
             lines.append(
                 f"{name}: {counts.inserted} inserted, {counts.already_present} already present, "

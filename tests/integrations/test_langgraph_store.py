@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,7 @@ pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
 
 from langgraph.store.base import PutOp
 
-from memsvc import MemoryService, ValidationError
+from memsvc import MemoryService, Scope, ValidationError
 from memsvc.embedding import HashingEmbedder
 from memsvc.integrations.langgraph import MemsvcStore
 
@@ -228,3 +229,37 @@ async def test_store_items_show_in_stats_and_expired_ones_go_with_gc(
     (acme,) = (await service.maintenance.stats(tenant="acme")).tenants
     assert (acme.store_items, acme.store_items_expired) == (1, 0)
     assert await store.aget(("ns",), "live") is not None
+
+
+async def test_export_then_import_restores_store_items_with_their_vectors(
+    store: MemsvcStore, tmp_path: Path
+) -> None:
+    service = store._svc
+    await store.aput(("users", "u1"), "a", {"text": "metric units", "n": 1.5})
+    await store.aput(("users", "u2"), "b", {"text": "the cat sat"}, ttl=60)
+    path = tmp_path / "export.jsonl"
+    with path.open("w") as out:
+        report = await service.maintenance.export(out)
+    assert report.store_items == 2
+    with path.open("w") as out:  # a deeper scope holds no store items
+        assert (await service.maintenance.export(out, scope=Scope("default", "p"))).store_items == 0
+    with path.open("w") as out:
+        await service.maintenance.export(out, scope=Scope("default"))
+    async with service.pool.acquire() as conn:
+        before = await conn.fetch(
+            "SELECT prefix, key, value, created_at, expires_at, ttl_minutes"
+            " FROM memsvc.langgraph_store_items ORDER BY key"
+        )
+        await conn.execute("DELETE FROM memsvc.langgraph_store_items")
+    loaded = await service.maintenance.import_file(path)
+    assert loaded.ok and loaded.store_items.inserted == 2
+    async with service.pool.acquire() as conn:
+        after = await conn.fetch(
+            "SELECT prefix, key, value, created_at, expires_at, ttl_minutes"
+            " FROM memsvc.langgraph_store_items ORDER BY key"
+        )
+    assert after == before
+    hits = await store.asearch(("users",), query="metric units")
+    assert hits[0].key == "a" and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    again = await service.maintenance.import_file(path)
+    assert again.store_items.already_present == 2
