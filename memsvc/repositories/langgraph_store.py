@@ -209,7 +209,7 @@ class LangGraphStoreRepository(Repository):
                 filter_sql,
                 distance,
                 params.add(vector),
-                params.add(scan),
+                scan,
                 params.add(limit),
                 params.add(offset),
             )

@@ -133,7 +133,7 @@ def search_items(
     filter_sql: str,
     distance: str,
     query: str,
-    scan: str,
+    scan: int,
     limit: str,
     offset: str,
 ) -> str:
@@ -145,6 +145,9 @@ def search_items(
     nearest field. The first row also reports how many vectors and distinct
     items the scan found, so the caller can scan further when fields of one
     item filled the scan (the page columns are NULL when the page is empty).
+    ``scan`` is written into the text, not bound: with it a prepared
+    statement's generic plan still sees a small LIMIT and walks the HNSW
+    index instead of sorting every vector of the namespace.
     """
     operator = DISTANCE[distance]
     return f"""
@@ -156,7 +159,7 @@ WITH hits AS (
     WHERE v.tenant_id = $1 AND {namespace_sql.replace("i.prefix", "v.prefix")}
       AND {LIVE} AND {filter_sql}
     ORDER BY v.embedding {operator} {query}
-    LIMIT {scan}
+    LIMIT {int(scan)}
 ), best AS (
     SELECT prefix, key, min(distance) AS distance FROM hits GROUP BY prefix, key
 ), page AS (
