@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
 
-from langgraph.store.base import PutOp
+from langgraph.store.base import PutOp, SearchOp
 
 from memsvc import MemoryService, Scope, ValidationError
 from memsvc.embedding import HashingEmbedder
@@ -187,6 +187,11 @@ async def test_bad_input_is_refused_and_nothing_written(store: MemsvcStore) -> N
     assert await store.asearch(("ok",)) == []
     with pytest.raises(ValidationError, match="namespace"):
         await store.abatch([PutOp(("a.b",), "k", {"v": 1})])
+    with pytest.raises(ValidationError, match="filter"):  # a bad read in the batch
+        await store.abatch(
+            [PutOp(("ok",), "a", {"v": 1}), SearchOp(("ok",), filter={"v": {"$in": [1]}})]
+        )
+    assert await store.asearch(("ok",)) == []
     with pytest.raises(ValidationError, match="filter"):
         await store.asearch(("ok",), filter={"v": {"$regex": "x"}})
     with pytest.raises(ValidationError, match="limit"):

@@ -202,8 +202,9 @@ class MemsvcStore(BaseStore):
                 if not isinstance(op.key, str):
                     raise ValidationError("key", "must be a string")
                 puts[(prefix, op.key)] = op
-            elif not isinstance(op, GetOp | SearchOp | ListNamespacesOp):
-                raise ValidationError("ops", f"unknown operation {type(op).__name__}")
+            else:
+                # Reads are checked before any write: a bad op writes nothing.
+                self._check_read(op)
         if puts:
             await self._write(puts)
         reads = []
@@ -218,6 +219,25 @@ class MemsvcStore(BaseStore):
         if reads:
             await asyncio.gather(*reads)
         return results
+
+    def _check_read(self, op: Op) -> None:
+        if isinstance(op, GetOp):
+            _prefix(op.namespace, "namespace")
+        elif isinstance(op, SearchOp):
+            _prefix(op.namespace_prefix, "namespace_prefix", allow_empty=True)
+            _conditions(op.filter, self._max_bytes)
+            _count(op.limit, "limit")
+            _count(op.offset, "offset", maximum=1_000_000)
+            if op.query is not None and not isinstance(op.query, str):
+                raise ValidationError("query", "must be a string")
+        elif isinstance(op, ListNamespacesOp):
+            self._namespace_conditions(op)
+            _count(op.limit, "limit")
+            _count(op.offset, "offset", maximum=1_000_000)
+            if op.max_depth is not None:
+                _count(op.max_depth, "max_depth", maximum=1_000)
+        else:
+            raise ValidationError("ops", f"unknown operation {type(op).__name__}")
 
     async def _write(self, puts: dict[tuple[str, str], PutOp]) -> None:
         writes: list[ItemWrite] = []
@@ -303,15 +323,7 @@ class MemsvcStore(BaseStore):
         results[i] = [_search_item(row) for row in rows]
 
     async def _list_namespaces(self, i: int, op: ListNamespacesOp, results: list[Result]) -> None:
-        prefix = suffix = None
-        for condition in op.match_conditions or ():
-            path = _labels(tuple(condition.path), "match_conditions")
-            if condition.match_type == "prefix":
-                prefix = path
-            elif condition.match_type == "suffix":
-                suffix = path
-            else:
-                raise ValidationError("match_conditions", f"unknown {condition.match_type!r}")
+        prefix, suffix = self._namespace_conditions(op)
         max_depth = op.max_depth
         if max_depth is not None:
             max_depth = _count(max_depth, "max_depth", maximum=1_000)
@@ -323,6 +335,21 @@ class MemsvcStore(BaseStore):
             limit=_count(op.limit, "limit"),
             offset=_count(op.offset, "offset", maximum=1_000_000),
         )
+
+    @staticmethod
+    def _namespace_conditions(
+        op: ListNamespacesOp,
+    ) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+        prefix = suffix = None
+        for condition in op.match_conditions or ():
+            path = _labels(tuple(condition.path), "match_conditions")
+            if condition.match_type == "prefix":
+                prefix = path
+            elif condition.match_type == "suffix":
+                suffix = path
+            else:
+                raise ValidationError("match_conditions", f"unknown {condition.match_type!r}")
+        return prefix, suffix
 
     # -------------------------------------------------------------------- TTL
 
