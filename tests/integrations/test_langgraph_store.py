@@ -15,6 +15,8 @@ from langgraph.store.base import PutOp, SearchOp
 from memsvc import MemoryService, Scope, ValidationError
 from memsvc.embedding import HashingEmbedder
 from memsvc.integrations.langgraph import MemsvcStore
+from memsvc.testing.postgres import settings_for_tests
+from tests.test_row_level_security import rls_database  # noqa: F401 (a fixture)
 
 
 def embed_function(dim: int):  # type: ignore[no-untyped-def]
@@ -268,3 +270,25 @@ async def test_export_then_import_restores_store_items_with_their_vectors(
     assert hits[0].key == "a" and hits[0].score == pytest.approx(1.0, abs=1e-5)
     again = await service.maintenance.import_file(path)
     assert again.store_items.already_present == 2
+
+
+async def test_store_works_under_row_level_security(
+    rls_database: tuple[str, str],  # noqa: F811 (the fixture)
+) -> None:
+    _, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    dims = settings.embedding_dim
+    index = {"dims": dims, "embed": embed_function(dims), "fields": ["text"]}
+    async with MemoryService.open(settings) as service:
+        acme = MemsvcStore(service, index=index, tenant="acme")  # type: ignore[arg-type]
+        globex = MemsvcStore(service, index=index, tenant="globex")  # type: ignore[arg-type]
+        await acme.aput(("ns",), "k", {"text": "acme secret"}, ttl=0.001)
+        await globex.aput(("ns",), "k", {"text": "globex secret"})
+        item = await acme.aget(("ns",), "k", refresh_ttl=False)
+        assert item is not None and item.value["text"] == "acme secret"
+        hits = await globex.asearch(("ns",), query="acme secret")
+        assert [h.value["text"] for h in hits] == ["globex secret"]
+        assert await globex.alist_namespaces() == [("ns",)]
+        await asyncio.sleep(0.1)
+        assert await acme.asweep_ttl() == 1
+        assert await globex.aget(("ns",), "k") is not None
