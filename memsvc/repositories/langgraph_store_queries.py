@@ -16,6 +16,8 @@ from memsvc.repositories.scope_sql import Params
 LIVE = "(i.expires_at IS NULL OR i.expires_at > now())"
 ITEM_COLUMNS = "i.prefix, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
 DISTANCE = {"cosine": "<=>", "l2": "<->", "ip": "<#>"}
+# Namespaces with at most this many vectors are searched exactly (see search_items).
+EXACT_UP_TO = 500
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
 
@@ -148,18 +150,36 @@ def search_items(
     ``scan`` is written into the text, not bound: with it a prepared
     statement's generic plan still sees a small LIMIT and walks the HNSW
     index instead of sorting every vector of the namespace.
+
+    A namespace of at most ``EXACT_UP_TO`` vectors is searched exactly
+    instead (``+ 0`` keeps the index out): reading a few hundred vectors by
+    primary key beats walking a graph of the whole table for the few that
+    match. Each branch runs only when its one-time condition holds.
     """
     operator = DISTANCE[distance]
-    return f"""
-WITH hits AS (
-    SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance
+    vector_namespace = namespace_sql.replace("i.prefix", "v.prefix")
+    candidates = f"""
     FROM {schema}.langgraph_store_vectors AS v
     JOIN {schema}.langgraph_store_items AS i
       ON i.tenant_id = v.tenant_id AND i.prefix = v.prefix AND i.key = v.key
-    WHERE v.tenant_id = $1 AND {namespace_sql.replace("i.prefix", "v.prefix")}
-      AND {LIVE} AND {filter_sql}
-    ORDER BY v.embedding {operator} {query}
-    LIMIT {int(scan)}
+    WHERE v.tenant_id = $1 AND {vector_namespace} AND {LIVE} AND {filter_sql}"""
+    return f"""
+WITH counted AS (
+    SELECT count(*) AS vectors FROM (
+        SELECT 1 FROM {schema}.langgraph_store_vectors AS v
+        WHERE v.tenant_id = $1 AND {vector_namespace}
+        LIMIT {EXACT_UP_TO + 1}
+    ) AS c
+), hits AS (
+    (SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
+       AND (SELECT vectors FROM counted) <= {EXACT_UP_TO}
+     ORDER BY (v.embedding {operator} {query}) + 0
+     LIMIT {int(scan)})
+    UNION ALL
+    (SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
+       AND (SELECT vectors FROM counted) > {EXACT_UP_TO}
+     ORDER BY v.embedding {operator} {query}
+     LIMIT {int(scan)})
 ), best AS (
     SELECT prefix, key, min(distance) AS distance FROM hits GROUP BY prefix, key
 ), page AS (
