@@ -201,7 +201,7 @@ class LangGraphStoreRepository(Repository):
         scan = max(wanted * SCAN_FACTOR, 10)
         while True:
             params = Params(tenant)
-            namespace_sql = q.namespace_condition(prefix, params)
+            namespace_sql = q.namespace_literal_condition(prefix)
             filter_sql = q.filter_condition(list(conditions), params)
             sql = q.search_items(
                 self._schema,

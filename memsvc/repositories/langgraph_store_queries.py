@@ -30,6 +30,27 @@ def namespace_condition(prefix: str | None, params: Params, alias: str = "i") ->
     return f"({alias}.prefix = {exact} OR ({alias}.prefix >= {low} AND {alias}.prefix < {high}))"
 
 
+def literal(text: str) -> str:
+    """``text`` as an SQL string literal (as PostgreSQL's quote_literal writes it)."""
+    quoted = text.replace("'", "''")
+    if "\\" in text:
+        return "E'" + quoted.replace("\\", "\\\\") + "'"
+    return "'" + quoted + "'"
+
+
+def namespace_literal_condition(prefix: str | None, alias: str = "i") -> str:
+    """:func:`namespace_condition` with the bounds written into the text.
+
+    For searches: the planner then knows how many rows the namespace holds
+    even in a prepared statement's generic plan, and picks the HNSW index or
+    an exact scan by the namespace's real size.
+    """
+    if prefix is None:
+        return "true"
+    exact, low, high = literal(prefix), literal(prefix + "."), literal(prefix + "/")
+    return f"({alias}.prefix = {exact} OR ({alias}.prefix >= {low} AND {alias}.prefix < {high}))"
+
+
 def _path(path: list[str], params: Params) -> str:
     return f"coalesce(i.value #> {params.add(path)}::text[], 'null'::jsonb)"
 
@@ -154,7 +175,9 @@ def search_items(
     A namespace of at most ``EXACT_UP_TO`` vectors is searched exactly
     instead (``+ 0`` keeps the index out): reading a few hundred vectors by
     primary key beats walking a graph of the whole table for the few that
-    match. Each branch runs only when its one-time condition holds.
+    match. Each branch runs only when its one-time condition holds. The exact
+    branch repeats the namespace condition on the items so the planner reads
+    only the namespace's items, whichever join it picks.
     """
     operator = DISTANCE[distance]
     vector_namespace = namespace_sql.replace("i.prefix", "v.prefix")
@@ -172,7 +195,7 @@ WITH counted AS (
     ) AS c
 ), hits AS (
     (SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
-       AND (SELECT vectors FROM counted) <= {EXACT_UP_TO}
+       AND {namespace_sql} AND (SELECT vectors FROM counted) <= {EXACT_UP_TO}
      ORDER BY (v.embedding {operator} {query}) + 0
      LIMIT {int(scan)})
     UNION ALL

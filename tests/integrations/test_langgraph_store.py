@@ -292,3 +292,12 @@ async def test_store_works_under_row_level_security(
         await asyncio.sleep(0.1)
         assert await acme.asweep_ttl() == 1
         assert await globex.aget(("ns",), "k") is not None
+
+
+async def test_namespaces_with_quotes_and_backslashes_search_safely(store: MemsvcStore) -> None:
+    odd = ("it's", "back\\slash", "'); DROP TABLE x; --")
+    await store.aput(odd, "k", {"text": "odd namespace"})
+    await store.aput(("other",), "k", {"text": "odd namespace"})
+    hits = await store.asearch(odd[:2], query="odd namespace")
+    assert [(h.namespace, h.key) for h in hits] == [(odd, "k")]
+    assert await store.alist_namespaces(prefix=odd[:1]) == [odd]
