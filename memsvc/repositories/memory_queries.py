@@ -47,7 +47,6 @@ PRIOR = (
     "old.agent_id, old.session_id))"
 )
 
-
 def qualified(columns: str, alias: str) -> str:
     """A column list (``"a, b"``) with each column prefixed by a table alias."""
     return ", ".join(f"{alias}.{column.strip()}" for column in columns.split(","))
