@@ -48,29 +48,11 @@ def stats_lines(stats: Stats) -> list[str]:
     """``memsvc stats``."""
     lines = ["memories per tenant and scope level:"]
     lines += table(
+        ["tenant", "total", "tenant-only", "project", "agent", "session", "expired (gc)",
+         "embedded", "keyed"],
         [
-            "tenant",
-            "total",
-            "tenant-only",
-            "project",
-            "agent",
-            "session",
-            "expired (gc)",
-            "embedded",
-            "keyed",
-        ],
-        [
-            [
-                t.tenant,
-                t.memories,
-                t.tenant_only,
-                t.project,
-                t.agent,
-                t.session,
-                t.expired,
-                t.embedded,
-                t.keyed,
-            ]
+            [t.tenant, t.memories, t.tenant_only, t.project, t.agent, t.session, t.expired,
+             t.embedded, t.keyed]
             for t in stats.tenants
         ],
     )
@@ -78,14 +60,8 @@ def stats_lines(stats: Stats) -> list[str]:
     lines += table(
         ["tenant", "assemblies", "memberships", "checkpoints", "checkpoint bytes", "sessions"],
         [
-            [
-                t.tenant,
-                t.assemblies,
-                t.assembly_members,
-                t.checkpoints,
-                human_bytes(t.checkpoint_bytes),
-                t.checkpoint_sessions,
-            ]
+            [t.tenant, t.assemblies, t.assembly_members, t.checkpoints,
+             human_bytes(t.checkpoint_bytes), t.checkpoint_sessions]
             for t in stats.tenants
         ],
     )
