@@ -289,6 +289,17 @@ class LangGraphStoreRepository(Repository):
         rows = await self._read(conn, fetch)
         return [tuple(row["namespace"]) for row in rows]
 
+    async def delete_tenant(self, tenant: str, *, conn: asyncpg.Connection | None = None) -> int:
+        """Erase every store item (and vector) of ``tenant``; returns how many items."""
+        sql = q.delete_tenant(self._schema)
+
+        async def attempt() -> int:
+            async with self._transaction(conn) as active:
+                deleted: int = await active.fetchval(sql, tenant)
+            return deleted
+
+        return await self._retrying(attempt, owns_transaction=conn is None)
+
     async def sweep_expired(self, *, tenant: str | None = None, batch_size: int = 1000) -> int:
         """Delete expired items (of ``tenant``, or of all) in batches; returns how many."""
         sql = q.sweep_expired(self._schema, "$2" if tenant is not None else None)

@@ -271,3 +271,12 @@ WITH gone AS (
     RETURNING 1
 )
 SELECT count(*) FROM gone"""
+
+
+def delete_tenant(schema: str) -> str:
+    """Delete every store item of tenant ``$1`` (vectors cascade); returns the count."""
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.langgraph_store_items WHERE tenant_id = $1 RETURNING 1
+)
+SELECT count(*) FROM gone"""

@@ -15,6 +15,7 @@ from langgraph.store.base import PutOp, SearchOp
 from memsvc import MemoryService, Scope, ValidationError
 from memsvc.embedding import HashingEmbedder
 from memsvc.integrations.langgraph import MemsvcStore
+from memsvc.repositories.langgraph_store import LangGraphStoreRepository
 from memsvc.testing.postgres import settings_for_tests
 from tests.test_row_level_security import rls_database  # noqa: F401 (a fixture)
 
@@ -301,3 +302,15 @@ async def test_namespaces_with_quotes_and_backslashes_search_safely(store: Memsv
     hits = await store.asearch(odd[:2], query="odd namespace")
     assert [(h.namespace, h.key) for h in hits] == [(odd, "k")]
     assert await store.alist_namespaces(prefix=odd[:1]) == [odd]
+
+
+async def test_erasing_a_tenant_removes_its_items_and_vectors_only(store: MemsvcStore) -> None:
+    other = MemsvcStore(store._svc, index=store.index_config, tenant="other")
+    await store.aput(("ns",), "a", {"text": "mine"})
+    await other.aput(("ns",), "b", {"text": "theirs"})
+    repository = LangGraphStoreRepository(store._svc.pool, store._svc.settings)
+    assert await repository.delete_tenant("default") == 1
+    async with store._svc.pool.acquire() as conn:
+        left = await conn.fetch("SELECT tenant_id FROM memsvc.langgraph_store_vectors")
+    assert [row["tenant_id"] for row in left] == ["other"]
+    assert await other.aget(("ns",), "b") is not None
