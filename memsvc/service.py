@@ -37,6 +37,8 @@ TENANT_TABLES = (
     "langgraph_checkpoints",
     "langgraph_checkpoint_blobs",
     "langgraph_checkpoint_writes",
+    "langgraph_store_items",
+    "langgraph_store_vectors",
 )
 
 

@@ -1,6 +1,7 @@
 """LangGraph benchmarks: memsvc's integrations against LangGraph's PostgreSQL ones.
 
-    python -m benchmarks.langgraph                 # embedded server, saver part
+    python -m benchmarks.langgraph                 # embedded server, saver and store parts
+    python -m benchmarks.langgraph.store           # the store part alone
     python -m benchmarks.langgraph --database-url postgresql://... --seconds 2 --rounds 7
 
 Each part measures both sides on the same server in the same run and prints

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.langgraph``: run the LangGraph benchmarks on one server."""
+"""``python -m benchmarks.langgraph``: the saver and the store benchmarks on one server."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.langgraph.saver import run_saver
+from benchmarks.langgraph.store import DEFAULT_DATA, report, run_store
 from memsvc.db.embedded import EmbeddedPostgres
 
 
@@ -17,6 +18,10 @@ async def main() -> None:
     parser.add_argument("--database-url", help="PostgreSQL with pgvector (default: embedded)")
     parser.add_argument("--seconds", type=float, default=1.0, help="length of one measurement")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per side")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="embeddings-small dir")
+    parser.add_argument("--store-total", type=int, default=10_000, help="items in the store")
+    parser.add_argument("--store-big", type=int, default=2_000, help="items of the big namespace")
+    parser.add_argument("--part", choices=["all", "saver", "store"], default="all")
     args = parser.parse_args()
     embedded = None
     directory = None
@@ -26,7 +31,11 @@ async def main() -> None:
         embedded = EmbeddedPostgres(directory)
         dsn = await asyncio.to_thread(embedded.start)
     try:
-        await run_saver(dsn, seconds=args.seconds, rounds=args.rounds)
+        if args.part in ("all", "saver"):
+            await run_saver(dsn, seconds=args.seconds, rounds=args.rounds)
+        if args.part in ("all", "store"):
+            print("\nMemsvcStore vs AsyncPostgresStore (same index, same embeddings)")
+            report(await run_store(dsn, args.data, args.store_total, args.store_big))
     finally:
         if embedded is not None:
             await asyncio.to_thread(embedded.close)

@@ -231,6 +231,7 @@ def build_metadata(settings: Settings) -> MetaData:
     _add_assembly_tables(metadata, settings, opclass, hnsw_with)
     _add_checkpoint_table(metadata)
     _add_langgraph_tables(metadata)
+    _add_langgraph_store_tables(metadata, vector_type, opclass, hnsw_with)
     return metadata
 
 
@@ -489,4 +490,89 @@ def _add_langgraph_tables(metadata: MetaData) -> None:
             "tenant_id", "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"
         ),
         comment="LangGraph pending writes of tasks, per checkpoint.",
+    )
+
+
+def _add_langgraph_store_tables(
+    metadata: MetaData, vector_type: Any, opclass: str, hnsw_with: dict[str, int]
+) -> None:
+    """The LangGraph store's items and their per-field vectors.
+
+    A namespace is kept as its labels joined with ``.`` (LangGraph forbids the
+    period in labels, so the text is injective), in the "C" collation so
+    prefix ranges and ordering compare code points, as Python does.
+    """
+    items = Table(
+        "langgraph_store_items",
+        metadata,
+        Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
+        Column(
+            "prefix",
+            Text(collation="C"),
+            nullable=False,
+            comment="The item's namespace: its labels joined with '.'.",
+        ),
+        Column("key", Text, nullable=False, comment="The item's key within its namespace."),
+        Column("value", JSONB, nullable=False, comment="The item's value (a JSON object)."),
+        Column(
+            "created_at",
+            DateTime(timezone=True),
+            nullable=False,
+            server_default=text("now()"),
+            comment="When the item was first put.",
+        ),
+        Column(
+            "updated_at",
+            DateTime(timezone=True),
+            nullable=False,
+            server_default=text("now()"),
+            comment="When the item was last put.",
+        ),
+        Column(
+            "expires_at",
+            DateTime(timezone=True),
+            nullable=True,
+            comment="After this moment the item is invisible and gc deletes it.",
+        ),
+        Column(
+            "ttl_minutes",
+            DOUBLE_PRECISION,
+            nullable=True,
+            comment="The item's TTL, applied again when a read refreshes it.",
+        ),
+        PrimaryKeyConstraint("tenant_id", "prefix", "key"),
+        comment="Items of LangGraph stores (memsvc.integrations.langgraph.MemsvcStore).",
+    )
+    Index(
+        "ix_langgraph_store_items_expires_at",
+        items.c.expires_at,
+        postgresql_where=text("expires_at IS NOT NULL"),
+    )
+    vectors = Table(
+        "langgraph_store_vectors",
+        metadata,
+        Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
+        Column("prefix", Text(collation="C"), nullable=False, comment="The item's namespace."),
+        Column("key", Text, nullable=False, comment="The item's key."),
+        Column(
+            "field",
+            Text,
+            nullable=False,
+            comment="Path of the embedded text in the value ('$': the whole value).",
+        ),
+        Column("embedding", vector_type, nullable=False, comment="Embedding of that text."),
+        PrimaryKeyConstraint("tenant_id", "prefix", "key", "field"),
+        ForeignKeyConstraint(
+            ["tenant_id", "prefix", "key"],
+            [items.c.tenant_id, items.c.prefix, items.c.key],
+            ondelete="CASCADE",
+        ),
+        comment="Embeddings of the indexed fields of LangGraph store items.",
+    )
+    Index(
+        "ix_langgraph_store_vectors_embedding_hnsw",
+        vectors.c.embedding,
+        postgresql_using="hnsw",
+        postgresql_with=hnsw_with,
+        postgresql_ops={"embedding": opclass},
     )

@@ -51,12 +51,13 @@ class ExportReport:
     memories: int
     assemblies: int
     checkpoints: int
+    store_items: int = 0
     scope: Scope | None = None
 
     @property
     def total(self) -> int:
         """Rows written, all kinds."""
-        return self.memories + self.assemblies + self.checkpoints
+        return self.memories + self.assemblies + self.checkpoints + self.store_items
 
 
 def _filter(scope: Scope | None) -> tuple[str, list[object]]:
@@ -66,11 +67,25 @@ def _filter(scope: Scope | None) -> tuple[str, list[object]]:
     return scope_condition(scope, "descendants", params), params.values
 
 
+def _tenant_filter(scope: Scope | None, values: list[object]) -> str:
+    """Which store items an export takes: all, a whole tenant's, or none.
+
+    Store items belong to a tenant, not to a deeper scope. ``values`` are the
+    scope filter's parameters, the tenant first.
+    """
+    if scope is None:
+        return "true"
+    if scope.depth > 0:
+        return "false"
+    return f"i.tenant_id = ${values.index(scope.tenant) + 1}"
+
+
 async def count_export(conn: asyncpg.Connection, schema: str, scope: Scope | None) -> int:
     """How many rows :func:`export_jsonl` would write for ``scope`` (all when None)."""
     filter_sql, values = _filter(scope)
+    tenant_sql = _tenant_filter(scope, values)
     with translate_errors():
-        total: int = await conn.fetchval(q.count_rows(schema, filter_sql), *values)
+        total: int = await conn.fetchval(q.count_rows(schema, filter_sql, tenant_sql), *values)
     return total
 
 
@@ -82,7 +97,7 @@ async def export_jsonl(
     scope: Scope | None = None,
     progress: ProgressReporter = NO_PROGRESS,
 ) -> ExportReport:
-    """Write a header, then memories, assemblies and checkpoints of ``scope`` (and below).
+    """Write a header, then memories, assemblies, checkpoints and store items of ``scope``.
 
     Args:
         conn: A connection with memsvc's codecs (from ``svc.pool``), not in a transaction.
@@ -94,17 +109,22 @@ async def export_jsonl(
     """
     schema = settings.db_schema
     filter_sql, values = _filter(scope)
-    counts = {"memory": 0, "assembly": 0, "checkpoint": 0}
-    statements = (
+    tenant_sql = _tenant_filter(scope, values)
+    counts = {"memory": 0, "assembly": 0, "checkpoint": 0, "store_item": 0}
+    statements = [
         ("memory", q.memories(schema, filter_sql), records.memory_line),
         ("assembly", q.assemblies(schema, filter_sql), records.assembly_line),
         ("checkpoint", q.checkpoints(schema, filter_sql), records.checkpoint_line),
-    )
+    ]
+    if tenant_sql != "false":
+        statements.append(
+            ("store_item", q.store_items(schema, tenant_sql), records.store_item_line)
+        )
     with translate_errors():
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             total = None
             if progress is not NO_PROGRESS:
-                total = await conn.fetchval(q.count_rows(schema, filter_sql), *values)
+                total = await conn.fetchval(q.count_rows(schema, filter_sql, tenant_sql), *values)
             progress.start("exporting", total=total)
             out.write(records.header_line(settings, datetime.now(UTC)) + "\n")
             for kind, sql, render in statements:
@@ -118,7 +138,13 @@ async def export_jsonl(
                 _write(out, pending, progress)
                 counts[kind] += len(pending)
     progress.done()
-    return ExportReport(counts["memory"], counts["assembly"], counts["checkpoint"], scope)
+    return ExportReport(
+        counts["memory"],
+        counts["assembly"],
+        counts["checkpoint"],
+        counts["store_item"],
+        scope,
+    )
 
 
 def _write(out: IO[str], lines: list[str], progress: ProgressReporter) -> None:

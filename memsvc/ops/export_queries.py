@@ -43,9 +43,28 @@ WHERE {filter_sql}
 ORDER BY tenant_id, project_id, agent_id, session_id, created_at, id"""
 
 
-def count_rows(schema: str, filter_sql: str) -> str:
+def store_items(schema: str, tenant_sql: str) -> str:
+    """LangGraph store items with their vectors as a JSON object (field -> array) in text.
+
+    ``tenant_sql`` selects the tenants (store items belong to a tenant, not a
+    deeper scope); expired items are exported as they are.
+    """
+    return f"""
+SELECT i.tenant_id, i.prefix, i.key, i.value, i.created_at, i.updated_at, i.expires_at,
+       i.ttl_minutes,
+       coalesce((SELECT json_object_agg(v.field, v.embedding::text::json ORDER BY v.field)
+                 FROM {schema}.langgraph_store_vectors AS v
+                 WHERE v.tenant_id = i.tenant_id AND v.prefix = i.prefix AND v.key = i.key),
+                '{{}}'::json)::text AS vectors
+FROM {schema}.langgraph_store_items AS i
+WHERE {tenant_sql}
+ORDER BY i.tenant_id, i.prefix, i.key"""
+
+
+def count_rows(schema: str, filter_sql: str, tenant_sql: str) -> str:
     """How many rows an export will write (for progress bars)."""
     return f"""
 SELECT (SELECT count(*) FROM {schema}.memories WHERE {filter_sql})
      + (SELECT count(*) FROM {schema}.assemblies WHERE {filter_sql})
-     + (SELECT count(*) FROM {schema}.session_checkpoints WHERE {filter_sql})"""
+     + (SELECT count(*) FROM {schema}.session_checkpoints WHERE {filter_sql})
+     + (SELECT count(*) FROM {schema}.langgraph_store_items AS i WHERE {tenant_sql})"""

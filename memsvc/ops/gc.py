@@ -29,6 +29,7 @@ from memsvc.db.errors import translate_errors
 from memsvc.errors import ConcurrencyError, ValidationError
 from memsvc.ops import gc_queries as q
 from memsvc.progress import NO_PROGRESS, ProgressReporter
+from memsvc.repositories import langgraph_store_queries as store_q
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.repositories.scope_sql import Params, scope_condition
@@ -49,6 +50,7 @@ class GcReport:
     """What one gc run deleted."""
 
     expired_deleted: int = 0
+    store_items_expired: int = 0
     checkpoints_pruned: int = 0
     idle_sessions: int = 0
     idle_memories_deleted: int = 0
@@ -62,6 +64,7 @@ class GcReport:
         """Rows deleted, all kinds."""
         return (
             self.expired_deleted
+            + self.store_items_expired
             + self.checkpoints_pruned
             + self.idle_memories_deleted
             + self.idle_assemblies_deleted
@@ -94,7 +97,7 @@ class GarbageCollector:
         max_batches: int | None = None,
         progress: ProgressReporter = NO_PROGRESS,
     ) -> GcReport:
-        """Delete expired memories, prune checkpoints, and (optionally) idle sessions.
+        """Delete expired memories and store items, prune checkpoints, (optionally) idle sessions.
 
         Args:
             batch_size: Rows per transaction (1-10000).
@@ -124,6 +127,14 @@ class GarbageCollector:
             progress.advance(deleted)
             if deleted < batch_size:
                 break  # none left (or only rows other workers hold right now)
+        progress.start("gc: deleting expired store items")
+        while True:
+            deleted = await self._retrying(lambda: self._delete_expired_store_items(batch_size))
+            report.batches += 1
+            report.store_items_expired += deleted
+            progress.advance(deleted)
+            if deleted < batch_size:
+                break
         report.checkpoints_pruned = await self._prune_checkpoints(progress)
         if idle_session_days is not None:
             cutoff = datetime.now(UTC) - timedelta(days=idle_session_days)
@@ -149,6 +160,15 @@ class GarbageCollector:
             async with self._pool.acquire() as conn, conn.transaction():
                 rows = await conn.fetch(q.lock_expired(self._schema), batch_size)
                 return await self._memories.delete_locked(conn, rows)
+
+    async def _delete_expired_store_items(self, batch_size: int) -> int:
+        # LangGraph store items (MemsvcStore) past their TTL; their vectors cascade.
+        with translate_errors():
+            async with self._pool.acquire() as conn:
+                deleted: int = await conn.fetchval(
+                    store_q.sweep_expired(self._schema, None), batch_size
+                )
+                return deleted
 
     async def _prune_checkpoints(self, progress: ProgressReporter) -> int:
         keep = self._settings.checkpoint_keep_last

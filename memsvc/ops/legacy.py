@@ -69,6 +69,7 @@ from memsvc.ops.records import (
     AssemblyRecord,
     MemoryRecord,
     Record,
+    StoreItemRecord,
     check_key,
     check_name,
     derived_id,
@@ -595,6 +596,8 @@ class _DryRunCount:
         self._seen: set[tuple[object, ...]] = set()
 
     def add(self, record: Record) -> None:
+        if isinstance(record, StoreItemRecord):
+            return  # legacy files hold no LangGraph store items
         scope = (record.scope.tenant, record.scope.project, record.scope.agent,
                  record.scope.session)
         keys: list[tuple[object, ...]]

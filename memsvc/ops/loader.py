@@ -27,13 +27,20 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from memsvc.db.codecs import register_codecs
+from memsvc.db.codecs import register_codecs, vector_bytes
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, find_vector_schema
 from memsvc.errors import MemsvcError, StorageError, ValidationError
 from memsvc.ops import loader_queries as q
-from memsvc.ops.records import AssemblyRecord, CheckpointRecord, MemoryRecord, Record
+from memsvc.ops.records import (
+    AssemblyRecord,
+    CheckpointRecord,
+    MemoryRecord,
+    Record,
+    StoreItemRecord,
+)
 from memsvc.repositories.assemblies import AssemblyRepository, can_see
+from memsvc.repositories.tenancy import SET_TENANT
 from memsvc.scope import Scope
 from memsvc.settings import Settings
 from memsvc.validation import validate_embedding
@@ -77,6 +84,7 @@ class LoadReport:
     memories: Counts = field(default_factory=Counts)
     assemblies: Counts = field(default_factory=Counts)
     checkpoints: Counts = field(default_factory=Counts)
+    store_items: Counts = field(default_factory=Counts)
     rejected: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     rejected_total: int = 0
@@ -111,6 +119,7 @@ class LoadReport:
             "memory": self.memories,
             "assembly": self.assemblies,
             "checkpoint": self.checkpoints,
+            "store_item": self.store_items,
         }.get(kind)
 
     @property
@@ -209,6 +218,7 @@ class Loader:
         self._memories: list[tuple[MemoryRecord, str]] = []
         self._checkpoints: list[tuple[CheckpointRecord, str]] = []
         self._checkpoint_bytes = 0
+        self._store_items: list[StoreItemRecord] = []
         self._insert_sql = ""
         # Whether batches may be copied straight into the table (decided on
         # entering: an empty table without row-level security; any failure
@@ -279,6 +289,10 @@ class Loader:
                 or self._checkpoint_bytes >= CHECKPOINT_BATCH_BYTES
             ):
                 await self._flush_checkpoints()
+        elif isinstance(record, StoreItemRecord):
+            self._store_items.append(record)
+            if len(self._store_items) >= CHECKPOINT_BATCH:
+                await self._flush_store_items()
         else:
             # Members must be stored before the assembly that groups them.
             await self._flush_memories()
@@ -288,6 +302,7 @@ class Loader:
         """Write everything buffered."""
         await self._flush_memories()
         await self._flush_checkpoints()
+        await self._flush_store_items()
 
     # ------------------------------------------------------------ memories
 
@@ -558,3 +573,43 @@ class Loader:
         counts.inserted += len(inserted)
         counts.already_present += len(batch) - len(inserted)
 
+    # ------------------------------------------------------------ store items
+
+    async def _flush_store_items(self) -> None:
+        """Insert buffered store items, each tenant's in one transaction with its vectors."""
+        batch, self._store_items = self._store_items, []
+        by_tenant: dict[str, list[StoreItemRecord]] = {}
+        for record in batch:
+            by_tenant.setdefault(record.tenant, []).append(record)
+        vector_type = self._settings.vector_type
+        for tenant, items in by_tenant.items():
+            with translate_errors():
+                async with self.conn.transaction():
+                    await self.conn.execute(SET_TENANT, tenant)
+                    rows = await self.conn.fetch(
+                        q.insert_store_items(self._schema),
+                        tenant,
+                        [r.prefix for r in items],
+                        [r.key for r in items],
+                        [r.value for r in items],
+                        [r.created_at for r in items],
+                        [r.updated_at for r in items],
+                        [r.expires_at for r in items],
+                        [r.ttl_minutes for r in items],
+                    )
+                    inserted = {(row["prefix"], row["key"]) for row in rows}
+                    vectors = [
+                        (r.prefix, r.key, path, vector_bytes(vector, vector_type))
+                        for r in items
+                        if (r.prefix, r.key) in inserted
+                        for path, vector in r.vectors.items()
+                    ]
+                    if vectors:
+                        await self.conn.execute(
+                            q.insert_store_vectors(self._schema, vector_type),
+                            tenant,
+                            *(list(column) for column in zip(*vectors, strict=True)),
+                        )
+            counts = self.report.store_items
+            counts.inserted += len(inserted)
+            counts.already_present += len(items) - len(inserted)

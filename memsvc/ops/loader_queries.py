@@ -222,3 +222,26 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text
      AS c(tenant_id, project_id, agent_id, session_id, id, description, data, created_at)
 ON CONFLICT DO NOTHING
 RETURNING id"""
+
+
+def insert_store_items(schema: str) -> str:
+    """Insert LangGraph store items from parallel arrays; existing ones are skipped.
+
+    Returns the (prefix, key) of the items inserted.
+    """
+    return f"""
+INSERT INTO {schema}.langgraph_store_items AS i
+    (tenant_id, prefix, key, value, created_at, updated_at, expires_at, ttl_minutes)
+SELECT $1, p, k, v::jsonb, coalesce(c, now()), coalesce(u, coalesce(c, now())), e, t
+FROM unnest($2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
+            $7::timestamptz[], $8::float8[]) AS s(p, k, v, c, u, e, t)
+ON CONFLICT DO NOTHING
+RETURNING i.prefix, i.key"""
+
+
+def insert_store_vectors(schema: str, vector_type: str) -> str:
+    """Insert the vectors of store items ($1 tenant, then parallel arrays)."""
+    return f"""
+INSERT INTO {schema}.langgraph_store_vectors (tenant_id, prefix, key, field, embedding)
+SELECT $1, p, k, f, e
+FROM unnest($2::text[], $3::text[], $4::text[], $5::{vector_type}[]) AS s(p, k, f, e)"""

@@ -12,7 +12,10 @@ Every line has a ``type``:
   ``member_ids``, ``version``, ``created_at``, ``updated_at`` (counts and
   centroid are derived from the members on import);
 - ``checkpoint``: ``id``, the scope (with a session), ``description``,
-  ``data``, ``created_at``.
+  ``data``, ``created_at``;
+- ``store_item`` (a LangGraph store item): ``tenant``, ``namespace`` (a
+  list of labels), ``key``, ``value``, ``created_at``, ``updated_at``,
+  ``expires_at``, ``ttl_minutes``, ``vectors`` (field path -> embedding).
 
 Timestamps are ISO 8601 (naive ones are taken as UTC; numbers as Unix
 seconds). Floats are written with 9 significant digits, which round-trips
@@ -40,7 +43,7 @@ from memsvc.repositories.assemblies import MAX_DESCRIPTION_BYTES as ASSEMBLY_DES
 from memsvc.repositories.assemblies import MAX_NAME_LENGTH
 from memsvc.repositories.checkpoints import MAX_DESCRIPTION_BYTES as CHECKPOINT_DESCRIPTION_BYTES
 from memsvc.repositories.memories import KEY_MAX_LENGTH, content_hash
-from memsvc.scope import Scope
+from memsvc.scope import Scope, validate_id
 from memsvc.settings import Settings
 from memsvc.validation import (
     check_text,
@@ -127,7 +130,22 @@ class CheckpointRecord:
     created_at: datetime | None = None
 
 
-Record = MemoryRecord | AssemblyRecord | CheckpointRecord
+@dataclass(slots=True)
+class StoreItemRecord:
+    """A LangGraph store item with the embeddings of its fields, ready to load."""
+
+    tenant: str
+    prefix: str  # the namespace's labels joined with "."
+    key: str
+    value: str  # JSON text
+    vectors: dict[str, Vector] = field(default_factory=dict)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    expires_at: datetime | None = None
+    ttl_minutes: float | None = None
+
+
+Record = MemoryRecord | AssemblyRecord | CheckpointRecord | StoreItemRecord
 
 
 # ----------------------------------------------------------------- reading
@@ -307,6 +325,50 @@ def checkpoint_from_json(obj: Mapping[str, Any], settings: Settings) -> Checkpoi
     )
 
 
+def store_item_from_json(obj: Mapping[str, Any], settings: Settings) -> StoreItemRecord:
+    """Validate a ``store_item`` object; raises ValidationError naming the field."""
+    tenant = validate_id("tenant", obj.get("tenant"))
+    namespace = obj.get("namespace")
+    if (
+        not isinstance(namespace, list)
+        or not namespace
+        or not all(isinstance(label, str) and label and "." not in label for label in namespace)
+    ):
+        raise ValidationError("namespace", "must be a list of non-empty labels without '.'")
+    for label in namespace:
+        check_text("namespace", label)
+    key = obj.get("key")
+    if not isinstance(key, str):
+        raise ValidationError("key", "must be a string")
+    check_text("key", key)
+    value = obj.get("value")
+    if not isinstance(value, Mapping):
+        raise ValidationError("value", "must be a JSON object")
+    ttl = obj.get("ttl_minutes")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
+        raise ValidationError("ttl_minutes", "must be a positive number or null")
+    raw_vectors = obj.get("vectors") or {}
+    if not isinstance(raw_vectors, Mapping):
+        raise ValidationError("vectors", "must map field paths to embeddings")
+    vectors = {
+        str(path): validate_embedding(
+            vector, settings.embedding_dim, settings.vector_type, f"vectors.{path}"
+        )
+        for path, vector in raw_vectors.items()
+    }
+    return StoreItemRecord(
+        tenant=tenant,
+        prefix=".".join(namespace),
+        key=key,
+        value=encode_json("value", value, settings.max_metadata_bytes),
+        vectors=vectors,
+        created_at=parse_time("created_at", obj.get("created_at")),
+        updated_at=parse_time("updated_at", obj.get("updated_at")),
+        expires_at=parse_time("expires_at", obj.get("expires_at")),
+        ttl_minutes=None if ttl is None else float(ttl),
+    )
+
+
 def record_from_json(obj: object, settings: Settings) -> Record | None:
     """The record a parsed line describes; None for a header. ValidationError if bad."""
     if not isinstance(obj, Mapping):
@@ -318,10 +380,12 @@ def record_from_json(obj: object, settings: Settings) -> Record | None:
         return assembly_from_json(obj, settings)
     if kind == "checkpoint":
         return checkpoint_from_json(obj, settings)
+    if kind == "store_item":
+        return store_item_from_json(obj, settings)
     if kind == "header":
         check_header(obj, settings)
         return None
-    raise ValidationError("type", "must be memory, assembly, checkpoint or header")
+    raise ValidationError("type", "must be memory, assembly, checkpoint, store_item or header")
 
 
 def check_header(obj: Mapping[str, Any], settings: Settings) -> None:
@@ -444,3 +508,24 @@ def checkpoint_line(row: Mapping[str, Any]) -> str:
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
     # data arrives as JSON text (the export casts it): spliced in unparsed.
     return f'{text[:-1]},"data":{row["data"]}}}'
+
+
+def store_item_line(row: Mapping[str, Any]) -> str:
+    """A ``store_item`` line from a ``langgraph_store_items`` row with its ``vectors``.
+
+    ``vectors`` arrives as JSON text (pgvector's text form is a JSON array)
+    and is spliced in unparsed.
+    """
+    obj = {
+        "type": "store_item",
+        "tenant": row["tenant_id"],
+        "namespace": row["prefix"].split("."),
+        "key": row["key"],
+        "value": _json_value(row["value"]),
+        "created_at": _time(row["created_at"]),
+        "updated_at": _time(row["updated_at"]),
+        "expires_at": _time(row["expires_at"]),
+        "ttl_minutes": row["ttl_minutes"],
+    }
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return f'{text[:-1]},"vectors":{row["vectors"]}}}'

@@ -74,6 +74,7 @@ def stats_lines(stats: Stats) -> list[str]:
         "",
         f"expired memories waiting for gc: {stats.expired}",
         f"checkpoints: {stats.checkpoints} ({human_bytes(stats.checkpoint_bytes)})",
+        f"LangGraph store items: {sum(t.store_items for t in stats.tenants)}",
         "",
         "tables and indexes:",
     ]
@@ -112,6 +113,7 @@ def gc_lines(report: GcReport) -> list[str]:
     """``memsvc gc``."""
     lines = [
         f"expired memories deleted: {report.expired_deleted}",
+        f"expired LangGraph store items deleted: {report.store_items_expired}",
         f"checkpoints pruned past retention: {report.checkpoints_pruned}",
     ]
     if report.idle_sessions or report.idle_memories_deleted:
@@ -140,7 +142,8 @@ def export_lines(report: ExportReport, target: str) -> list[str]:
         lines.append(f"selected scope: {scope_text(report.scope)} and the scopes under it")
     lines.append(
         f"exported {report.memories} memories, {report.assemblies} assemblies, "
-        f"{report.checkpoints} checkpoints ({report.total} rows) to {target}"
+        f"{report.checkpoints} checkpoints, {report.store_items} store items "
+        f"({report.total} rows) to {target}"
     )
     if report.total == 0:
         lines.append("warning: the selection matched nothing; only the header was written")
@@ -155,6 +158,7 @@ def load_lines(report: LoadReport, *, dry_run: bool = False) -> list[str]:
             ("memories", report.memories),
             ("assemblies", report.assemblies),
             ("checkpoints", report.checkpoints),
+            ("store items", report.store_items),
         ):
             lines.append(
                 f"{name}: {counts.inserted} inserted, {counts.already_present} already present, "

@@ -29,6 +29,8 @@ class TenantStats:
     checkpoints: int = 0
     checkpoint_bytes: int = 0
     checkpoint_sessions: int = 0
+    store_items: int = 0
+    store_items_expired: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,7 @@ async def collect_stats(conn: asyncpg.Connection, schema: str, tenant: str | Non
         memories = await conn.fetch(q.memories_per_tenant(schema), tenant)
         assemblies = await conn.fetch(q.assemblies_per_tenant(schema), tenant)
         checkpoints = await conn.fetch(q.checkpoints_per_tenant(schema), tenant)
+        store_items = await conn.fetch(q.store_items_per_tenant(schema), tenant)
         relations = await conn.fetch(q.relation_sizes(), schema)
     per_tenant: dict[str, dict[str, int]] = {}
     for row in memories:
@@ -103,6 +106,10 @@ async def collect_stats(conn: asyncpg.Connection, schema: str, tenant: str | Non
             checkpoints=row["checkpoints"],
             checkpoint_bytes=row["bytes"],
             checkpoint_sessions=row["sessions"],
+        )
+    for row in store_items:
+        per_tenant.setdefault(row["tenant_id"], {}).update(
+            store_items=row["items"], store_items_expired=row["expired"]
         )
     return Stats(
         tenants=[TenantStats(name, **counts) for name, counts in sorted(per_tenant.items())],

@@ -52,6 +52,15 @@ WHERE $1::text IS NULL OR tenant_id = $1::text
 GROUP BY tenant_id"""
 
 
+def store_items_per_tenant(schema: str) -> str:
+    """LangGraph store items per tenant, and how many expired waiting for gc."""
+    return f"""
+SELECT tenant_id, count(*) AS items, count(*) FILTER (WHERE expires_at <= now()) AS expired
+FROM {schema}.langgraph_store_items
+WHERE $1::text IS NULL OR tenant_id = $1::text
+GROUP BY tenant_id"""
+
+
 def relation_sizes() -> str:
     """Size of every table and index of a schema (``$1``: the schema name).
 

@@ -57,6 +57,8 @@ TABLES = (
     "langgraph_checkpoints",
     "langgraph_checkpoint_blobs",
     "langgraph_checkpoint_writes",
+    "langgraph_store_vectors",
+    "langgraph_store_items",
 )
 
 

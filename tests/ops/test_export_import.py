@@ -151,7 +151,9 @@ async def test_import_reports_each_rejected_line_and_loads_the_rest(
     assert "line 2: line: not valid JSON" in out
     assert "line 3: memory: embedding: has 2 dimensions, expected 384" in out
     assert "line 4: memory: content_hash: does not match the content" in out
-    assert "line 5: mystery: type: must be memory, assembly, checkpoint or header" in out
+    assert (
+        "line 5: mystery: type: must be memory, assembly, checkpoint, store_item or header" in out
+    )
     assert f"line 6: memory: id {existing.id} is already used by a different memory" in out
     assert (
         f"line 7: memory: the same content is already stored in this scope as memory {existing.id}"

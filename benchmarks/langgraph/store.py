@@ -1,0 +1,202 @@
+"""MemsvcStore against LangGraph's AsyncPostgresStore, same server, same index, one run.
+
+    python -m benchmarks.langgraph.store                    # small: a few minutes
+    python -m benchmarks.langgraph.store --total 100000 --big 10000
+    python -m benchmarks.langgraph.store --database-url postgresql://...
+
+Reports ``aput``/``aget`` p50 and ``asearch`` (with a query) p50 in a big
+namespace and in a 200-item one, recall@10 against exact ground truth, and
+short pages under a filter, on the real sentence embeddings of the shared
+embeddings-small set (``--data``). Ratios are memsvc / LangGraph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+from benchmarks.memories import DEFAULT_DATA, unit
+from memsvc import MemoryService, Settings
+from memsvc.db.embedded import EmbeddedPostgres
+from memsvc.integrations.langgraph import MemsvcStore
+
+SMALL = 200
+K = 10
+
+
+def load(path: Path, total: int) -> tuple[np.ndarray, np.ndarray]:
+    vectors = unit(np.load(path / "vectors.f16.npy")[:total].astype(np.float32))
+    queries = unit(np.load(path / "queries.f16.npy").astype(np.float32))
+    return vectors, queries
+
+
+def embedder(vectors: np.ndarray, queries: np.ndarray) -> Callable[[Sequence[str]], list[Any]]:
+    """Texts name their vector: ``d<i>`` is corpus row i, ``q<j>`` query j."""
+
+    def embed(texts: Sequence[str]) -> list[Any]:
+        return [(vectors if t[0] == "d" else queries)[int(t[1:])].tolist() for t in texts]
+
+    return embed
+
+
+def namespace_of(i: int, big: int) -> tuple[str, ...]:
+    if i < big:
+        return ("bench", "big")
+    if i < big + SMALL:
+        return ("bench", "small")
+    return ("bench", f"other{i % 50}")
+
+
+async def fill(store: Any, total: int, big: int) -> None:
+    from langgraph.store.base import PutOp
+
+    for start in range(0, total, 500):
+        await store.abatch(
+            [
+                PutOp(namespace_of(i, big), f"k{i}", {"text": f"d{i}", "bucket": i % 10})
+                for i in range(start, min(start + 500, total))
+            ]
+        )
+
+
+async def analyze(dsn: str) -> None:
+    """Planner statistics for both stores' fresh tables (autovacuum would get there later)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("ANALYZE")
+    finally:
+        await conn.close()
+
+
+async def timed(calls: list[Callable[[], Awaitable[Any]]]) -> tuple[float, list[Any]]:
+    times, results = [], []
+    for call in calls:
+        started = time.perf_counter()
+        results.append(await call())
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), results
+
+
+async def measure(
+    store: Any, vectors: np.ndarray, queries: np.ndarray, big: int, ops: int
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    rng = np.random.default_rng(7)
+    put_rows = rng.integers(0, big, ops)
+    out["aput"], _ = await timed(
+        [
+            lambda i=int(i): store.aput(
+                ("bench", "big"), f"k{i}", {"text": f"d{i}", "bucket": i % 10}
+            )
+            for i in put_rows
+        ]
+    )
+    out["aget"], _ = await timed(
+        [lambda i=int(i): store.aget(("bench", "big"), f"k{i}") for i in put_rows]
+    )
+    for name, namespace, rows in (
+        ("big", ("bench", "big"), np.arange(big)),
+        ("small", ("bench", "small"), np.arange(big, big + SMALL)),
+    ):
+        chosen = rng.integers(0, len(queries), min(ops, len(queries)))
+        p50, pages = await timed(
+            [
+                lambda j=int(j), ns=namespace: store.asearch(ns, query=f"q{j}", limit=K)
+                for j in chosen
+            ]
+        )
+        sims = vectors[rows] @ queries[chosen].T
+        recall = []
+        for column, page in enumerate(pages):
+            truth = {f"k{rows[r]}" for r in np.argsort(-sims[:, column])[:K]}
+            recall.append(len(truth & {item.key for item in page}) / K)
+        out[f"search_{name}"] = p50
+        out[f"recall_{name}"] = float(np.mean(recall))
+        _, filtered = await timed(
+            [
+                lambda j=int(j), ns=namespace: store.asearch(
+                    ns, query=f"q{j}", filter={"bucket": {"$lt": 1}}, limit=K
+                )
+                for j in chosen[:50]
+            ]
+        )
+        out[f"short_{name}"] = sum(len(page) < K for page in filtered)
+    return out
+
+
+async def run_store(
+    dsn: str, data: Path = DEFAULT_DATA, total: int = 10_000, big: int = 2_000, ops: int = 100
+) -> dict[str, dict[str, Any]]:
+    """Measure both stores on ``dsn``; returns their figures (seconds, recall, short pages)."""
+    from langgraph.store.postgres.aio import AsyncPostgresStore
+
+    vectors, queries = load(data, total)
+    total = len(vectors)
+    embed = embedder(vectors, queries)
+    settings = Settings(database_url=dsn, db_schema="memsvc_bench_lg", auto_migrate=True)
+    index = {"dims": vectors.shape[1], "embed": embed, "fields": ["text"]}
+    results: dict[str, dict[str, Any]] = {}
+    async with MemoryService.open(settings) as svc:
+        store = MemsvcStore(svc, index=index)  # type: ignore[arg-type]
+        await fill(store, total, big)
+        await analyze(dsn)
+        results["memsvc"] = await measure(store, vectors, queries, big, ops)
+    async with AsyncPostgresStore.from_conn_string(dsn, index=index) as peer:  # type: ignore[arg-type]
+        await peer.setup()
+        await fill(peer, total, big)
+        await analyze(dsn)
+        results["langgraph"] = await measure(peer, vectors, queries, big, ops)
+    return results
+
+
+def report(results: dict[str, dict[str, Any]]) -> None:
+    ours, theirs = results["memsvc"], results["langgraph"]
+    for name in ("aput", "aget", "search_big", "search_small"):
+        speed = theirs[name] / ours[name]
+        print(
+            f"{name:14} p50 memsvc {ours[name] * 1e3:7.2f} ms  langgraph "
+            f"{theirs[name] * 1e3:7.2f} ms  memsvc/langgraph time {ours[name] / theirs[name]:.2f}x"
+            f"  (speed {speed:.2f}x)"
+        )
+    for name in ("big", "small"):
+        print(
+            f"recall@10 {name:6} memsvc {ours['recall_' + name]:.3f}  "
+            f"langgraph {theirs['recall_' + name]:.3f}"
+        )
+        print(
+            f"short pages with a filter ({name}, of 50): memsvc {ours['short_' + name]}  "
+            f"langgraph {theirs['short_' + name]}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--database-url", help="PostgreSQL with pgvector (default: embedded)")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="embeddings-small dir")
+    parser.add_argument("--total", type=int, default=10_000, help="items in the store")
+    parser.add_argument("--big", type=int, default=2_000, help="items of the big namespace")
+    parser.add_argument("--ops", type=int, default=100, help="timed calls per operation")
+    args = parser.parse_args()
+    embedded = None
+    dsn = args.database_url
+    if dsn is None:
+        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="memsvc-bench-lg-")))
+        dsn = embedded.start()
+    try:
+        report(asyncio.run(run_store(dsn, args.data, args.total, args.big, args.ops)))
+    finally:
+        if embedded is not None:
+            embedded.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""Rows of LangGraph stores: items and the embeddings of their indexed fields.
+
+The repository behind :class:`memsvc.integrations.langgraph.MemsvcStore`; it
+knows tables and statements, not LangGraph's types. A namespace arrives
+already encoded as its ``prefix`` text (labels joined with ``.``), a filter as
+a list of (path, operator, operand) conditions.
+
+Writes of one batch run in one transaction, in (prefix, key) order so two
+batches touching the same items lock them in the same order (no deadlock).
+An item and its vectors change together: readers see the old item with its
+old vectors or the new one with its new vectors.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from memsvc.db.codecs import vector_bytes
+from memsvc.repositories import langgraph_store_queries as q
+from memsvc.repositories.base import Repository
+from memsvc.repositories.scope_sql import Params
+from memsvc.repositories.tenancy import tenant_scoped
+
+# How many vectors a query search reads per wanted item at first (an item has
+# one vector per indexed field); it reads further when fields crowd the scan.
+SCAN_FACTOR = 2
+MAX_SCAN = 100_000
+
+
+@dataclass(frozen=True)
+class StoreRow:
+    """One item as read: where it is, its value, its times, and a search score."""
+
+    prefix: str
+    key: str
+    value: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    score: float | None = None
+    has_ttl: bool = False
+
+
+@dataclass(frozen=True)
+class ItemWrite:
+    """A put (``value`` is JSON text) or, with ``value`` None, a delete."""
+
+    prefix: str
+    key: str
+    value: str | None
+    ttl_minutes: float | None = None
+
+
+@dataclass(frozen=True)
+class FieldVector:
+    """The embedding of one indexed field of an item."""
+
+    prefix: str
+    key: str
+    field: str
+    embedding: Sequence[float]
+
+
+Condition = tuple[list[str], str, Any]
+
+
+def _row(row: Any, score: float | None = None) -> StoreRow:
+    return StoreRow(
+        prefix=row["prefix"],
+        key=row["key"],
+        value=row["value"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        score=score,
+        has_ttl=row["ttl_minutes"] is not None,
+    )
+
+
+@tenant_scoped
+class LangGraphStoreRepository(Repository):
+    """Items of LangGraph stores, per tenant (see the module docstring)."""
+
+    async def write(
+        self,
+        tenant: str,
+        writes: Sequence[ItemWrite],
+        vectors: Sequence[FieldVector],
+        *,
+        conn: asyncpg.Connection | None = None,
+    ) -> None:
+        """Apply puts and deletes in one transaction; puts replace all the item's vectors."""
+        ordered = sorted(writes, key=lambda w: (w.prefix, w.key))
+        puts = [w for w in ordered if w.value is not None]
+        deletes = [w for w in ordered if w.value is None]
+        schema = self._schema
+        vector_type = self._settings.vector_type
+
+        async def attempt() -> None:
+            async with self._transaction(conn) as active:
+                if deletes:
+                    await active.execute(
+                        q.delete_items(schema),
+                        tenant,
+                        [w.prefix for w in deletes],
+                        [w.key for w in deletes],
+                    )
+                if not puts:
+                    return
+                prefixes, keys = [w.prefix for w in puts], [w.key for w in puts]
+                await active.execute(
+                    q.upsert_items(schema),
+                    tenant,
+                    prefixes,
+                    keys,
+                    [w.value for w in puts],
+                    [w.ttl_minutes for w in puts],
+                )
+                await active.execute(q.delete_vectors(schema), tenant, prefixes, keys)
+                if vectors:
+                    await active.execute(
+                        q.insert_vectors(schema, vector_type),
+                        tenant,
+                        [v.prefix for v in vectors],
+                        [v.key for v in vectors],
+                        [v.field for v in vectors],
+                        [vector_bytes(v.embedding, vector_type) for v in vectors],
+                    )
+
+        await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def get(
+        self,
+        tenant: str,
+        wanted: Sequence[tuple[str, str, bool]],
+        *,
+        conn: asyncpg.Connection | None = None,
+    ) -> dict[tuple[str, str], StoreRow]:
+        """Live items by (prefix, key, refresh TTL?), keyed by (prefix, key).
+
+        Items found with a TTL and flagged are refreshed by a second statement;
+        reads of items without one write nothing.
+        """
+        sql = q.get_items(self._schema)
+        unique = {(w[0], w[1]): w[2] for w in wanted}
+        prefixes, keys = [k[0] for k in unique], [k[1] for k in unique]
+        rows = await self._read(conn, functools.partial(self._fetch, sql, [tenant, prefixes, keys]))
+        found = {(row["prefix"], row["key"]): _row(row) for row in rows}
+        refresh = [row for where, row in found.items() if unique[where]]
+        await self._refresh_found(tenant, refresh, True, conn)
+        return found
+
+    async def list(
+        self,
+        tenant: str,
+        prefix: str | None,
+        conditions: Sequence[Condition],
+        *,
+        limit: int,
+        offset: int,
+        refresh: bool = False,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[StoreRow]:
+        """A page of live items under a namespace prefix, most recently put first."""
+        params = Params(tenant)
+        namespace_sql = q.namespace_condition(prefix, params)
+        filter_sql = q.filter_condition(list(conditions), params)
+        sql = q.list_items(
+            self._schema, namespace_sql, filter_sql, params.add(limit), params.add(offset)
+        )
+        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        found = [_row(row) for row in rows]
+        await self._refresh_found(tenant, found, refresh, conn)
+        return found
+
+    async def search(
+        self,
+        tenant: str,
+        prefix: str | None,
+        conditions: Sequence[Condition],
+        query: Sequence[float],
+        *,
+        limit: int,
+        offset: int,
+        refresh: bool = False,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[StoreRow]:
+        """A page of live items nearest ``query`` (by their nearest indexed field).
+
+        Scores follow the configured distance: ``1 - distance`` for cosine,
+        the inner product for ip, ``-distance`` for l2 (higher is nearer).
+        """
+        distance = self._settings.distance
+        vector = vector_bytes(query, self._settings.vector_type)
+        wanted = offset + limit
+        scan = max(wanted * SCAN_FACTOR, 10)
+        while True:
+            params = Params(tenant)
+            namespace_sql = q.namespace_literal_condition(prefix)
+            filter_sql = q.filter_condition(list(conditions), params)
+            sql = q.search_items(
+                self._schema,
+                namespace_sql,
+                filter_sql,
+                distance,
+                params.add(vector),
+                scan,
+                params.add(limit),
+                params.add(offset),
+            )
+            rows = await self._read(conn, functools.partial(self._scan, sql, params.values))
+            head = rows[0]
+            # Fields of the same items filled the scan: read further.
+            if head["scanned"] < scan or head["found"] >= wanted or scan >= MAX_SCAN:
+                break
+            scan = min(scan * 4, MAX_SCAN)
+        found = [_row(row, _score(distance, row["distance"])) for row in rows if row["key"]]
+        await self._refresh_found(tenant, found, refresh, conn)
+        return found
+
+    async def _refresh_found(
+        self,
+        tenant: str,
+        found: builtins.list[StoreRow],
+        refresh: bool,
+        conn: asyncpg.Connection | None,
+    ) -> None:
+        # Only items with a TTL are refreshed: reads of others cost no write.
+        timed = [(row.prefix, row.key) for row in found if row.has_ttl]
+        if refresh and timed:
+            await self.refresh(tenant, timed, conn=conn)
+
+    async def _fetch(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
+        return await conn.fetch(sql, *values)
+
+    async def _scan(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
+        return await self._run_search(conn, sql, values)
+
+    async def refresh(
+        self,
+        tenant: str,
+        items: Sequence[tuple[str, str]],
+        *,
+        conn: asyncpg.Connection | None = None,
+    ) -> None:
+        """Restart the TTL of these items (those that have one and are live)."""
+        sql = q.refresh_items(self._schema)
+        prefixes, keys = [i[0] for i in items], [i[1] for i in items]
+
+        async def attempt() -> None:
+            async with self._transaction(conn) as active:
+                await active.execute(sql, tenant, prefixes, keys)
+
+        await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def list_namespaces(
+        self,
+        tenant: str,
+        *,
+        prefix: tuple[str, ...] | None,
+        suffix: tuple[str, ...] | None,
+        max_depth: int | None,
+        limit: int,
+        offset: int,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[tuple[str, ...]]:
+        """Distinct namespaces holding live items, in label order (``*`` matches any label)."""
+        params = Params(tenant)
+        conditions: builtins.list[str] = []
+        if prefix:
+            conditions += q.label_conditions(prefix, "prefix", params)
+        if suffix:
+            conditions += q.label_conditions(suffix, "suffix", params)
+        depth = params.add(max_depth) if max_depth is not None else None
+        sql = q.list_namespaces(
+            self._schema, conditions, depth, params.add(limit), params.add(offset)
+        )
+        values = params.values
+
+        async def fetch(active: asyncpg.Connection) -> builtins.list[Any]:
+            found: builtins.list[Any] = await active.fetch(sql, *values)
+            return found
+
+        rows = await self._read(conn, fetch)
+        return [tuple(row["namespace"]) for row in rows]
+
+    async def delete_tenant(self, tenant: str, *, conn: asyncpg.Connection | None = None) -> int:
+        """Erase every store item (and vector) of ``tenant``; returns how many items."""
+        sql = q.delete_tenant(self._schema)
+
+        async def attempt() -> int:
+            async with self._transaction(conn) as active:
+                deleted: int = await active.fetchval(sql, tenant)
+            return deleted
+
+        return await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def sweep_expired(self, *, tenant: str | None = None, batch_size: int = 1000) -> int:
+        """Delete expired items (of ``tenant``, or of all) in batches; returns how many."""
+        sql = q.sweep_expired(self._schema, "$2" if tenant is not None else None)
+        args: builtins.list[object] = [batch_size] + ([tenant] if tenant is not None else [])
+        total = 0
+        while True:
+
+            async def attempt() -> int:
+                async with self._transaction() as active:
+                    deleted: int = await active.fetchval(sql, *args)
+                return deleted
+
+            deleted = await self._retrying(attempt, owns_transaction=True)
+            total += deleted
+            if deleted < batch_size:
+                return total
+
+
+def _score(distance: str, value: float) -> float:
+    if distance == "cosine":
+        return 1.0 - float(value)
+    return -float(value)

@@ -1,0 +1,282 @@
+"""SQL of :class:`memsvc.repositories.langgraph_store.LangGraphStoreRepository`.
+
+Each function returns one statement's text for a schema name (a validated
+identifier); values are always ``$n`` parameters. ``$1`` is the tenant. A
+namespace is stored as its labels joined with ``.`` in the "C" collation, so
+the items of a namespace prefix ``p`` are ``prefix = p`` plus the range
+``[p || '.', p || '/')`` ('/' follows '.'), which the primary key serves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memsvc.repositories.scope_sql import Params
+
+LIVE = "(i.expires_at IS NULL OR i.expires_at > now())"
+ITEM_COLUMNS = "i.prefix, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
+DISTANCE = {"cosine": "<=>", "l2": "<->", "ip": "<#>"}
+# Namespaces with at most this many vectors are searched exactly (see search_items).
+EXACT_UP_TO = 500
+COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
+def namespace_condition(prefix: str | None, params: Params, alias: str = "i") -> str:
+    """Items whose namespace starts with the labels of ``prefix`` (None: every namespace)."""
+    if prefix is None:
+        return "true"
+    exact = params.add(prefix)
+    low, high = params.add(prefix + "."), params.add(prefix + "/")
+    return f"({alias}.prefix = {exact} OR ({alias}.prefix >= {low} AND {alias}.prefix < {high}))"
+
+
+def literal(text: str) -> str:
+    """``text`` as an SQL string literal (as PostgreSQL's quote_literal writes it)."""
+    quoted = text.replace("'", "''")
+    if "\\" in text:
+        return "E'" + quoted.replace("\\", "\\\\") + "'"
+    return "'" + quoted + "'"
+
+
+def namespace_literal_condition(prefix: str | None, alias: str = "i") -> str:
+    """:func:`namespace_condition` with the bounds written into the text.
+
+    For searches: the planner then knows how many rows the namespace holds
+    even in a prepared statement's generic plan, and picks the HNSW index or
+    an exact scan by the namespace's real size.
+    """
+    if prefix is None:
+        return "true"
+    exact, low, high = literal(prefix), literal(prefix + "."), literal(prefix + "/")
+    return f"({alias}.prefix = {exact} OR ({alias}.prefix >= {low} AND {alias}.prefix < {high}))"
+
+
+def _path(path: list[str], params: Params) -> str:
+    return f"coalesce(i.value #> {params.add(path)}::text[], 'null'::jsonb)"
+
+
+def _operator(path: list[str], operator: str, operand: Any, params: Params) -> str:
+    if operator in ("$eq", "$ne"):
+        sign = "=" if operator == "$eq" else "<>"
+        return f"{_path(path, params)} {sign} {params.add(operand)}::jsonb"
+    sign = COMPARISONS[operator]
+    value = f"(i.value #> {params.add(path)}::text[])"
+    if isinstance(operand, int | float) and not isinstance(operand, bool):
+        # Numbers compare as numbers (never as text); a non-number never matches.
+        return (
+            f"(CASE WHEN jsonb_typeof({value}) = 'number' "
+            f"THEN {value}::numeric {sign} {params.add(operand)}::numeric END)"
+        )
+    return f"({value} #>> '{{}}') COLLATE \"C\" {sign} {params.add(operand)}::text"
+
+
+def filter_condition(conditions: list[tuple[list[str], str, Any]], params: Params) -> str:
+    """The item filter: each (path in the value, operator, operand as validated) must hold.
+
+    ``$eq``/``$ne`` operands are JSON text; a missing value equals JSON null,
+    as it does for LangGraph's in-memory store.
+    """
+    parts = [_operator(path, operator, operand, params) for path, operator, operand in conditions]
+    return " AND ".join(parts) if parts else "true"
+
+
+def upsert_items(schema: str) -> str:
+    """Insert or replace items ($2 prefixes, $3 keys, $4 values, $5 TTLs in minutes).
+
+    An item put over an expired one starts afresh (its created_at is new).
+    """
+    return f"""
+INSERT INTO {schema}.langgraph_store_items AS i
+    (tenant_id, prefix, key, value, created_at, updated_at, expires_at, ttl_minutes)
+SELECT $1, p, k, v, now(), now(),
+       CASE WHEN t IS NULL THEN NULL ELSE now() + t * interval '1 minute' END, t
+FROM unnest($2::text[], $3::text[], $4::jsonb[], $5::float8[]) AS u(p, k, v, t)
+ON CONFLICT (tenant_id, prefix, key) DO UPDATE SET
+    value = EXCLUDED.value,
+    created_at = CASE WHEN i.expires_at <= now() THEN EXCLUDED.created_at ELSE i.created_at END,
+    updated_at = EXCLUDED.updated_at,
+    expires_at = EXCLUDED.expires_at,
+    ttl_minutes = EXCLUDED.ttl_minutes"""
+
+
+def delete_vectors(schema: str) -> str:
+    """Drop the vectors of items about to be re-embedded ($2 prefixes, $3 keys)."""
+    return f"""
+DELETE FROM {schema}.langgraph_store_vectors AS v
+USING unnest($2::text[], $3::text[]) AS u(p, k)
+WHERE v.tenant_id = $1 AND v.prefix = u.p AND v.key = u.k"""
+
+
+def insert_vectors(schema: str, vector_type: str) -> str:
+    """Vectors of items' fields ($2 prefixes, $3 keys, $4 fields, $5 embeddings)."""
+    return f"""
+INSERT INTO {schema}.langgraph_store_vectors (tenant_id, prefix, key, field, embedding)
+SELECT $1, p, k, f, e FROM unnest($2::text[], $3::text[], $4::text[], $5::{vector_type}[])
+    AS u(p, k, f, e)"""
+
+
+def delete_items(schema: str) -> str:
+    """Delete items ($2 prefixes, $3 keys); their vectors go with them."""
+    return f"""
+DELETE FROM {schema}.langgraph_store_items AS i
+USING unnest($2::text[], $3::text[]) AS u(p, k)
+WHERE i.tenant_id = $1 AND i.prefix = u.p AND i.key = u.k"""
+
+
+def get_items(schema: str) -> str:
+    """Live items by (prefix $2, key $3)."""
+    return f"""
+SELECT {ITEM_COLUMNS} FROM {schema}.langgraph_store_items AS i
+JOIN unnest($2::text[], $3::text[]) AS w(p, k) ON i.prefix = w.p AND i.key = w.k
+WHERE i.tenant_id = $1 AND {LIVE}"""
+
+
+def refresh_items(schema: str) -> str:
+    """Restart the TTL of live items ($2 prefixes, $3 keys) that have one."""
+    return f"""
+UPDATE {schema}.langgraph_store_items AS i
+SET expires_at = now() + i.ttl_minutes * interval '1 minute'
+FROM unnest($2::text[], $3::text[]) AS u(p, k)
+WHERE i.tenant_id = $1 AND i.prefix = u.p AND i.key = u.k
+  AND i.ttl_minutes IS NOT NULL AND {LIVE}"""
+
+
+def list_items(schema: str, namespace_sql: str, filter_sql: str, limit: str, offset: str) -> str:
+    """A page of live items, most recently put first (as LangGraph's PostgresStore orders)."""
+    return f"""
+SELECT {ITEM_COLUMNS}, NULL::float8 AS score FROM {schema}.langgraph_store_items AS i
+WHERE i.tenant_id = $1 AND {namespace_sql} AND {LIVE} AND {filter_sql}
+ORDER BY i.updated_at DESC, i.prefix, i.key
+LIMIT {limit} OFFSET {offset}"""
+
+
+def search_items(
+    schema: str,
+    namespace_sql: str,
+    filter_sql: str,
+    distance: str,
+    query: str,
+    scan: int,
+    limit: str,
+    offset: str,
+) -> str:
+    """A page of live items nearest a query vector, by their best-matching field.
+
+    ``hits`` walks the HNSW index (iterative scan, so a filter that rejects
+    candidates makes it read further instead of returning a short list) for
+    the ``scan`` nearest vectors of matching items; an item is ranked by its
+    nearest field. The first row also reports how many vectors and distinct
+    items the scan found, so the caller can scan further when fields of one
+    item filled the scan (the page columns are NULL when the page is empty).
+    ``scan`` is written into the text, not bound: with it a prepared
+    statement's generic plan still sees a small LIMIT and walks the HNSW
+    index instead of sorting every vector of the namespace.
+
+    A namespace of at most ``EXACT_UP_TO`` vectors is searched exactly
+    instead (``+ 0`` keeps the index out): reading a few hundred vectors by
+    primary key beats walking a graph of the whole table for the few that
+    match. Each branch runs only when its one-time condition holds. The exact
+    branch repeats the namespace condition on the items so the planner reads
+    only the namespace's items, whichever join it picks.
+    """
+    operator = DISTANCE[distance]
+    vector_namespace = namespace_sql.replace("i.prefix", "v.prefix")
+    candidates = f"""
+    FROM {schema}.langgraph_store_vectors AS v
+    JOIN {schema}.langgraph_store_items AS i
+      ON i.tenant_id = v.tenant_id AND i.prefix = v.prefix AND i.key = v.key
+    WHERE v.tenant_id = $1 AND {vector_namespace} AND {LIVE} AND {filter_sql}"""
+    return f"""
+WITH counted AS (
+    SELECT count(*) AS vectors FROM (
+        SELECT 1 FROM {schema}.langgraph_store_vectors AS v
+        WHERE v.tenant_id = $1 AND {vector_namespace}
+        LIMIT {EXACT_UP_TO + 1}
+    ) AS c
+), hits AS (
+    (SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
+       AND {namespace_sql} AND (SELECT vectors FROM counted) <= {EXACT_UP_TO}
+     ORDER BY (v.embedding {operator} {query}) + 0
+     LIMIT {int(scan)})
+    UNION ALL
+    (SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
+       AND (SELECT vectors FROM counted) > {EXACT_UP_TO}
+     ORDER BY v.embedding {operator} {query}
+     LIMIT {int(scan)})
+), best AS (
+    SELECT prefix, key, min(distance) AS distance FROM hits GROUP BY prefix, key
+), page AS (
+    SELECT {ITEM_COLUMNS}, b.distance
+    FROM best AS b
+    JOIN {schema}.langgraph_store_items AS i
+      ON i.tenant_id = $1 AND i.prefix = b.prefix AND i.key = b.key
+    ORDER BY b.distance, b.prefix, b.key
+    LIMIT {limit} OFFSET {offset}
+)
+SELECT (SELECT count(*) FROM hits) AS scanned, (SELECT count(*) FROM best) AS found, page.*
+FROM (SELECT 1) AS one LEFT JOIN page ON true
+ORDER BY page.distance, page.prefix, page.key"""
+
+
+def list_namespaces(
+    schema: str, conditions: list[str], depth: str | None, limit: str, offset: str
+) -> str:
+    """Distinct namespaces of live items (cut to ``depth`` labels), in label order."""
+    labels = "(string_to_array(i.prefix, '.'))"
+    namespace = f"{labels}[1:{depth}::int]" if depth else labels
+    where = " AND ".join(["i.tenant_id = $1", LIVE, *conditions])
+    return f"""
+SELECT DISTINCT {namespace} AS namespace FROM {schema}.langgraph_store_items AS i
+WHERE {where}
+ORDER BY 1
+LIMIT {limit} OFFSET {offset}"""
+
+
+def label_conditions(
+    path: tuple[str, ...], match: str, params: Params, alias: str = "i"
+) -> list[str]:
+    """Conditions that the namespace starts (``prefix``) or ends (``suffix``) with ``path``.
+
+    ``*`` in ``path`` matches any one label.
+    """
+    labels = f"(string_to_array({alias}.prefix, '.'))"
+    conditions = [f"cardinality({labels}) >= {params.add(len(path))}::int"]
+    for position, label in enumerate(path):
+        if label == "*":
+            continue
+        if match == "prefix":
+            index = f"{position + 1}"
+        else:
+            index = f"cardinality({labels}) - {len(path) - position - 1}"
+        conditions.append(f"{labels}[{index}] = {params.add(label)}::text")
+    return conditions
+
+
+def sweep_expired(schema: str, tenant_param: str | None) -> str:
+    """Delete a batch (``$1`` rows) of expired items, optionally of one tenant; returns count.
+
+    Rows are locked ``SKIP LOCKED`` so several sweepers (and gc) share the work.
+    """
+    tenant = f"AND tenant_id = {tenant_param}" if tenant_param else ""
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.langgraph_store_items
+    WHERE (tenant_id, prefix, key) IN (
+        SELECT tenant_id, prefix, key FROM {schema}.langgraph_store_items
+        WHERE expires_at IS NOT NULL AND expires_at <= now() {tenant}
+        ORDER BY expires_at
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING 1
+)
+SELECT count(*) FROM gone"""
+
+
+def delete_tenant(schema: str) -> str:
+    """Delete every store item of tenant ``$1`` (vectors cascade); returns the count."""
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.langgraph_store_items WHERE tenant_id = $1 RETURNING 1
+)
+SELECT count(*) FROM gone"""
