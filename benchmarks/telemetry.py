@@ -18,11 +18,14 @@ a call, so the modes take turns call by call (the order rotating, so none
 always follows another) and are compared round by round: a round is
 ``--round`` calls of each mode, its ratio is ops/s of the mode over ops/s of
 ``untraced`` in that round, and the figure is the median of the rounds'
-ratios, printed with their quartiles. The target is ``sdk`` >= 0.95x for
-``add`` and ``search``. The client's CPU time per call (every thread of the
-process, the span exporter's included) shows the overhead itself, which
-wall-clock ratios on a busy machine only bound; the ratio it implies
-(untraced ms/call over the same plus the CPU the SDK adds) is printed too.
+ratios, printed with their quartiles. Two steadier estimates follow: the
+median difference between a call and its untraced partner of the same turn
+(a stall hits one call, of either mode, so it cancels out), and the client's
+CPU time per call (every thread of the process, the span exporter's
+included), which is the overhead itself: the SDK's work runs on the event
+loop between awaits. Both are turned into ratios as untraced ms/call over the
+same plus the added time. The target is ``sdk`` >= 0.95x for ``add`` and
+``search``.
 """
 
 from __future__ import annotations
@@ -138,19 +141,11 @@ async def run(dsn: str, ops: int, round_size: int, sampled: float) -> None:
             f"{rounds * round_size:,} calls per mode in {rounds} rounds of {round_size}, "
             f"modes taking turns call by call; {SCOPE_ROWS:,}-row scope (+ the adds)"
         )
-        print(
-            f"{'':<7} {'ms/call':>25}   {'client CPU us/call':>26}   "
-            "median ratio to untraced [quartiles]"
-        )
-        print(
-            f"{'':<7} {'untraced':>9}{'api only':>9}{'sdk':>7}   "
-            f"{'untraced':>9}{'api only':>9}{'sdk':>8}"
-        )
         verdicts = []
         for operation in ("add", "search"):
             gc.collect()
-            wall = {mode: 0.0 for mode in modes}
             cpu = {mode: 0.0 for mode in modes}
+            latencies: dict[str, list[float]] = {mode: [] for mode in modes}
             ratios: dict[str, list[float]] = {mode: [] for mode in modes}
             call_number = 0
             for _ in range(rounds):
@@ -164,30 +159,43 @@ async def run(dsn: str, ops: int, round_size: int, sampled: float) -> None:
                         )
                         started, used = time.perf_counter(), time.process_time()
                         await by_mode[mode][operation](call_number)
-                        spent[mode] += time.perf_counter() - started
+                        latency = time.perf_counter() - started
                         cpu[mode] += time.process_time() - used
+                        spent[mode] += latency
+                        latencies[mode].append(latency)
                     call_number += 1
                 for mode in modes:
-                    wall[mode] += spent[mode]
                     ratios[mode].append(spent["untraced"] / spent[mode])
             calls_made = rounds * round_size
-            ms = {mode: wall[mode] / calls_made * 1e3 for mode in modes}
+            ms = {mode: sum(latencies[mode]) / calls_made * 1e3 for mode in modes}
             us = {mode: cpu[mode] / calls_made * 1e6 for mode in modes}
-            api_low, api, api_high = quartiles(ratios["api only"])
-            sdk_low, sdk, sdk_high = quartiles(ratios["sdk"])
-            verdicts.append(f"{operation} {sdk:.3f}x {'met' if sdk >= TARGET else 'MISSED'}")
-            # The SDK's work runs on the event loop between awaits, so each
-            # call is longer by about the CPU it adds: the steadier estimate.
-            added = (us["sdk"] - us["untraced"]) / 1e3
-            expected = ms["untraced"] / (ms["untraced"] + max(added, 0.0))
             print(
-                f"{operation:<7} {ms['untraced']:>9.2f}{ms['api only']:>9.2f}{ms['sdk']:>7.2f}   "
-                f"{us['untraced']:>9.0f}{us['api only']:>9.0f}{us['sdk']:>8.0f}   "
-                f"api only {api:.3f}x [{api_low:.3f}-{api_high:.3f}], "
-                f"sdk {sdk:.3f}x [{sdk_low:.3f}-{sdk_high:.3f}]; "
-                f"sdk adds {added * 1e3:.0f} us CPU/call (-> {expected:.3f}x)",
-                flush=True,
+                f"{operation}: ms/call {ms['untraced']:.2f} untraced, {ms['api only']:.2f} "
+                f"api only, {ms['sdk']:.2f} sdk; client CPU us/call {us['untraced']:.0f}, "
+                f"{us['api only']:.0f}, {us['sdk']:.0f}"
             )
+            for mode in ("api only", "sdk"):
+                low, ratio, high = quartiles(ratios[mode])
+                # A stall hits one call, of any mode: the median of the calls'
+                # differences to their untraced partner is the added time,
+                # and the burst that lands on one side cancels out.
+                shift = statistics.median(
+                    traced - plain
+                    for traced, plain in zip(latencies[mode], latencies["untraced"], strict=True)
+                )
+                paired = ms["untraced"] / (ms["untraced"] + shift * 1e3)
+                # The SDK's work runs on the event loop between awaits, so a
+                # call is longer by about the CPU it adds: the steadiest figure.
+                added = (us[mode] - us["untraced"]) / 1e3
+                by_cpu = ms["untraced"] / (ms["untraced"] + added)
+                print(
+                    f"  {mode + ':':<9} rounds {ratio:.3f}x [quartiles {low:.3f}-{high:.3f}], "
+                    f"paired calls {paired:.3f}x ({shift * 1e6:+.0f} us), "
+                    f"CPU {by_cpu:.3f}x ({added * 1e3:+.0f} us)",
+                    flush=True,
+                )
+                if mode == "sdk":
+                    verdicts.append(f"{operation} {ratio:.3f}x / {paired:.3f}x / {by_cpu:.3f}x")
     telemetry.configure()
     sdk_traces.shutdown()
     data = reader.get_metrics_data()
@@ -202,7 +210,11 @@ async def run(dsn: str, ops: int, round_size: int, sampled: float) -> None:
         )
     )
     sdk_metrics.shutdown()
-    print(f"target sdk >= {TARGET}x: " + ", ".join(verdicts) + f"; spans sampled: {sampled:g}")
+    print(
+        f"sdk vs target {TARGET}x (rounds / paired calls / CPU): "
+        + ", ".join(verdicts)
+        + f"; share of traces sampled: {sampled:g}"
+    )
     print(f"the sdk exported {exporter.exported:,} spans, {points} metric points")
 
 
