@@ -400,7 +400,10 @@ class SentenceTransformerEmbedder:
     @property
     def dimension(self) -> int:
         """The length of the model's vectors (loads the model)."""
-        return int(self._loaded().get_sentence_embedding_dimension())
+        model = self._loaded()
+        # sentence-transformers 5 renamed the method; older releases lack the new name.
+        get = getattr(model, "get_embedding_dimension", None)
+        return int(get() if get is not None else model.get_sentence_embedding_dimension())
 
     def embed_sync(self, texts: Sequence[str]) -> list[Vector]:
         """The embeddings of ``texts``, computed in the calling thread."""
