@@ -453,7 +453,8 @@ def resolve_local_model(name_or_path: str) -> str:
 
 # ---------------------------------------------------------------------- specs
 
-SPEC_KINDS = ("hashing", "openai", "local")
+# The setting each embedder argument comes from, for errors in a spec.
+_SPEC_FIELDS = {"model": "embedder", "model_name_or_path": "embedder"}
 
 
 def embedder_from_spec(spec: str, dim: int, *, env: Mapping[str, str] | None = None) -> Embedder:
@@ -487,20 +488,25 @@ def embedder_from_spec(spec: str, dim: int, *, env: Mapping[str, str] | None = N
         return HashingEmbedder(dim)
     if kind in ("openai", "local") and not argument:
         raise ValidationError("embedder", f"{kind!r} needs a model: '{kind}:<model>'")
-    if kind == "openai":
-        raw_dims = environ.get("MEMSVC_EMBEDDER_DIMENSIONS", "").strip()
-        if raw_dims and not raw_dims.isdigit():
-            raise ValidationError("embedder_dimensions", "must be a positive integer")
-        return OpenAIEmbedder(
-            argument,
-            base_url=environ.get("MEMSVC_EMBEDDER_BASE_URL") or environ.get("OPENAI_BASE_URL"),
-            api_key=environ.get("MEMSVC_EMBEDDER_API_KEY") or environ.get("OPENAI_API_KEY"),
-            dimensions=int(raw_dims) if raw_dims else None,
-        )
-    if kind == "local":
-        return SentenceTransformerEmbedder(
-            argument, device=environ.get("MEMSVC_EMBEDDER_DEVICE") or None
-        )
+    try:
+        if kind == "openai":
+            raw_dims = environ.get("MEMSVC_EMBEDDER_DIMENSIONS", "").strip()
+            if raw_dims and not raw_dims.isdigit():
+                raise ValidationError("dimensions", "must be a positive integer")
+            return OpenAIEmbedder(
+                argument,
+                base_url=environ.get("MEMSVC_EMBEDDER_BASE_URL") or environ.get("OPENAI_BASE_URL"),
+                api_key=environ.get("MEMSVC_EMBEDDER_API_KEY") or environ.get("OPENAI_API_KEY"),
+                dimensions=int(raw_dims) if raw_dims else None,
+            )
+        if kind == "local":
+            return SentenceTransformerEmbedder(
+                argument, device=environ.get("MEMSVC_EMBEDDER_DEVICE") or None
+            )
+    except ValidationError as exc:
+        # Name what the user set: the spec or its MEMSVC_EMBEDDER_* variable.
+        field = _SPEC_FIELDS.get(exc.field, f"embedder_{exc.field}")
+        raise ValidationError(field, exc.reason) from exc
     raise ValidationError(
         "embedder",
         f"unknown embedder {spec!r}; memsvc ships: hashing, openai:<model>, local:<model or path>",
