@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from typing import Any
 
 import numpy as np
 import pytest
+from click.testing import CliRunner, Result
 
 from memsvc import (
     EmbeddingError,
@@ -16,6 +18,7 @@ from memsvc import (
     ValidationError,
     embedder_from_spec,
 )
+from memsvc.cli import main
 from tests.embedders.fake_openai import serving
 
 HAS_SENTENCE_TRANSFORMERS = importlib.util.find_spec("sentence_transformers") is not None
@@ -106,3 +109,32 @@ def test_bad_specs_are_validation_errors(spec: Any, env: dict[str, str], field: 
     with pytest.raises(ValidationError) as caught:
         embedder_from_spec(spec, 384, env=env)
     assert caught.value.field == field
+
+
+def _demo(dsn: str, **env: str) -> Result:
+    environment = {"MEMSVC_DATABASE_URL": dsn, "MEMSVC_AUTO_MIGRATE": "false", **env}
+    return CliRunner().invoke(main, ["demo"], env=environment)
+
+
+async def test_the_demo_embeds_through_the_endpoint_memsvc_embedder_names(
+    memsvc_database_url: str,
+) -> None:
+    with serving(dim=384) as server:
+        result = await asyncio.to_thread(
+            _demo,
+            memsvc_database_url,
+            MEMSVC_EMBEDDER="openai:demo-embed",
+            MEMSVC_EMBEDDER_BASE_URL=server.base_url,
+            MEMSVC_EMBEDDER_API_KEY="sk-demo",
+        )
+    assert result.exit_code == 0, result.output
+    assert server.requests, "the demo never called the endpoint"
+    assert {r.body["model"] for r in server.requests} == {"demo-embed"}
+    assert {r.headers["authorization"] for r in server.requests} == {"Bearer sk-demo"}
+
+
+async def test_the_demo_refuses_a_bad_spec_without_a_traceback(memsvc_database_url: str) -> None:
+    result = await asyncio.to_thread(_demo, memsvc_database_url, MEMSVC_EMBEDDER="openai:")
+    assert result.exit_code == 1
+    assert "ValidationError: embedder: 'openai' needs a model" in result.output
+    assert "Traceback" not in result.output
