@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import email.utils
 import json
 import socket
 import time
@@ -13,6 +15,8 @@ import numpy as np
 import pytest
 
 from memsvc import EmbeddingError, MemoryService, OpenAIEmbedder, Scope, Settings, ValidationError
+from memsvc.embedding import _retry_after
+from memsvc.sync import SyncMemoryService
 from tests.embedders.fake_openai import FakeEmbeddingsServer, Reply, serving
 
 
@@ -234,3 +238,41 @@ async def test_a_service_stores_and_searches_with_it(settings: Settings, scope: 
         np.testing.assert_allclose(
             stored.embedding, server.vector("the deploy key rotates on mondays"), rtol=1e-6
         )
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({}, None),
+        ({"retry-after": "2"}, 2.0),
+        ({"retry-after": "1.5"}, 1.5),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({"retry-after": "-3"}, 0.0),
+        ({"retry-after": "soon"}, None),
+        ({"retry-after": "<a date 60 s from now>"}, 60.0),
+    ],
+)
+def test_reads_the_wait_a_server_asks_for(headers: dict[str, str], seconds: float | None) -> None:
+    if headers.get("retry-after", "").startswith("<a date"):
+        headers = {"retry-after": email.utils.formatdate(time.time() + 60, usegmt=True)}
+    waited = _retry_after(headers)
+    if seconds is None:
+        assert waited is None
+    else:
+        assert waited == pytest.approx(seconds, abs=1.5)
+
+
+def test_works_from_the_blocking_client_and_then_from_another_loop(
+    settings: Settings, scope: Scope
+) -> None:
+    # The blocking client runs its own event loop: the embedder's HTTP client
+    # must follow whichever loop calls it.
+    with serving(dim=settings.embedding_dim) as server:
+        openai = OpenAIEmbedder("test-embed", base_url=server.base_url, api_key="k")
+        with SyncMemoryService.open(settings, embedder=openai) as service:
+            stored = service.memories.add(scope, "blocking callers store text too")
+            hits = service.memories.search(scope, "blocking callers", k=1)
+        assert hits[0].memory.id == stored.id
+        [vector] = asyncio.run(openai(["and from a fresh loop"]))
+        np.testing.assert_allclose(vector, server.vector("and from a fresh loop"), rtol=1e-6)
+        assert len(server.requests) == 3
