@@ -180,6 +180,12 @@ class OpenAIEmbedder:
         url = (url or DEFAULT_OPENAI_BASE_URL).strip().rstrip("/")
         if not re.match(r"https?://[^/\s]+", url):
             raise ValidationError("base_url", "must be an http:// or https:// URL")
+        import httpx
+
+        try:
+            httpx.URL(url)  # httpx's InvalidURL is no HTTPError: refuse it here
+        except httpx.InvalidURL as exc:
+            raise ValidationError("base_url", f"not a valid URL: {exc}") from exc
         self.base_url = url
         self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.dimensions = (
