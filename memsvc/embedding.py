@@ -21,6 +21,7 @@ import random
 import re
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -198,9 +199,11 @@ class OpenAIEmbedder:
         self.max_retries = max_retries
         self.backoff_s: float = _positive(backoff_s, "backoff_s")
         self.max_backoff_s: float = _positive(max_backoff_s, "max_backoff_s")
-        # An httpx client belongs to the event loop it first ran on: one per loop.
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        # An httpx client belongs to the event loop it first ran on, so each
+        # loop using the embedder (the blocking client runs its own) has one;
+        # a loop's client goes when the loop does.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient]
+        self._clients = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIEmbedder(model={self.model!r}, base_url={self.base_url!r})"
@@ -216,8 +219,8 @@ class OpenAIEmbedder:
         return vectors
 
     async def aclose(self) -> None:
-        """Close the HTTP connections (the embedder reopens them if called again)."""
-        client, self._client, self._client_loop = self._client, None, None
+        """Close this event loop's HTTP connections (reopened if called again)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.aclose()
 
@@ -236,15 +239,16 @@ class OpenAIEmbedder:
         import httpx
 
         loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
+        client = self._clients.get(loop)
+        if client is None:
             headers = {"Accept": "application/json"}
             if self._api_key:
                 headers["Authorization"] = f"Bearer {self._api_key}"
-            self._client = httpx.AsyncClient(
+            client = httpx.AsyncClient(
                 headers=headers, timeout=self.timeout_s, follow_redirects=False
             )
-            self._client_loop = loop
-        return self._client
+            self._clients[loop] = client
+        return client
 
     async def _embed_batch(self, batch: list[str]) -> list[Vector]:
         payload: dict[str, Any] = {"model": self.model, "input": batch, "encoding_format": "float"}
