@@ -76,7 +76,8 @@ class Settings(BaseSettings):
     hnsw_max_scan_tuples: int = Field(default=20_000, ge=1)
     embedder: str = Field(
         default="hashing",
-        description="Embedder for text queries where memsvc picks one (`memsvc mcp`, the demo).",
+        description="Embedder where memsvc picks one (`memsvc mcp`, the demo): `hashing`, "
+        "`openai:<model>` or `local:<model or path>` (see memsvc.embedding.embedder_from_spec).",
     )
     exact_search_threshold: int = Field(
         default=2_000,

@@ -177,6 +177,15 @@ class MemoryRepository(Repository):
         scope = validate_scope(scope)
         text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
         memory_id = new_id() if id is None else parse_id("id", id)
+        if embedding is None and self._embedder is not None:
+            # Content already stored here comes back as it is, as the insert
+            # below would return it: embedding the text again would be wasted.
+            # Only a shortcut: the insert's conflict handling stays the truth.
+            stored = await self._read(
+                conn, lambda active: self._find_duplicate(active, scope, memory_id, digest)
+            )
+            if stored is not None:
+                return stored
         vector = await self._embedding_for(text, embedding)
         args = [*_scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
 
@@ -315,11 +324,8 @@ class MemoryRepository(Repository):
         scope = validate_scope(scope)
         batch = validate_sequence(items, "items")
         ids, texts, digests, metas, vectors, weights, ttls = self._prepare_batch(batch)
-        missing = [i for i, vector in enumerate(vectors) if vector is None]
-        if missing and self._embedder is not None:
-            computed = await self._embed([texts[i] for i in missing], "items.embedding")
-            for i, vector in zip(missing, computed, strict=True):
-                vectors[i] = vector
+        if self._embedder is not None and any(vector is None for vector in vectors):
+            await self._embed_missing(scope, texts, digests, vectors, conn)
         if not ids:
             return []
         wire = [None if v is None else vector_bytes(v, self._settings.vector_type) for v in vectors]
@@ -369,6 +375,37 @@ class MemoryRepository(Repository):
                 raise ConflictError(f"items[{i}] collided with a memory deleted meanwhile; retry")
             result.append(memory)
         return result
+
+    async def _embed_missing(
+        self,
+        scope: Scope,
+        texts: builtins.list[str],
+        digests: builtins.list[str],
+        vectors: builtins.list[Any],
+        conn: asyncpg.Connection | None,
+    ) -> None:
+        """Fill the missing ``vectors``, embedding each distinct new content once.
+
+        Content already stored in the scope reuses its stored embedding (the
+        same text embeds to the same vector), so a batch re-adding known
+        memories costs no embedder call, and if the stored row is deleted
+        meanwhile the insert still has a vector for the new one.
+        """
+        missing = [i for i, vector in enumerate(vectors) if vector is None]
+        wanted = sorted({digests[i] for i in missing})
+        params = Params(wanted)
+        sql = q.stored_embeddings(self._schema, scope_condition(scope, "exact", params))
+        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        known = {row["content_hash"]: self._vector(row["embedding"]) for row in rows}
+        first: dict[str, int] = {}  # digest -> the first item needing it embedded
+        for i in missing:
+            if digests[i] not in known:
+                first.setdefault(digests[i], i)
+        if first:
+            computed = await self._embed([texts[i] for i in first.values()], "items.embedding")
+            known.update(zip(first, computed, strict=True))
+        for i in missing:
+            vectors[i] = known[digests[i]]
 
     def _prepare_batch(
         self, items: Iterable[str | Mapping[str, Any]]

@@ -117,6 +117,13 @@ WITH batch AS (
 SELECT * FROM ins"""
 
 
+def stored_embeddings(schema: str, scope_sql: str) -> str:
+    """Embeddings already stored in a scope for content hashes ``$1``: no need to embed again."""
+    return f"""
+SELECT DISTINCT ON (content_hash) content_hash, embedding FROM {schema}.memories
+WHERE {scope_sql} AND key IS NULL AND content_hash = ANY($1::text[]) AND embedding IS NOT NULL"""
+
+
 def find_batch_duplicates(schema: str, scope_sql: str) -> str:
     """Rows a batch collided with, by id or by content hash in the scope."""
     return f"""
