@@ -74,9 +74,6 @@ class HashingEmbedder:
 
 # ---------------------------------------------------------------------- OpenAI
 
-# What the OpenAI SDK defaults to when neither base_url nor OPENAI_BASE_URL is given.
-DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
-
 # Statuses worth another try: request timeout, rate limit, server trouble.
 _RETRYABLE_STATUSES = frozenset({408, 429})
 
@@ -178,7 +175,12 @@ class OpenAIEmbedder:
             raise EmbeddingError("OpenAIEmbedder needs httpx: install memsvc[openai]")
         self.model = _model_name(model, "model")
         url = base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL")
-        url = (url or DEFAULT_OPENAI_BASE_URL).strip().rstrip("/")
+        if not url or not url.strip():
+            # memsvc names no endpoint of its own: the deployment says where.
+            raise ValidationError(
+                "base_url", "required: the API root ending in /v1 (or set OPENAI_BASE_URL)"
+            )
+        url = url.strip().rstrip("/")
         if not re.match(r"https?://[^/\s]+", url):
             raise ValidationError("base_url", "must be an http:// or https:// URL")
         import httpx

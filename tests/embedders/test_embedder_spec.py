@@ -101,7 +101,12 @@ def test_local_spec_without_the_extra_names_it() -> None:
         (":model", {}, "embedder"),
         (None, {}, "embedder"),
         ("openai:m", {"MEMSVC_EMBEDDER_DIMENSIONS": "lots"}, "embedder_dimensions"),
-        ("openai:m", {"MEMSVC_EMBEDDER_DIMENSIONS": "0"}, "embedder_dimensions"),
+        (
+            "openai:m",
+            {"MEMSVC_EMBEDDER_DIMENSIONS": "0", "MEMSVC_EMBEDDER_BASE_URL": "http://h:1/v1"},
+            "embedder_dimensions",
+        ),
+        ("openai:m", {}, "embedder_base_url"),
         ("openai:m", {"MEMSVC_EMBEDDER_BASE_URL": "ftp://h/v1"}, "embedder_base_url"),
     ],
 )

@@ -212,6 +212,7 @@ async def test_bad_answers_are_embedding_errors(
     [
         ({"model": ""}, "model"),
         ({"base_url": "localhost:8000/v1"}, "base_url"),
+        ({"base_url": ""}, "base_url"),
         ({"base_url": "http://127.0.0.1:port/v1"}, "base_url"),
         ({"batch_size": 0}, "batch_size"),
         ({"batch_size": 2.5}, "batch_size"),
