@@ -24,9 +24,9 @@ def vectors(count: int, seed: int) -> np.ndarray:
 
 
 async def fill(service: MemoryService, scope: Scope, count: int, seed: int) -> None:
+    rows = vectors(count, seed)
     await service.memories.add_many(
-        scope,
-        [{"content": f"{scope.levels} {i}", "embedding": v} for i, v in enumerate(vectors(count, seed))],
+        scope, [{"content": f"{scope.levels} {i}", "embedding": v} for i, v in enumerate(rows)]
     )
 
 
