@@ -697,6 +697,7 @@ class MemoryRepository(Repository):
         created_before: datetime | None = None,
         rank: Rank = "similarity",
         mode: SearchMode = "auto",
+        with_embeddings: bool = False,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[SearchHit]:
         """The ``k`` memories nearest to ``query`` within the scope.
@@ -721,12 +722,17 @@ class MemoryRepository(Repository):
                 importance + 0.1 x 0.5 ** (age / 30 days), over the 4k most similar.
             mode: ``auto``; ``exact`` forces an exact scan, ``index`` lets the
                 planner choose without the exact fallback (benchmarks, tests).
+            with_embeddings: Also return each hit's embedding
+                (``hit.memory.embedding``); by default it is None, which saves
+                sending and decoding vectors most callers never read.
             conn: A connection of your own to run on.
 
         Returns:
             Hits, best first; ``score`` is what they are ranked by and
             ``similarity`` the vector similarity (1 - cosine distance for cosine).
         """
+        if not isinstance(with_embeddings, bool):
+            raise ValidationError("with_embeddings", "must be True or False")
         statement = await self._search_statement(
             scope,
             query,
@@ -738,6 +744,7 @@ class MemoryRepository(Repository):
             created_before,
             rank,
             mode,
+            with_embeddings,
         )
 
         async def run(active: asyncpg.Connection) -> builtins.list[Any]:
@@ -795,6 +802,7 @@ class MemoryRepository(Repository):
         created_before: datetime | None,
         rank: Rank,
         mode: SearchMode,
+        with_embeddings: bool = True,
     ) -> _SearchStatement:
         scope = validate_scope(scope)
         include = validate_include(include)
@@ -831,6 +839,7 @@ class MemoryRepository(Repository):
             "filter_sql": " AND ".join(filters),
             "query_param": query_param,
             "k_param": params.add(fetch),
+            "with_embeddings": with_embeddings,
         }
         sql = q.search(self._schema, exact=mode == "exact", **options)
         fallback = q.search(self._schema, exact=True, **options) if mode == "auto" else None
