@@ -77,6 +77,7 @@ class _SearchStatement:
     values: builtins.list[object]
     fetch: int
     exact_sql: str | None  # the fallback, in auto mode
+    scope: Scope | None  # the scope of every hit, when include="exact"
 
 
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
@@ -760,10 +761,10 @@ class MemoryRepository(Repository):
             return rows
 
         rows = await self._read(conn, run)
-        hits = [
-            SearchHit(Memory.from_row(row), float(row["similarity"]), float(row["similarity"]))
-            for row in rows
-        ]
+        hits = []
+        for row in rows:
+            similarity = float(row["similarity"])
+            hits.append(SearchHit(Memory.from_row(row, statement.scope), similarity, similarity))
         if rank == "recall":
             hits = self._rank_for_recall(hits)[:k]
         return hits
@@ -843,7 +844,9 @@ class MemoryRepository(Repository):
         }
         sql = q.search(self._schema, exact=mode == "exact", **options)
         fallback = q.search(self._schema, exact=True, **options) if mode == "auto" else None
-        return _SearchStatement(sql, params.values, fetch, fallback)
+        return _SearchStatement(
+            sql, params.values, fetch, fallback, scope if include == "exact" else None
+        )
 
     @staticmethod
     def _came_from_exact(rows: Sequence[Any]) -> bool:
