@@ -77,6 +77,7 @@ class _SearchStatement:
     values: builtins.list[object]
     fetch: int
     exact_sql: str | None  # the fallback, in auto mode
+    scope: Scope | None  # the scope of every hit, when include="exact"
 
 
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
@@ -734,6 +735,7 @@ class MemoryRepository(Repository):
         created_before: datetime | None = None,
         rank: Rank = "similarity",
         mode: SearchMode = "auto",
+        with_embeddings: bool = False,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[SearchHit]:
         """The ``k`` memories nearest to ``query`` within the scope.
@@ -758,12 +760,17 @@ class MemoryRepository(Repository):
                 importance + 0.1 x 0.5 ** (age / 30 days), over the 4k most similar.
             mode: ``auto``; ``exact`` forces an exact scan, ``index`` lets the
                 planner choose without the exact fallback (benchmarks, tests).
+            with_embeddings: Also return each hit's embedding
+                (``hit.memory.embedding``); by default it is None, which saves
+                sending and decoding vectors most callers never read.
             conn: A connection of your own to run on.
 
         Returns:
             Hits, best first; ``score`` is what they are ranked by and
             ``similarity`` the vector similarity (1 - cosine distance for cosine).
         """
+        if not isinstance(with_embeddings, bool):
+            raise ValidationError("with_embeddings", "must be True or False")
         statement = await self._search_statement(
             scope,
             query,
@@ -775,6 +782,7 @@ class MemoryRepository(Repository):
             created_before,
             rank,
             mode,
+            with_embeddings,
         )
 
         async def run(active: asyncpg.Connection) -> builtins.list[Any]:
@@ -790,10 +798,10 @@ class MemoryRepository(Repository):
             return rows
 
         rows = await self._read(conn, run)
-        hits = [
-            SearchHit(Memory.from_row(row), float(row["similarity"]), float(row["similarity"]))
-            for row in rows
-        ]
+        hits = []
+        for row in rows:
+            similarity = float(row["similarity"])
+            hits.append(SearchHit(Memory.from_row(row, statement.scope), similarity, similarity))
         if rank == "recall":
             hits = self._rank_for_recall(hits)[:k]
         return hits
@@ -832,6 +840,7 @@ class MemoryRepository(Repository):
         created_before: datetime | None,
         rank: Rank,
         mode: SearchMode,
+        with_embeddings: bool = True,
     ) -> _SearchStatement:
         scope = validate_scope(scope)
         include = validate_include(include)
@@ -868,10 +877,13 @@ class MemoryRepository(Repository):
             "filter_sql": " AND ".join(filters),
             "query_param": query_param,
             "k_param": params.add(fetch),
+            "with_embeddings": with_embeddings,
         }
         sql = q.search(self._schema, exact=mode == "exact", **options)
         fallback = q.search(self._schema, exact=True, **options) if mode == "auto" else None
-        return _SearchStatement(sql, params.values, fetch, fallback)
+        return _SearchStatement(
+            sql, params.values, fetch, fallback, scope if include == "exact" else None
+        )
 
     @staticmethod
     def _came_from_exact(rows: Sequence[Any]) -> bool:

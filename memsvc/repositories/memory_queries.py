@@ -31,6 +31,10 @@ MEMORY_COLUMN_NAMES = (
     "last_accessed_at",
 )
 MEMORY_COLUMNS = ", ".join(MEMORY_COLUMN_NAMES)
+# The same columns with the embedding left out (a NULL in its place): search
+# hits carry their embedding only when the caller asks for it, since sending
+# and decoding ten 384-float vectors costs more than the rest of the row.
+MEMORY_COLUMNS_NO_EMBEDDING = MEMORY_COLUMNS.replace("embedding", "NULL AS embedding")
 
 NOT_EXPIRED = "(expires_at IS NULL OR expires_at > now())"
 
@@ -334,6 +338,7 @@ def search(
     query_param: str,
     k_param: str,
     exact: bool,
+    with_embeddings: bool = True,
 ) -> str:
     """Nearest neighbours of a query within a scope, in one statement.
 
@@ -346,10 +351,11 @@ def search(
     op = DISTANCE_OPERATORS[distance]
     order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {query_param}"
     similarity = SIMILARITY[distance].format(d="distance")
+    columns = MEMORY_COLUMNS if with_embeddings else MEMORY_COLUMNS_NO_EMBEDDING
     # Iterative index scans return rows in relaxed order: sort the k found.
     return f"""
 SELECT *, {similarity} AS similarity, {"true" if exact else "false"} AS via_exact FROM (
-    SELECT {MEMORY_COLUMNS}, {order} AS distance
+    SELECT {columns}, {order} AS distance
     FROM {schema}.memories
     WHERE {scope_sql} AND {filter_sql} AND embedding IS NOT NULL AND {NOT_EXPIRED}
     ORDER BY {order}
