@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -58,6 +59,12 @@ KEY_MAX_LENGTH = 1024
 # Hybrid search: each arm contributes its best max(2 x fetched rows, 50)
 # candidates (at most MAX_K) to reciprocal rank fusion (constant q.RRF_K).
 HYBRID_MIN_CANDIDATES = 50
+
+# "-" and "_" inside a word: read as spaces in text queries, as the text search
+# column reads them in its raw-token half (see tables.content_tsv_expression),
+# so "node-07" or "retry_backoff_ms" match however the parser split them. A
+# "-" after a space stays websearch_to_tsquery's "not".
+_JOINED = re.compile(r"(?<=\w)[-_](?=\w)")
 
 
 def content_hash(content: str) -> str:
@@ -780,7 +787,8 @@ class MemoryRepository(Repository):
                 f"{self._settings.text_search_config!r} (empty, only stop words, or only "
                 "operators)",
             )
-        hits = [self._hit(statement.mode, row) for row in rows if row["id"] is not None]
+        found = (row for row in rows if row["id"] is not None)
+        hits = [self._hit(statement.mode, place, row) for place, row in enumerate(found, 1)]
         if self._reranker is not None and statement.text is not None:
             hits = await ranking.rerank(self._reranker, statement.text, hits)
         if statement.rank == "recall":
@@ -792,11 +800,11 @@ class MemoryRepository(Repository):
         return hits[: statement.k]
 
     @staticmethod
-    def _hit(mode: str, row: Any) -> SearchHit:
+    def _hit(mode: str, place: int, row: Any) -> SearchHit:
         memory = Memory.from_row(row)
         if mode == "vector":
             nearness = float(row["similarity"])
-            return SearchHit(memory, nearness, nearness)
+            return SearchHit(memory, nearness, nearness, ("vector",), place)
         if mode == "text":
             return SearchHit(
                 memory, float(row["text_score"]), None, ("text",), None, row["text_rank"]
@@ -947,7 +955,10 @@ class MemoryRepository(Repository):
 
         params = Params()
         query_param = None if vector is None else params.add(vector)
-        text_param = None if search_mode == "vector" else params.add(text)
+        text_param = None
+        if search_mode != "vector":
+            assert text is not None
+            text_param = params.add(_JOINED.sub(" ", text))
         scope_sql = scope_condition(scope, include, params)
         filters = [compile_where(where, params)]
         if min_importance is not None:
