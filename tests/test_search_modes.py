@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -121,6 +121,7 @@ async def test_reciprocal_rank_fusion_orders_by_summed_reciprocal_ranks(
 ) -> None:
     axes = np.eye(384, dtype=np.float32)
     query = axes[0]
+
     # Vector ranks by construction: nearer to axis 0 = better.
     def toward(weight: float) -> np.ndarray:
         v = weight * axes[0] + (1 - weight) * axes[1]
@@ -274,7 +275,7 @@ async def test_reranker_reorders_the_fused_candidates(
     [(lambda n: [1.0] * (n + 1), "scores for"), (lambda n: [math.nan] * n, "finite")],
 )
 async def test_a_bad_reranker_is_a_clear_error(
-    memsvc_settings: Settings, scope: Scope, scores, message: str  # type: ignore[no-untyped-def]
+    memsvc_settings: Settings, scope: Scope, scores: Callable[[int], list[float]], message: str
 ) -> None:
     async def broken(query: str, contents: list[str]) -> list[float]:
         return list(scores(len(contents)))
@@ -400,10 +401,13 @@ async def test_0009_adds_and_removes_the_text_column_and_other_configs_are_refus
         await asyncio.to_thread(migrate.upgrade, settings, empty_database, "0009")
         assert await conn.fetchval(column) == 1
         # Rows written before the migration are searchable: the column is computed.
-        assert await conn.fetchval(
-            "SELECT count(*) FROM memsvc.memories WHERE content_tsv @@ "
-            "websearch_to_tsquery('english', 'ENG-9')"
-        ) == 1
+        assert (
+            await conn.fetchval(
+                "SELECT count(*) FROM memsvc.memories WHERE content_tsv @@ "
+                "websearch_to_tsquery('english', 'ENG-9')"
+            )
+            == 1
+        )
         recorded = "SELECT value FROM memsvc.schema_info WHERE key = 'text_search_config'"
         assert await conn.fetchval(recorded) == "english"
         simple = settings_for_tests(empty_database, text_search_config="simple")

@@ -404,15 +404,16 @@ WITH vector_arm AS (
 ), fused AS (
     SELECT coalesce(v.tenant_id, t.tenant_id) AS tenant_id, coalesce(v.id, t.id) AS id,
            v.vector_rank, t.text_rank, t.text_score,
-           coalesce(1.0 / ({RRF_K} + v.vector_rank), 0)
-             + coalesce(1.0 / ({RRF_K} + t.text_rank), 0) AS fused_score
+           coalesce(1.0::float8 / ({RRF_K} + v.vector_rank), 0)
+             + coalesce(1.0::float8 / ({RRF_K} + t.text_rank), 0) AS fused_score
     FROM vector_arm AS v FULL JOIN text_arm AS t ON t.tenant_id = v.tenant_id AND t.id = v.id
+    -- Cut to the page on ids alone; only its rows are read back in full.
+    ORDER BY fused_score DESC, v.vector_rank NULLS LAST, t.text_rank NULLS LAST
+    LIMIT {k_param}
 ), hits AS (
     SELECT {qualified(MEMORY_COLUMNS, "m")}, f.vector_rank, f.text_rank, f.text_score,
            f.fused_score, {similarity} AS similarity
     FROM fused AS f JOIN {schema}.memories AS m ON m.tenant_id = f.tenant_id AND m.id = f.id
-    ORDER BY f.fused_score DESC, f.vector_rank NULLS LAST, f.text_rank NULLS LAST
-    LIMIT {k_param}
 )
 SELECT numnode({tsquery}) AS query_terms, (SELECT count(*) FROM vector_arm) AS vector_found,
        {"true" if exact else "false"} AS via_exact, hits.*
