@@ -806,9 +806,7 @@ class MemoryRepository(Repository):
             nearness = float(row["similarity"])
             return SearchHit(memory, nearness, nearness, ("vector",), place)
         if mode == "text":
-            return SearchHit(
-                memory, float(row["text_score"]), None, ("text",), None, row["text_rank"]
-            )
+            return SearchHit(memory, float(row["text_score"]), None, ("text",), None, place)
         arms = tuple(
             arm
             for arm, found in (("vector", row["vector_rank"]), ("text", row["text_rank"]))

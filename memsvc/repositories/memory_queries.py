@@ -371,17 +371,17 @@ def search(
     WHERE {where} AND content_tsv @@ {tsquery}
     ORDER BY text_score DESC, id"""
     if mode == "text":
+        # Rows are read once, in the arm itself: no window, no join back.
         return f"""
-WITH text_arm AS ({text_arm}
-    LIMIT {k_param}
-), hits AS (
-    SELECT {qualified(MEMORY_COLUMNS, "m")}, t.text_score,
-           row_number() OVER (ORDER BY t.text_score DESC, t.id) AS text_rank
-    FROM text_arm AS t JOIN {schema}.memories AS m ON m.tenant_id = t.tenant_id AND m.id = t.id
-)
 SELECT numnode({tsquery}) AS query_terms, hits.*
-FROM (SELECT 1) AS one LEFT JOIN hits ON true
-ORDER BY hits.text_rank"""
+FROM (SELECT 1) AS one LEFT JOIN (
+    SELECT {MEMORY_COLUMNS}, ts_rank_cd(content_tsv, {tsquery}) AS text_score
+    FROM {schema}.memories
+    WHERE {where} AND content_tsv @@ {tsquery}
+    ORDER BY text_score DESC, id
+    LIMIT {k_param}
+) AS hits ON true
+ORDER BY hits.text_score DESC, hits.id"""
     assert query_param is not None and candidates_param is not None
     op = DISTANCE_OPERATORS[distance]
     order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {query_param}"
