@@ -102,11 +102,22 @@ class Memory:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """A search result: the memory and its score (higher is better)."""
+    """A search result: the memory and its score (higher is better).
+
+    ``score`` is what hits are ranked by: the vector similarity (vector mode),
+    ``ts_rank_cd`` (text), the reciprocal-rank-fusion score (hybrid), the
+    reranker's score, or the ``rank="recall"`` blend. ``similarity`` is the
+    vector similarity, None when there is none (text mode, or no embedding).
+    ``arms`` names the arms that found the hit (``"vector"``, ``"text"``) and
+    ``vector_rank`` / ``text_rank`` its 1-based rank in each (None if absent).
+    """
 
     memory: Memory
     score: float
-    similarity: float
+    similarity: float | None
+    arms: tuple[str, ...] = ("vector",)
+    vector_rank: int | None = None
+    text_rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,7 +69,8 @@ DURATION_BUCKETS = (
 _NUMBER_ARGUMENTS = {"k": "memsvc.k", "limit": "memsvc.limit", "keep_last": "memsvc.keep_last"}
 _CHOICE_ARGUMENTS = {
     "include": ("memsvc.include", frozenset({"exact", "ancestors", "descendants"})),
-    "mode": ("memsvc.mode", frozenset({"auto", "exact", "index"})),
+    "mode": ("memsvc.mode", frozenset({"vector", "text", "hybrid"})),
+    "plan": ("memsvc.plan", frozenset({"auto", "exact", "index"})),
     "rank": ("memsvc.rank", frozenset({"similarity", "recall"})),
 }
 
@@ -292,7 +293,7 @@ def traced(
 
     The span records the call's tenant and scope level (from its ``scope`` or
     ``tenant`` argument, or the instance's ``scope_attribute``), ``k``,
-    ``limit``, ``include``, ``mode`` and ``rank`` when the method has them,
+    ``limit``, ``include``, ``mode``, ``plan`` and ``rank`` when the method has them,
     the number of rows returned, and the error class on failure.
     ``on_result`` is called with each successful result (metrics counters).
     """

@@ -181,7 +181,9 @@ async def test_selective_filter_on_a_large_scope_still_returns_a_full_page(
     hits = await service.memories.search(big, vectors[1], k=10, where={"rare": True})
     assert len(hits) == 10
     assert all(h.memory.metadata["rare"] for h in hits)
-    exact = await service.memories.search(big, vectors[1], k=10, where={"rare": True}, mode="exact")
+    exact = await service.memories.search(
+        big, vectors[1], k=10, where={"rare": True}, plan="exact"
+    )
     assert [h.memory.id for h in hits] == [h.memory.id for h in exact]
 
 

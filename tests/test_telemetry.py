@@ -123,7 +123,8 @@ async def test_operation_spans_nest_under_the_application_span(
     assert search["memsvc.scope.level"] == "project"
     assert search["memsvc.k"] == 7
     assert search["memsvc.include"] == "descendants"
-    assert search["memsvc.mode"] == "auto"
+    assert search["memsvc.plan"] == "auto"
+    assert "memsvc.mode" not in search  # not passed: the service picked it
     assert search["memsvc.rows"] == len(hits) == 2
 
 

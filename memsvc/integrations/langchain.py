@@ -329,7 +329,7 @@ class MemsvcVectorStore(VectorStore):
     ) -> list[tuple[Document, float]]:
         """The ``k`` nearest documents with their similarity (higher is closer)."""
         hits = self._bridge.run(self._search(embedding, k, filter))
-        return [(_document(hit.memory), hit.similarity) for hit in hits]
+        return [(_document(hit.memory), hit.score) for hit in hits]
 
     async def asimilarity_search_with_score_by_vector(
         self,
@@ -340,7 +340,7 @@ class MemsvcVectorStore(VectorStore):
     ) -> list[tuple[Document, float]]:
         """Async :meth:`similarity_search_with_score_by_vector`."""
         hits = await self._bridge.arun(self._search(embedding, k, filter))
-        return [(_document(hit.memory), hit.similarity) for hit in hits]
+        return [(_document(hit.memory), hit.score) for hit in hits]
 
     def similarity_search_with_score(
         self,

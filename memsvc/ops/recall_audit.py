@@ -103,17 +103,21 @@ def query_recall(found: Sequence[SearchHit], exact: Sequence[SearchHit]) -> floa
     if not exact:
         return 1.0
     wanted = {hit.memory.id for hit in exact}
-    kth = exact[-1].similarity - TIE_TOLERANCE
-    hits = sum(1 for hit in found if hit.memory.id in wanted or hit.similarity >= kth)
+    # Vector hits always carry a similarity; a tie with the exact k-th counts as found.
+    kth = (exact[-1].similarity or 0.0) - TIE_TOLERANCE
+    hits = sum(
+        1
+        for hit in found
+        if hit.memory.id in wanted or (hit.similarity is not None and hit.similarity >= kth)
+    )
     return min(1.0, hits / len(exact))
 
 
 async def _exact_search(
     memories: MemoryRepository, scope: Scope, query: np.ndarray[Any, Any], k: int
 ) -> list[SearchHit]:
-    # The one place the audit names the search argument that forces an exact
-    # scan (``mode=`` today, ``plan=`` once search modes land).
-    return await memories.search(scope, query, k=k, mode="exact")
+    # The one place the audit forces an exact scan of the same search path.
+    return await memories.search(scope, query, k=k, plan="exact")
 
 
 def _validate(sample: object, threshold: object, k: object, perturb: object) -> None:
