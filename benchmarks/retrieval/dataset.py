@@ -151,7 +151,9 @@ def build(pool: list[corpus.Snippet], n: int, queries: int, seed: int) -> Datase
     return data
 
 
-def _stratified(candidates: list[dict[str, Any]], count: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+def _stratified(
+    candidates: list[dict[str, Any]], count: int, rng: np.random.Generator
+) -> list[dict[str, Any]]:
     """Half from the big scope, half from the rest (fewer when there are not enough)."""
     big = [c for c in candidates if c["scope"] == BIG_SCOPE]
     rest = [c for c in candidates if c["scope"] != BIG_SCOPE]
@@ -184,13 +186,21 @@ def _exact_candidates(data: Dataset, rng: np.random.Generator) -> list[dict[str,
         words = list(dict.fromkeys(words))
         if len(words) < 2:
             continue
-        pick = sorted(rng.choice(len(words), size=min(len(words), int(rng.integers(2, 4))), replace=False))
+        pick = sorted(
+            rng.choice(len(words), size=min(len(words), int(rng.integers(2, 4))), replace=False)
+        )
         context = [words[i] for i in pick]
         lower = [w.lower() for w in context]
         text = " ".join([*lower[:1], token, *lower[1:]])
         used.add(source_row)
         candidates.append(
-            {"text": text, "token": token, "kind": token_kind(token), "scope": scope, "relevant": rows}
+            {
+                "text": text,
+                "token": token,
+                "kind": token_kind(token),
+                "scope": scope,
+                "relevant": rows,
+            }
         )
     return candidates
 
@@ -217,7 +227,9 @@ def embed_cached(texts: list[str], cache_dir: Path) -> np.ndarray:
     stored = np.load(vectors_path) if vectors_path.exists() else np.zeros((0, 384), np.float32)
     index = {bytes(key): i for i, key in enumerate(keys)}
     wanted = [hashlib.blake2b(t.encode(), digest_size=16).hexdigest().encode() for t in texts]
-    missing = sorted({i for i, key in enumerate(wanted) if key not in index}, key=wanted.__getitem__)
+    missing = sorted(
+        {i for i, key in enumerate(wanted) if key not in index}, key=wanted.__getitem__
+    )
     missing_texts: dict[bytes, str] = {}
     for i in missing:
         missing_texts.setdefault(wanted[i], texts[i])
@@ -225,9 +237,13 @@ def embed_cached(texts: list[str], cache_dir: Path) -> np.ndarray:
         from benchmarks.retrieval.embedder import MiniLMEmbedder
 
         todo = list(missing_texts.values())
-        print(f"  embedding {len(todo):,} texts with all-MiniLM-L6-v2 (cached after) ...", flush=True)
+        print(
+            f"  embedding {len(todo):,} texts with all-MiniLM-L6-v2 (cached after) ...", flush=True
+        )
         embedder = MiniLMEmbedder()
-        fresh = embedder.encode(todo, progress=lambda done: print(f"    {done:,}/{len(todo):,}", flush=True))
+        fresh = embedder.encode(
+            todo, progress=lambda done: print(f"    {done:,}/{len(todo):,}", flush=True)
+        )
         keys = np.concatenate([keys, np.asarray(list(missing_texts), dtype="S32")])
         stored = np.concatenate([stored, fresh])
         cache_dir.mkdir(parents=True, exist_ok=True)
