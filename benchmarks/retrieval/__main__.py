@@ -261,9 +261,12 @@ async def main() -> None:
     pool = dataset.load_pool(args.cache_dir)
     data = dataset.build(pool, args.snippets, args.queries, args.seed)
     del pool
-    vectors = dataset.embed_cached(data.texts, args.cache_dir)
-    exact_vectors = dataset.embed_cached([q["text"] for q in data.exact], args.cache_dir)
-    semantic_vectors = dataset.embed_cached([q["text"] for q in data.semantic], args.cache_dir)
+    # One call, so the model loads once.
+    texts = data.texts + [q["text"] for q in data.exact] + [q["text"] for q in data.semantic]
+    embedded_texts = dataset.embed_cached(texts, args.cache_dir)
+    vectors, exact_vectors, semantic_vectors = np.split(
+        embedded_texts, [len(data.texts), len(data.texts) + len(data.exact)]
+    )
     semantic_truth = dataset.semantic_truth(data, vectors, semantic_vectors)
     description = data.describe()
     print(f"corpus ready in {time.perf_counter() - t:.0f}s: {json.dumps(description)}")

@@ -36,7 +36,7 @@ CORPUS_VERSION = 1
 BIG_SCOPE = "big"
 _DOCSTRING_CAP = 150_000
 
-_TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:+#~-]*[A-Za-z0-9_]")
+_TOKEN = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_./:+#~-]*[A-Za-z0-9_]")
 _IDENTIFIER = re.compile(
     r"^(?=.*[A-Za-z])(?:[A-Za-z0-9]+_[A-Za-z0-9_]+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)$"
 )
