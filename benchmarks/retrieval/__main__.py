@@ -176,7 +176,7 @@ class RetrievalBench:
             f"FROM bench_raw, websearch_to_tsquery('{config}', $1) q "
             "WHERE tenant_id = $2 AND project_id = $3 AND agent_id IS NULL AND session_id IS NULL "
             f"AND {tsv} @@ q AND (expires_at IS NULL OR expires_at > now()) "
-            "ORDER BY rank DESC LIMIT 10"
+            "ORDER BY rank DESC, id LIMIT 10"
         )
 
     async def latency(self, queries: list[tuple[str, np.ndarray]], big_rows: int) -> None:
@@ -230,14 +230,12 @@ class RetrievalBench:
 
 def _text_config(expression: str | None, svc: MemoryService) -> str:
     """The text search configuration the stored tsvector is built with."""
+    configured = getattr(svc.settings, "text_search_config", None)
+    if isinstance(configured, str):
+        return configured
+    # Else the first configuration named in the generated column's expression.
     found = re.search(r"'(\w+)'::regconfig", expression or "")
-    if found:
-        return found.group(1)
-    for name in ("text_search_config", "text_search_configuration", "fts_config"):
-        value = getattr(svc.settings, name, None)
-        if isinstance(value, str):
-            return value
-    return "simple"
+    return found.group(1) if found else "simple"
 
 
 async def _bytes_connection(dsn: str, server_settings: dict[str, str]) -> asyncpg.Connection:
