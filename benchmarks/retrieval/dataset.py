@@ -220,36 +220,40 @@ def semantic_truth(
 
 
 def embed_cached(texts: list[str], cache_dir: Path) -> np.ndarray:
-    """Embeddings of ``texts``, reusing every one computed before (keyed by text hash)."""
+    """Embeddings of ``texts``, reusing every one computed before (keyed by text hash).
+
+    New embeddings are appended to the cache every few thousand texts, so an
+    interrupted run keeps what it computed.
+    """
     keys_path, vectors_path = cache_dir / "embeddings-keys.npy", cache_dir / "embeddings.npy"
     # Keys are hex digests: numpy's bytes dtype would strip trailing NULs.
     keys = np.load(keys_path) if keys_path.exists() else np.zeros(0, dtype="S32")
     stored = np.load(vectors_path) if vectors_path.exists() else np.zeros((0, 384), np.float32)
+    # Vectors are saved before keys: after an interruption between the two
+    # files, the common prefix is consistent (both only ever grow).
+    size = min(len(keys), len(stored))
+    keys, stored = keys[:size], stored[:size]
     index = {bytes(key): i for i, key in enumerate(keys)}
     wanted = [hashlib.blake2b(t.encode(), digest_size=16).hexdigest().encode() for t in texts]
-    missing = sorted(
-        {i for i, key in enumerate(wanted) if key not in index}, key=wanted.__getitem__
-    )
-    missing_texts: dict[bytes, str] = {}
-    for i in missing:
-        missing_texts.setdefault(wanted[i], texts[i])
-    if missing_texts:
+    missing: dict[bytes, str] = {}
+    for key, text in zip(wanted, texts, strict=True):
+        if key not in index:
+            missing.setdefault(key, text)
+    if missing:
         from benchmarks.retrieval.embedder import MiniLMEmbedder
 
-        todo = list(missing_texts.values())
-        print(
-            f"  embedding {len(todo):,} texts with all-MiniLM-L6-v2 (cached after) ...", flush=True
-        )
+        todo = list(missing.items())
+        print(f"  embedding {len(todo):,} texts with all-MiniLM-L6-v2 (cached) ...", flush=True)
         embedder = MiniLMEmbedder()
-        fresh = embedder.encode(
-            todo, progress=lambda done: print(f"    {done:,}/{len(todo):,}", flush=True)
-        )
-        keys = np.concatenate([keys, np.asarray(list(missing_texts), dtype="S32")])
-        stored = np.concatenate([stored, fresh])
         cache_dir.mkdir(parents=True, exist_ok=True)
-        np.save(vectors_path.with_suffix(".tmp.npy"), stored)
-        np.save(keys_path.with_suffix(".tmp.npy"), keys)
-        vectors_path.with_suffix(".tmp.npy").rename(vectors_path)
-        keys_path.with_suffix(".tmp.npy").rename(keys_path)
+        for start in range(0, len(todo), 2_048):
+            part = todo[start : start + 2_048]
+            fresh = embedder.encode([text for _key, text in part])
+            keys = np.concatenate([keys, np.asarray([key for key, _text in part], dtype="S32")])
+            stored = np.concatenate([stored, fresh])
+            for path, array in ((vectors_path, stored), (keys_path, keys)):
+                np.save(path.with_suffix(".tmp.npy"), array)
+                path.with_suffix(".tmp.npy").rename(path)
+            print(f"    {start + len(part):,}/{len(todo):,}", flush=True)
         index = {bytes(key): i for i, key in enumerate(keys)}
     return stored[[index[key] for key in wanted]]

@@ -9,7 +9,7 @@ swap that in once memsvc ships it. The weights come from the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,20 +38,12 @@ class MiniLMEmbedder:
         self.model = SentenceTransformer(model_path(), device="cpu")
         self.batch_size = batch_size
 
-    def encode(
-        self, texts: Sequence[str], progress: Callable[[int], None] | None = None
-    ) -> np.ndarray[Any, np.dtype[np.float32]]:
-        """Embeddings of ``texts`` (float32, L2-normalised), reporting progress per batch."""
-        out = np.zeros((len(texts), 384), dtype=np.float32)
-        step = self.batch_size * 8
-        for start in range(0, len(texts), step):
-            part = list(texts[start : start + step])
-            out[start : start + len(part)] = self.model.encode(
-                part, batch_size=self.batch_size, normalize_embeddings=True
-            )
-            if progress is not None:
-                progress(start + len(part))
-        return out
+    def encode(self, texts: Sequence[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+        """Embeddings of ``texts`` (float32, L2-normalised)."""
+        vectors = self.model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True
+        )
+        return np.asarray(vectors, dtype=np.float32)
 
     async def __call__(self, texts: Sequence[str]) -> list[np.ndarray[Any, np.dtype[np.float32]]]:
         # The model holds the GIL for long stretches only in Python glue; the
