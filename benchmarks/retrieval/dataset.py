@@ -38,7 +38,9 @@ _DOCSTRING_CAP = 150_000
 
 _TOKEN = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_./:+#~-]*[A-Za-z0-9_]")
 _IDENTIFIER = re.compile(
-    r"^(?=.*[A-Za-z])(?:[A-Za-z0-9]+_[A-Za-z0-9_]+|[a-z]+[A-Z][A-Za-z0-9]*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)$"
+    r"^(?=.*[A-Za-z])(?:[A-Za-z0-9]+_[A-Za-z0-9_]+"  # snake_case, CONSTANT_NAME
+    r"|[a-z][a-z0-9]*[A-Z][a-z0-9]+[A-Za-z0-9]*"  # camelCase (not "macOS")
+    r"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)$"  # dotted.name, file.ext
 )
 _VERSION = re.compile(r"^v?\d+(?:\.\d+){1,3}(?:[-+~][A-Za-z0-9.~+-]+)?$")
 _PATH = re.compile(r"^/?(?:[\w.+-]+/)+[\w.+-]+$")
