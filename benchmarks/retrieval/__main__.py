@@ -184,17 +184,26 @@ class RetrievalBench:
         raw_sql = await self.raw_text_sql() if self.modes_available else None
         sides = [*(MODES if self.modes_available else ("vector",)), *(["raw"] if raw_sql else [])]
         lat: dict[str, list[float]] = {side: [] for side in sides}
+        agree = 0
         for qi, (text, vector) in enumerate(queries):
+            ids: dict[str, set[Any]] = {}
             # Rotate the order: whichever runs first warms the buffers for the rest.
             for side in sides[qi % len(sides) :] + sides[: qi % len(sides)]:
                 t = time.perf_counter()
                 if side == "raw":
                     assert raw_sql is not None
-                    await self.raw.fetch(raw_sql, text, TENANT, dataset.BIG_SCOPE)
+                    rows = await self.raw.fetch(raw_sql, text, TENANT, dataset.BIG_SCOPE)
+                    lat[side].append(time.perf_counter() - t)
+                    ids[side] = {row["id"] for row in rows}
                 else:
-                    await self.run(side, dataset.BIG_SCOPE, text, vector)
-                lat[side].append(time.perf_counter() - t)
+                    hits = await self.run(side, dataset.BIG_SCOPE, text, vector)
+                    lat[side].append(time.perf_counter() - t)
+                    ids[side] = {hit.memory.id for hit in hits}
+            agree += "raw" in ids and ids["raw"] == ids["text"]
         print(f"  latency, {len(queries)} queries in the {big_rows:,}-row scope")
+        if raw_sql is not None:
+            # The peer is only fair if it does the same work: same rows back.
+            print(f"    raw SQL and text mode returned the same rows for {agree}/{len(queries)}")
         figures: dict[str, Any] = {}
         for side in sides:
             p50, p99 = ms(lat[side], 50), ms(lat[side], 99)
