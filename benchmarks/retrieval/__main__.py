@@ -27,6 +27,7 @@ import asyncpg
 import numpy as np
 
 from benchmarks.retrieval import dataset
+from benchmarks.retrieval.dataset import recall_at, reciprocal_rank
 from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.repositories.memory_queries import MEMORY_COLUMNS
@@ -34,17 +35,6 @@ from memsvc.repositories.memory_queries import MEMORY_COLUMNS
 TENANT = "bench"
 MODES = ("vector", "text", "hybrid")
 DEFAULT_CACHE = Path.home() / ".cache" / "memsvc-bench" / "retrieval"
-
-
-def recall_at(got: list[int], relevant: list[int], k: int = 10) -> float:
-    if not relevant:
-        return 1.0
-    return len(set(got[:k]) & set(relevant)) / min(k, len(relevant))
-
-
-def reciprocal_rank(got: list[int], relevant: list[int], k: int = 10) -> float:
-    wanted = set(relevant)
-    return next((1.0 / rank for rank, row in enumerate(got[:k], 1) if row in wanted), 0.0)
 
 
 def ms(values: list[float], p: float) -> float:

@@ -207,6 +207,19 @@ def _exact_candidates(data: Dataset, rng: np.random.Generator) -> list[dict[str,
     return candidates
 
 
+def recall_at(got: list[int], relevant: list[int], k: int = 10) -> float:
+    """Share of the relevant rows in the top ``k`` (out of at most ``k``)."""
+    if not relevant:
+        return 1.0
+    return len(set(got[:k]) & set(relevant)) / min(k, len(relevant))
+
+
+def reciprocal_rank(got: list[int], relevant: list[int], k: int = 10) -> float:
+    """1 / rank of the first relevant row in the top ``k``; 0 when none is there."""
+    wanted = set(relevant)
+    return next((1.0 / rank for rank, row in enumerate(got[:k], 1) if row in wanted), 0.0)
+
+
 def semantic_truth(
     data: Dataset, vectors: np.ndarray, query_vectors: np.ndarray, k: int = 10
 ) -> list[list[int]]:
