@@ -134,6 +134,20 @@ class RetrievalBench:
                 print(f"    {mode:<7} recall@10 {r:.4f}   MRR {mrr:.4f}")
             else:
                 print(f"    {mode:<7} (mode not available in this memsvc)")
+        # Recall by group: the kind of token, and the big scope against the rest.
+        groups: dict[str, list[int]] = {}
+        for i, query in enumerate(queries):
+            groups.setdefault(query.get("kind") or "", []).append(i)
+            where = "big scope" if query["scope"] == dataset.BIG_SCOPE else "other scopes"
+            groups.setdefault(where, []).append(i)
+        for group, members in sorted(groups.items()):
+            if group:
+                by_mode = {m: statistics.mean(recalls[m][i] for i in members) for m in modes}
+                shown = "  ".join(f"{m} {r:.3f}" for m, r in by_mode.items())
+                print(f"      {group:<12} ({len(members):>3}) recall@10  {shown}")
+                figures.setdefault("by_group", {})[group] = {
+                    m: round(r, 4) for m, r in by_mode.items()
+                }
         self.results[name] = figures
 
     async def raw_text_sql(self) -> str | None:
