@@ -1,0 +1,344 @@
+"""Retrieval benchmark: vector, text and hybrid search on real text, one run.
+
+    python -m benchmarks.retrieval                      # 20,000 snippets, 200 queries a set
+    python -m benchmarks.retrieval --snippets 2000      # a quick run
+    python -m benchmarks.retrieval --snippets 100000    # 10,000-row scope of 100,000 rows
+
+Reports recall@10 and MRR of each search mode on the exact-term and semantic
+query sets, p50/p99 latency in the big scope, text-only p50 against raw SQL
+running the same ``websearch_to_tsquery`` + ``ts_rank_cd`` query on an
+identical table, and hybrid p50 against vector p50, each next to its target.
+The corpus and its embeddings are cached outside the project (``--cache-dir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+from benchmarks.retrieval import dataset
+from benchmarks.retrieval.dataset import recall_at, reciprocal_rank
+from memsvc import MemoryService, Scope, Settings, ValidationError
+from memsvc.db.codecs import vector_bytes
+from memsvc.db.embedded import EmbeddedPostgres
+from memsvc.repositories.memory_queries import MEMORY_COLUMNS
+
+TENANT = "bench"
+MODES = ("vector", "text", "hybrid")
+DEFAULT_CACHE = Path.home() / ".cache" / "memsvc-bench" / "retrieval"
+
+
+def ms(values: list[float], p: float) -> float:
+    return float(np.percentile(np.asarray(values), p)) * 1000
+
+
+class RetrievalBench:
+    def __init__(
+        self, svc: MemoryService, admin: asyncpg.Connection, raw: asyncpg.Connection
+    ) -> None:
+        self.svc = svc
+        self.admin = admin
+        self.raw = raw
+        self.row_of: dict[Any, int] = {}
+        self.results: dict[str, Any] = {}
+        self.modes_available = False
+        # Typed loosely: written against the search API issue 12 adds
+        # (mode="text"|"hybrid", query_embedding=), which may not be merged yet.
+        self.search: Any = svc.memories.search
+
+    async def load(self, data: dataset.Dataset, vectors: np.ndarray) -> None:
+        """Store every snippet in its scope (bulk, HNSW built once at the end)."""
+        await self.admin.execute("TRUNCATE memsvc.memories, memsvc.memory_events CASCADE")
+        definition = await self.admin.fetchval(
+            "SELECT pg_get_indexdef('memsvc.ix_memories_embedding_hnsw'::regclass)"
+        )
+        await self.admin.execute("DROP INDEX memsvc.ix_memories_embedding_hnsw")
+        t = time.perf_counter()
+        by_scope: dict[str, list[int]] = {}
+        for row, scope in enumerate(data.scopes):
+            by_scope.setdefault(scope, []).append(row)
+        for scope, rows in by_scope.items():
+            for start in range(0, len(rows), 2_000):
+                part = rows[start : start + 2_000]
+                stored = await self.svc.memories.add_many(
+                    Scope(TENANT, scope),
+                    [
+                        {
+                            "content": data.texts[r],
+                            "embedding": vectors[r],
+                            "metadata": {"source": data.sources[r]},
+                        }
+                        for r in part
+                    ],
+                )
+                for r, memory in zip(part, stored, strict=True):
+                    self.row_of[memory.id] = r
+        await self.admin.execute("SET maintenance_work_mem = '512MB'")
+        await self.admin.execute(definition)
+        await self.admin.execute("RESET maintenance_work_mem")
+        await self.admin.execute("ANALYZE memsvc.memories")
+        print(f"  loaded {len(data.texts):,} rows, HNSW built, in {time.perf_counter() - t:.1f}s")
+
+    async def probe_modes(self) -> None:
+        """Whether this memsvc has ``mode="text"|"hybrid"`` yet (a TypeError says no)."""
+        try:
+            await self.search(Scope(TENANT, dataset.BIG_SCOPE), "probe", mode="text", k=1)
+        except TypeError as exc:
+            print(f"  text/hybrid modes missing in this memsvc ({exc}): vector only")
+            return
+        except ValidationError as exc:
+            if exc.field != "mode":
+                raise
+            # Before issue 12 ``mode`` meant the plan (auto/exact/index).
+            print(f"  text/hybrid modes missing in this memsvc ({exc}): vector only")
+            return
+        self.modes_available = True
+
+    async def run(self, mode: str, scope: str, text: str, vector: np.ndarray) -> list[Any]:
+        if mode == "vector":
+            # A vector query: the default mode both before and after issue 12.
+            return await self.search(Scope(TENANT, scope), vector, k=10)
+        if mode == "text":
+            return await self.search(Scope(TENANT, scope), text, mode="text", k=10)
+        return await self.search(
+            Scope(TENANT, scope), text, mode="hybrid", query_embedding=vector, k=10
+        )
+
+    async def quality(
+        self, name: str, queries: list[dict[str, Any]], vectors: np.ndarray, truth: list[list[int]]
+    ) -> None:
+        modes = MODES if self.modes_available else ("vector",)
+        recalls: dict[str, list[float]] = {m: [] for m in modes}
+        rrs: dict[str, list[float]] = {m: [] for m in modes}
+        for query, vector, relevant in zip(queries, vectors, truth, strict=True):
+            for mode in modes:
+                hits = await self.run(mode, query["scope"], query["text"], vector)
+                got = [self.row_of[h.memory.id] for h in hits]
+                recalls[mode].append(recall_at(got, relevant))
+                rrs[mode].append(reciprocal_rank(got, relevant))
+        print(f"  {name} ({len(queries)} queries)")
+        figures: dict[str, Any] = {}
+        for mode in MODES:
+            if mode in recalls:
+                r, mrr = statistics.mean(recalls[mode]), statistics.mean(rrs[mode])
+                figures[mode] = {"recall@10": round(r, 4), "mrr": round(mrr, 4)}
+                print(f"    {mode:<7} recall@10 {r:.4f}   MRR {mrr:.4f}")
+            else:
+                print(f"    {mode:<7} (mode not available in this memsvc)")
+        # Recall by group: the kind of token, and the big scope against the rest.
+        groups: dict[str, list[int]] = {}
+        for i, query in enumerate(queries):
+            groups.setdefault(query.get("kind") or "", []).append(i)
+            where = "big scope" if query["scope"] == dataset.BIG_SCOPE else "other scopes"
+            groups.setdefault(where, []).append(i)
+        for group, members in sorted(groups.items()):
+            if group:
+                by_mode = {m: statistics.mean(recalls[m][i] for i in members) for m in modes}
+                shown = "  ".join(f"{m} {r:.3f}" for m, r in by_mode.items())
+                print(f"      {group:<12} ({len(members):>3}) recall@10  {shown}")
+                figures.setdefault("by_group", {})[group] = {
+                    m: round(r, 4) for m, r in by_mode.items()
+                }
+        self.results[name] = figures
+
+    async def raw_text_sql(self) -> str | None:
+        """Raw SQL for the text arm on an identical table, or None without a tsvector column."""
+        column = await self.admin.fetchrow(
+            "SELECT a.attname, pg_get_expr(d.adbin, d.adrelid) AS expr FROM pg_attribute a "
+            "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
+            "WHERE a.attrelid = 'memsvc.memories'::regclass AND a.atttypid = 'tsvector'::regtype "
+            "AND NOT a.attisdropped"
+        )
+        if column is None:
+            return None
+        config = _text_config(column["expr"], self.svc)
+        generated = await self.admin.fetch(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'memsvc.memories'::regclass "
+            "AND attnum > 0 AND NOT attisdropped AND attgenerated = ''"
+        )
+        names = ", ".join(f'"{r["attname"]}"' for r in generated)
+        await self.admin.execute("DROP TABLE IF EXISTS bench_raw")
+        # Same columns, generated tsvector, defaults and indexes (GIN, HNSW, scope).
+        await self.admin.execute("CREATE TABLE bench_raw (LIKE memsvc.memories INCLUDING ALL)")
+        await self.admin.execute(
+            f"INSERT INTO bench_raw ({names}) SELECT {names} FROM memsvc.memories"
+        )
+        await self.admin.execute("ANALYZE bench_raw")
+        print(f"  raw SQL peer: bench_raw, column {column['attname']}, config {config}")
+        tsv = column["attname"]
+        return (
+            f"SELECT {MEMORY_COLUMNS}, ts_rank_cd({tsv}, q) AS rank "
+            f"FROM bench_raw, websearch_to_tsquery('{config}', $1) q "
+            "WHERE tenant_id = $2 AND project_id = $3 AND agent_id IS NULL AND session_id IS NULL "
+            f"AND {tsv} @@ q AND (expires_at IS NULL OR expires_at > now()) "
+            "ORDER BY rank DESC, id LIMIT 10"
+        )
+
+    async def latency(self, queries: list[tuple[str, np.ndarray]], big_rows: int) -> None:
+        """p50/p99 per mode in the big scope, with the raw SQL text peer, interleaved."""
+        raw_sql = await self.raw_text_sql() if self.modes_available else None
+        sides = [*(MODES if self.modes_available else ("vector",)), *(["raw"] if raw_sql else [])]
+        # For reference: memsvc's vector search against the same query in raw SQL.
+        sides.append("raw vector")
+        raw_vector_sql = (
+            f"SELECT {MEMORY_COLUMNS}, embedding <=> $1 AS distance FROM memsvc.memories "
+            "WHERE tenant_id = $2 AND project_id = $3 AND agent_id IS NULL AND session_id IS NULL "
+            "AND embedding IS NOT NULL AND (expires_at IS NULL OR expires_at > now()) "
+            "ORDER BY embedding <=> $1 LIMIT 10"
+        )
+        lat: dict[str, list[float]] = {side: [] for side in sides}
+        agree = 0
+        for qi, (text, vector) in enumerate(queries):
+            ids: dict[str, set[Any]] = {}
+            # Rotate the order: whichever runs first warms the buffers for the rest.
+            for side in sides[qi % len(sides) :] + sides[: qi % len(sides)]:
+                t = time.perf_counter()
+                if side == "raw vector":
+                    await self.raw.fetch(raw_vector_sql, vector_bytes(vector), TENANT, "big")
+                    lat[side].append(time.perf_counter() - t)
+                elif side == "raw":
+                    assert raw_sql is not None
+                    rows = await self.raw.fetch(raw_sql, text, TENANT, dataset.BIG_SCOPE)
+                    lat[side].append(time.perf_counter() - t)
+                    ids[side] = {row["id"] for row in rows}
+                else:
+                    hits = await self.run(side, dataset.BIG_SCOPE, text, vector)
+                    lat[side].append(time.perf_counter() - t)
+                    ids[side] = {hit.memory.id for hit in hits}
+            agree += "raw" in ids and ids["raw"] == ids["text"]
+        print(f"  latency, {len(queries)} queries in the {big_rows:,}-row scope")
+        if raw_sql is not None:
+            # The peer is only fair if it does the same work: same rows back.
+            print(f"    raw SQL and text mode returned the same rows for {agree}/{len(queries)}")
+        figures: dict[str, Any] = {}
+        for side in sides:
+            p50, p99 = ms(lat[side], 50), ms(lat[side], 99)
+            figures[side] = {"p50_ms": round(p50, 3), "p99_ms": round(p99, 3)}
+            label = {"raw": "raw SQL text", "raw vector": "raw SQL vector"}.get(side, side)
+            print(f"    {label:<13} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms")
+        self.results["latency"] = figures
+
+    def targets(self) -> None:
+        print("targets")
+        exact, semantic, lat = (
+            self.results.get(k, {}) for k in ("exact-term", "semantic", "latency")
+        )
+        rows: list[tuple[str, str, str]] = []
+        if "hybrid" in exact:
+            gain = exact["hybrid"]["recall@10"] - exact["vector"]["recall@10"]
+            rows.append(("exact-term hybrid - vector recall@10", f"{gain:+.4f}", ">= +0.20"))
+        if "hybrid" in semantic:
+            gap = semantic["hybrid"]["recall@10"] - semantic["vector"]["recall@10"]
+            rows.append(("semantic hybrid - vector recall@10", f"{gap:+.4f}", ">= -0.02"))
+        if "hybrid" in lat:
+            ratio = lat["hybrid"]["p50_ms"] / lat["vector"]["p50_ms"]
+            rows.append(("hybrid p50 / vector p50", f"{ratio:.2f}x", "<= 2.0x"))
+        if "raw vector" in lat:
+            ratio = lat["vector"]["p50_ms"] / lat["raw vector"]["p50_ms"]
+            rows.append(("vector p50 / raw SQL vector p50", f"{ratio:.2f}x", "none (reference)"))
+        if "raw" in lat:
+            ratio = lat["text"]["p50_ms"] / lat["raw"]["p50_ms"]
+            rows.append(("text p50 / raw SQL text p50", f"{ratio:.2f}x", "<= 1.3x"))
+        if not rows:
+            print("  none measurable: this memsvc has no text/hybrid modes yet")
+        for name, value, target in rows:
+            print(f"  {name:<40} {value:>9}   target {target}")
+            self.results.setdefault("targets", {})[name] = [value, target]
+
+
+def _text_config(expression: str | None, svc: MemoryService) -> str:
+    """The text search configuration the stored tsvector is built with."""
+    configured = getattr(svc.settings, "text_search_config", None)
+    if isinstance(configured, str):
+        return configured
+    # Else the first configuration named in the generated column's expression.
+    found = re.search(r"'(\w+)'::regconfig", expression or "")
+    return found.group(1) if found else "simple"
+
+
+async def _bytes_connection(dsn: str, server_settings: dict[str, str]) -> asyncpg.Connection:
+    conn = await asyncpg.connect(dsn, server_settings=server_settings)
+    await conn.set_type_codec(
+        "vector", schema="public", encoder=lambda b: b, decoder=lambda b: b, format="binary"
+    )
+    return conn
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--database-url", help="PostgreSQL with pgvector (default: embedded)")
+    parser.add_argument("--snippets", type=int, default=20_000, help="rows in the store")
+    parser.add_argument("--queries", type=int, default=200, help="queries per set")
+    parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
+    args = parser.parse_args()
+
+    t = time.perf_counter()
+    pool = dataset.load_pool(args.cache_dir)
+    data = dataset.build(pool, args.snippets, args.queries, args.seed)
+    del pool
+    # One call, so the model loads once.
+    texts = data.texts + [q["text"] for q in data.exact] + [q["text"] for q in data.semantic]
+    embedded_texts = dataset.embed_cached(texts, args.cache_dir)
+    vectors, exact_vectors, semantic_vectors = np.split(
+        embedded_texts, [len(data.texts), len(data.texts) + len(data.exact)]
+    )
+    semantic_truth = dataset.semantic_truth(data, vectors, semantic_vectors)
+    description = data.describe()
+    print(f"corpus ready in {time.perf_counter() - t:.0f}s: {json.dumps(description)}")
+    if description["big_scope_rows"] < 10_000 or description["rows"] < 100_000:
+        print(
+            f"  note: latency scope is {description['big_scope_rows']:,} rows in a "
+            f"{description['rows']:,}-row store (10,000 of 100,000 needs --snippets 100000)"
+        )
+
+    embedded = None
+    dsn = args.database_url
+    if dsn is None:
+        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="memsvc-bench-")))
+        dsn = embedded.start()
+    settings = Settings(database_url=dsn, auto_migrate=True, pool_max_size=4)
+    svc = await MemoryService.open(settings)
+    admin = await _bytes_connection(dsn, {})
+    raw = await _bytes_connection(
+        dsn,
+        {"hnsw.ef_search": str(settings.hnsw_ef_search), "hnsw.iterative_scan": "relaxed_order"},
+    )
+    bench = RetrievalBench(svc, admin, raw)
+    bench.results["corpus"] = description
+    try:
+        await bench.load(data, vectors)
+        await bench.probe_modes()
+        await bench.quality(
+            "exact-term", data.exact, exact_vectors, [q["relevant"] for q in data.exact]
+        )
+        await bench.quality("semantic", data.semantic, semantic_vectors, semantic_truth)
+        big = [
+            (q["text"], v)
+            for qs, vs in ((data.exact, exact_vectors), (data.semantic, semantic_vectors))
+            for q, v in zip(qs, vs, strict=True)
+            if q["scope"] == dataset.BIG_SCOPE
+        ]
+        await bench.latency(big, description["big_scope_rows"])
+        bench.targets()
+    finally:
+        await raw.close()
+        await admin.close()
+        await svc.close()
+        if embedded is not None:
+            embedded.close()
+    print(json.dumps(bench.results, indent=1))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
