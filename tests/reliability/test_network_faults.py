@@ -141,12 +141,20 @@ async def test_postgres_reset_mid_query_gives_storage_error_and_retry_resolves_i
     client id returns the row, and there is exactly one."""
     proxy, service = pg_proxy
     memory_id = new_id()
+    # An explicit embedding: the insert is the call's first statement (without
+    # one, the duplicate lookup before embedding would be, and reads retry).
+    vector = [1.0] + [0.0] * (service.settings.embedding_dim - 1)
     proxy.reset_on_reply = True
-    elapsed, error = await _timed(service.memories.add(scope, "unknown outcome", id=memory_id))
+    elapsed, error = await _timed(
+        service.memories.add(scope, "unknown outcome", id=memory_id, embedding=vector)
+    )
     assert isinstance(error, StorageError)
     assert elapsed < PG_DEADLINE_S
     retried = await bounded(
-        _until_ok(lambda: service.memories.add(scope, "unknown outcome", id=memory_id)), HANG_S
+        _until_ok(
+            lambda: service.memories.add(scope, "unknown outcome", id=memory_id, embedding=vector)
+        ),
+        HANG_S,
     )
     assert retried.id == memory_id
     assert await service.memories.count(scope) == 1
