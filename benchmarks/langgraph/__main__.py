@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.langgraph.saver import run_saver
-from benchmarks.langgraph.store import DEFAULT_DATA, report, run_store
+from benchmarks.langgraph.store import BIG, DEFAULT_DATA, TOTAL, report, run_store
 from memsvc.db.embedded import EmbeddedPostgres
 
 
@@ -19,8 +19,8 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="length of one measurement")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per side")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="embeddings-small dir")
-    parser.add_argument("--store-total", type=int, default=10_000, help="items in the store")
-    parser.add_argument("--store-big", type=int, default=2_000, help="items of the big namespace")
+    parser.add_argument("--store-total", type=int, default=TOTAL, help="items in the store")
+    parser.add_argument("--store-big", type=int, default=BIG, help="items of the big namespace")
     parser.add_argument("--part", choices=["all", "saver", "store"], default="all")
     args = parser.parse_args()
     embedded = None
