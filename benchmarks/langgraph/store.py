@@ -109,10 +109,10 @@ async def timed(calls: list[Callable[[], Awaitable[Any]]]) -> tuple[float, list[
 
 
 async def measure(
-    store: Any, vectors: np.ndarray, queries: np.ndarray, big: int, ops: int
+    store: Any, vectors: np.ndarray, queries: np.ndarray, big: int, ops: int, seed: int = 7
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     put_rows = rng.integers(0, big, ops)
     out["aput"], _ = await timed(
         [
@@ -156,9 +156,18 @@ async def measure(
 
 
 async def run_store(
-    dsn: str, data: Path = DEFAULT_DATA, total: int = TOTAL, big: int = BIG, ops: int = 100
-) -> dict[str, dict[str, Any]]:
-    """Measure both stores on ``dsn``; returns their figures (seconds, recall, short pages)."""
+    dsn: str,
+    data: Path = DEFAULT_DATA,
+    total: int = TOTAL,
+    big: int = BIG,
+    ops: int = 100,
+    rounds: int = 1,
+) -> list[dict[str, dict[str, Any]]]:
+    """Measure both stores on ``dsn``: per round, their figures (seconds, recall, short pages).
+
+    The stores are filled once; each round draws other calls and queries and
+    alternates which store goes first.
+    """
     from langgraph.store.postgres.aio import AsyncPostgresStore
 
     vectors, queries = load(data, total)
@@ -167,7 +176,7 @@ async def run_store(
     embed = embedder(vectors, queries)
     settings = Settings(database_url=dsn, db_schema="memsvc_bench_lg", auto_migrate=True)
     index = {"dims": vectors.shape[1], "embed": embed, "fields": ["text"]}
-    results: dict[str, dict[str, Any]] = {}
+    results: list[dict[str, dict[str, Any]]] = []
     async with (
         MemoryService.open(settings) as svc,
         AsyncPostgresStore.from_conn_string(dsn, index=index) as peer,  # type: ignore[arg-type]
@@ -178,12 +187,23 @@ async def run_store(
         # HNSW is most of a run's time), then each is measured alone.
         await asyncio.gather(fill(store, total, big), fill(peer, total, big))
         await analyze(dsn)
-        results["memsvc"] = await measure(store, vectors, queries, big, ops)
-        results["langgraph"] = await measure(peer, vectors, queries, big, ops)
+        for round_ in range(rounds):
+            stores = [("memsvc", store), ("langgraph", peer)]
+            figures = {}
+            for name, measured in stores if round_ % 2 == 0 else stores[::-1]:
+                figures[name] = await measure(measured, vectors, queries, big, ops, 7 + round_)
+            results.append(figures)
     return results
 
 
-def report(results: dict[str, dict[str, Any]]) -> None:
+def report(rounds: list[dict[str, dict[str, Any]]]) -> None:
+    for number, results in enumerate(rounds, 1):
+        if len(rounds) > 1:
+            print(f"round {number} of {len(rounds)}")
+        report_round(results)
+
+
+def report_round(results: dict[str, dict[str, Any]]) -> None:
     ours, theirs = results["memsvc"], results["langgraph"]
     for name in ("aput", "aget", "search_big", "search_small"):
         speed = theirs[name] / ours[name]
@@ -210,6 +230,7 @@ def main() -> None:
     parser.add_argument("--total", type=int, default=TOTAL, help="items in the store")
     parser.add_argument("--big", type=int, default=BIG, help="items of the big namespace")
     parser.add_argument("--ops", type=int, default=100, help="timed calls per operation")
+    parser.add_argument("--rounds", type=int, default=1, help="measurements of the one fill")
     args = parser.parse_args()
     embedded = None
     dsn = args.database_url
@@ -217,7 +238,7 @@ def main() -> None:
         embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="memsvc-bench-lg-")))
         dsn = embedded.start()
     try:
-        report(asyncio.run(run_store(dsn, args.data, args.total, args.big, args.ops)))
+        report(asyncio.run(run_store(dsn, args.data, args.total, args.big, args.ops, args.rounds)))
     finally:
         if embedded is not None:
             embedded.close()
