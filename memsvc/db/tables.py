@@ -24,6 +24,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     Table,
     Text,
+    cast,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, BYTEA, DOUBLE_PRECISION, JSONB, REAL, UUID
@@ -75,6 +76,17 @@ def vector_column_type(settings: Settings) -> Any:
     if settings.vector_type == "halfvec":
         return HALFVEC(settings.embedding_dim)
     return VECTOR(settings.embedding_dim)
+
+
+def store_vector_index_expression(settings: Settings) -> str:
+    """What the LangGraph store's HNSW index holds: the vectors in half precision.
+
+    Searches walk it for candidates and rank those by their exact distance,
+    so a walk reads half the pages of a full-precision index.
+    """
+    if settings.vector_type == "halfvec":
+        return "embedding"
+    return f"(embedding::halfvec({int(settings.embedding_dim)}))"
 
 
 def build_metadata(settings: Settings) -> MetaData:
@@ -231,7 +243,7 @@ def build_metadata(settings: Settings) -> MetaData:
     _add_assembly_tables(metadata, settings, opclass, hnsw_with)
     _add_checkpoint_table(metadata)
     _add_langgraph_tables(metadata)
-    _add_langgraph_store_tables(metadata, vector_type, opclass, hnsw_with)
+    _add_langgraph_store_tables(metadata, vector_type, settings, hnsw_with)
     return metadata
 
 
@@ -405,9 +417,7 @@ def _langgraph_thread_columns() -> list[Column[Any]]:
     return [
         Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
         Column("thread_id", Text, nullable=False, comment=LANGGRAPH_COMMENTS["thread_id"]),
-        Column(
-            "checkpoint_ns", Text, nullable=False, comment=LANGGRAPH_COMMENTS["checkpoint_ns"]
-        ),
+        Column("checkpoint_ns", Text, nullable=False, comment=LANGGRAPH_COMMENTS["checkpoint_ns"]),
     ]
 
 
@@ -494,7 +504,7 @@ def _add_langgraph_tables(metadata: MetaData) -> None:
 
 
 def _add_langgraph_store_tables(
-    metadata: MetaData, vector_type: Any, opclass: str, hnsw_with: dict[str, int]
+    metadata: MetaData, vector_type: Any, settings: Settings, hnsw_with: dict[str, int]
 ) -> None:
     """The LangGraph store's items and their per-field vectors.
 
@@ -569,10 +579,14 @@ def _add_langgraph_store_tables(
         ),
         comment="Embeddings of the indexed fields of LangGraph store items.",
     )
+    # Half-precision copies in the index (see store_vector_index_expression).
+    indexed: Any = vectors.c.embedding
+    if settings.vector_type != "halfvec":
+        indexed = cast(indexed, HALFVEC(settings.embedding_dim)).label("embedding")
     Index(
         "ix_langgraph_store_vectors_embedding_hnsw",
-        vectors.c.embedding,
+        indexed,
         postgresql_using="hnsw",
         postgresql_with=hnsw_with,
-        postgresql_ops={"embedding": opclass},
+        postgresql_ops={"embedding": OPCLASSES[("halfvec", settings.distance)]},
     )

@@ -197,6 +197,8 @@ class LangGraphStoreRepository(Repository):
         """
         distance = self._settings.distance
         vector = vector_bytes(query, self._settings.vector_type)
+        # The index holds half-precision copies of full-precision vectors.
+        half_dims = self._settings.embedding_dim if self._settings.vector_type == "vector" else None
         wanted = offset + limit
         scan = max(wanted * SCAN_FACTOR, 10)
         while True:
@@ -212,6 +214,7 @@ class LangGraphStoreRepository(Repository):
                 scan,
                 params.add(limit),
                 params.add(offset),
+                half_dims=half_dims,
             )
             rows = await self._read(conn, functools.partial(self._scan, sql, params.values))
             head = rows[0]
