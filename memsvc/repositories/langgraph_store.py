@@ -30,7 +30,10 @@ from memsvc.repositories.tenancy import tenant_scoped
 
 # How many vectors a query search reads per wanted item at first (an item has
 # one vector per indexed field); it reads further when fields crowd the scan.
-SCAN_FACTOR = 2
+# One: with one field per item the first scan fills the page, and every
+# further candidate the HNSW walk must find in a namespace costs pages read
+# (twice as many made a search ~1.5x slower for recall@10 0.978 vs 0.963).
+SCAN_FACTOR = 1
 MAX_SCAN = 100_000
 
 
