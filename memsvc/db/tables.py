@@ -81,8 +81,9 @@ def vector_column_type(settings: Settings) -> Any:
 def store_vector_index_expression(settings: Settings) -> str:
     """What the LangGraph store's HNSW index holds: the vectors in half precision.
 
-    Searches walk it for candidates and rank those by their exact distance,
-    so a walk reads half the pages of a full-precision index.
+    Searches walk it for candidates and rank those by their exact distance;
+    the index is half the size of a full-precision one, so more of it stays
+    in the server's buffers.
     """
     if settings.vector_type == "halfvec":
         return "embedding"
@@ -417,7 +418,9 @@ def _langgraph_thread_columns() -> list[Column[Any]]:
     return [
         Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
         Column("thread_id", Text, nullable=False, comment=LANGGRAPH_COMMENTS["thread_id"]),
-        Column("checkpoint_ns", Text, nullable=False, comment=LANGGRAPH_COMMENTS["checkpoint_ns"]),
+        Column(
+            "checkpoint_ns", Text, nullable=False, comment=LANGGRAPH_COMMENTS["checkpoint_ns"]
+        ),
     ]
 
 

@@ -1,8 +1,8 @@
 """LangGraph store: the HNSW index of full-precision vectors holds half-precision copies.
 
 A search walks the index for candidates and ranks them by their exact
-distance, so results and scores stay those of the stored vectors; the index
-is half the size, and a walk reads half the pages. Schemas whose vector type
+distance, so scores stay those of the stored vectors; the index is half the
+size, so more of it stays in the server's buffers. Schemas whose vector type
 is already ``halfvec`` keep their index.
 
 Revision ID: 0009
