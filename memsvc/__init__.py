@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from memsvc.embedding import Embedder, HashingEmbedder
+from memsvc.embedding import (
+    Embedder,
+    HashingEmbedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+    embedder_from_spec,
+)
 from memsvc.errors import (
     ConcurrencyError,
     ConflictError,
+    EmbeddingError,
     MemsvcError,
     NotFoundError,
     SchemaError,
@@ -33,18 +40,22 @@ __all__ = [
     "ConcurrencyError",
     "ConflictError",
     "Embedder",
+    "EmbeddingError",
     "HashingEmbedder",
     "Memory",
     "MemoryEvent",
     "MemoryService",
     "MemsvcError",
     "NotFoundError",
+    "OpenAIEmbedder",
     "SchemaError",
     "Scope",
     "SearchHit",
+    "SentenceTransformerEmbedder",
     "Settings",
     "StorageError",
     "TaskState",
     "ValidationError",
     "WorkingMemoryError",
+    "embedder_from_spec",
 ]

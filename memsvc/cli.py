@@ -22,12 +22,14 @@ from memsvc.ops.export import ExportReport, check_import_header, open_output
 from memsvc.ops.gc import MAX_BATCH, GcReport
 from memsvc.ops.legacy import LegacyReport, import_legacy
 from memsvc.ops.loader import LoadReport
+from memsvc.ops.recall_audit import DEFAULT_SAMPLE, DEFAULT_THRESHOLD, MAX_SAMPLE, RecallReport
 from memsvc.ops.render import (
     doctor_lines,
     export_lines,
     gc_lines,
     legacy_lines,
     load_lines,
+    recall_lines,
     stats_lines,
 )
 from memsvc.ops.roles import DEFAULT_MIGRATION_ROLE, DEFAULT_RUNTIME_ROLE, roles_sql
@@ -313,28 +315,44 @@ def stats(tenant: str | None) -> None:
 @click.option(
     "--repair", is_flag=True, help="Fix what can be fixed, each fix in its own transaction."
 )
-def doctor(repair: bool) -> None:
+@click.option("--recall", is_flag=True,
+              help="Also audit search recall against an exact scan, per scope-size bucket.")
+@click.option("--sample", default=DEFAULT_SAMPLE, show_default=True,
+              type=click.IntRange(1, MAX_SAMPLE), help="Recall audit: queries per bucket.")
+@click.option("--threshold", default=DEFAULT_THRESHOLD, show_default=True,
+              type=click.FloatRange(0, 1), help="Recall audit: fail below this recall@10.")
+def doctor(repair: bool, recall: bool, sample: int, threshold: float) -> None:
     """Check pgvector, migrations, vector settings, indexes, assembly counts and history.
 
-    Exit code 1 when problems remain.
+    With --recall, also run sampled searches through the normal path and an exact
+    scan and report recall@10 per scope size. Exit code 1 when problems remain or
+    recall in any bucket is below the threshold.
     """
 
     settings = _settings()
 
-    async def run(progress: ProgressReporter) -> DoctorReport:
+    async def run(progress: ProgressReporter) -> tuple[DoctorReport, RecallReport | None]:
         async with _database_url(settings, progress) as dsn:
             # The doctor never migrates: a schema behind head is one of its findings.
             checked = settings.model_copy(update={"database_url": dsn, "auto_migrate": False})
             try:
                 async with MemoryService.open(checked) as svc:
-                    return await svc.maintenance.doctor(repair=repair, progress=progress)
+                    report = await svc.maintenance.doctor(repair=repair, progress=progress)
+                    audit = None
+                    if recall:
+                        audit = await svc.maintenance.recall_audit(
+                            sample=sample, threshold=threshold, progress=progress
+                        )
+                    return report, audit
             except SchemaError:
-                return await Doctor(checked, dsn).run(repair=repair, progress=progress)
+                return await Doctor(checked, dsn).run(repair=repair, progress=progress), None
 
     with _progress() as progress:
-        report: DoctorReport = _run(run(progress))
+        report, audit = _run(run(progress))
     _echo(doctor_lines(report))
-    if not report.ok:
+    if audit is not None:
+        _echo(["", *recall_lines(audit)])
+    if not report.ok or (audit is not None and not audit.ok):
         sys.exit(1)
 
 

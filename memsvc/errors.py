@@ -55,3 +55,18 @@ class SchemaError(MemsvcError):
 
 class WorkingMemoryError(MemsvcError):
     """The working-memory store (Redis) failed or is unreachable."""
+
+
+class EmbeddingError(MemsvcError):
+    """The embedder failed to turn texts into vectors.
+
+    ``status`` holds the HTTP status when a remote embedding service answered
+    with an error; ``retryable`` says whether calling again may succeed.
+    """
+
+    def __init__(
+        self, message: str | None = None, *, status: int | None = None, retryable: bool = False
+    ) -> None:
+        self.status = status
+        self.retryable = retryable
+        super().__init__(message)

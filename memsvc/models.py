@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,12 +23,14 @@ def scope_from_row(row: Mapping[str, Any]) -> Scope:
     return Scope.trusted(row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"])
 
 
+@functools.lru_cache(maxsize=4096)
 def real_value(value: float) -> float:
     """A ``real`` (float4) column's value as it was written: 0.8, not 0.800000011920929.
 
     PostgreSQL stores the float32 nearest to what was written; the shortest
     decimal that rounds to that float32 is what was written (or as close as
-    a float32 can say it).
+    a float32 can say it). Cached: rows repeat a few importance values, and
+    every search hit goes through here.
     """
     return float(str(np.float32(value)))
 
@@ -69,12 +72,16 @@ class Memory:
     last_accessed_at: datetime | None = None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Memory:
-        """Build a Memory from a ``memories`` row."""
+    def from_row(cls, row: Mapping[str, Any], scope: Scope | None = None) -> Memory:
+        """Build a Memory from a ``memories`` row.
+
+        ``scope``: the row's scope when the caller knows it (every hit of an
+        exact-scope search shares one), saving a Scope per row.
+        """
         embedding = row["embedding"]
         return cls(
             id=row["id"],
-            scope=scope_from_row(row),
+            scope=scope_from_row(row) if scope is None else scope,
             content=row["content"],
             content_hash=row["content_hash"],
             metadata=row["metadata"],
@@ -95,11 +102,22 @@ class Memory:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """A search result: the memory and its score (higher is better)."""
+    """A search result: the memory and its score (higher is better).
+
+    ``score`` is what hits are ranked by: the vector similarity (vector mode),
+    ``ts_rank_cd`` (text), the reciprocal-rank-fusion score (hybrid), the
+    reranker's score, or the ``rank="recall"`` blend. ``similarity`` is the
+    vector similarity, None when there is none (text mode, or no embedding).
+    ``arms`` names the arms that found the hit (``"vector"``, ``"text"``) and
+    ``vector_rank`` / ``text_rank`` its 1-based rank in each (None if absent).
+    """
 
     memory: Memory
     score: float
-    similarity: float
+    similarity: float | None
+    arms: tuple[str, ...] = ("vector",)
+    vector_rank: int | None = None
+    text_rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from memsvc.ops.maintenance import Maintenance
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
+from memsvc.repositories.ranking import Reranker
 from memsvc.scope import Scope
 from memsvc.settings import Settings
 from memsvc.telemetry import unwatch, watch
@@ -65,6 +66,7 @@ class MemoryService:
         *,
         dsn: str,
         embedder: Embedder | None = None,
+        reranker: Reranker | None = None,
         embedded: EmbeddedPostgres | None = None,
         working_store: WorkingStore,
     ) -> None:
@@ -72,6 +74,7 @@ class MemoryService:
         self.working_store = working_store
         self.dsn = dsn
         self.embedder = embedder
+        self.reranker = reranker
         self._pool = pool
         self._embedded = embedded
         self._closed = False
@@ -86,6 +89,7 @@ class MemoryService:
             pool,
             settings,
             embedder=embedder,
+            reranker=reranker,
             before_delete=self.assemblies.detach_memories,
             embeddings_changed=self.assemblies.embeddings_changed,
         )
@@ -101,19 +105,29 @@ class MemoryService:
 
     @classmethod
     def open(
-        cls, settings: Settings | None = None, *, embedder: Embedder | None = None
+        cls,
+        settings: Settings | None = None,
+        *,
+        embedder: Embedder | None = None,
+        reranker: Reranker | None = None,
     ) -> _Opening:
         """Connect (starting the embedded PostgreSQL if no URL is set) and check the schema.
+
+        ``embedder`` embeds text (memories without an embedding, text queries);
+        ``reranker``, an async ``(query_text, [contents]) -> [scores]``, reorders
+        the candidates of text queries before the top ``k`` are cut.
 
         Use as ``async with MemoryService.open(...) as svc`` or
         ``svc = await MemoryService.open(...)``. Raises SchemaError when the
         database is not migrated (unless ``auto_migrate``) or was created with
         another embedding dimension, vector type or distance.
         """
-        return _Opening(settings or Settings(), embedder)
+        return _Opening(settings or Settings(), embedder, reranker)
 
     @classmethod
-    async def _open(cls, settings: Settings, embedder: Embedder | None) -> MemoryService:
+    async def _open(
+        cls, settings: Settings, embedder: Embedder | None, reranker: Reranker | None = None
+    ) -> MemoryService:
         embedded: EmbeddedPostgres | None = None
         if settings.database_url is None:
             embedded = EmbeddedPostgres(settings.data_dir)
@@ -139,6 +153,7 @@ class MemoryService:
             pool,
             dsn=dsn,
             embedder=embedder,
+            reranker=reranker,
             embedded=embedded,
             working_store=working_store,
         )
@@ -193,16 +208,19 @@ class MemoryService:
 class _Opening:
     """What ``MemoryService.open()`` returns: awaitable, or an async context manager."""
 
-    def __init__(self, settings: Settings, embedder: Embedder | None) -> None:
+    def __init__(
+        self, settings: Settings, embedder: Embedder | None, reranker: Reranker | None
+    ) -> None:
         self._settings = settings
         self._embedder = embedder
+        self._reranker = reranker
         self._service: MemoryService | None = None
 
     def __await__(self) -> Generator[Any, None, MemoryService]:
-        return MemoryService._open(self._settings, self._embedder).__await__()
+        return MemoryService._open(self._settings, self._embedder, self._reranker).__await__()
 
     async def __aenter__(self) -> MemoryService:
-        self._service = await MemoryService._open(self._settings, self._embedder)
+        self._service = await MemoryService._open(self._settings, self._embedder, self._reranker)
         return self._service
 
     async def __aexit__(

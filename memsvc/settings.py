@@ -76,7 +76,13 @@ class Settings(BaseSettings):
     hnsw_max_scan_tuples: int = Field(default=20_000, ge=1)
     embedder: str = Field(
         default="hashing",
-        description="Embedder for text queries where memsvc picks one (`memsvc mcp`, the demo).",
+        description="Embedder where memsvc picks one (`memsvc mcp`, the demo): `hashing`, "
+        "`openai:<model>` or `local:<model or path>` (see memsvc.embedding.embedder_from_spec).",
+    )
+    text_search_config: str = Field(
+        default="english",
+        description="PostgreSQL text search configuration of the memories' text search column "
+        "(fixed at migration; changing it means migrating the column again, see README).",
     )
     exact_search_threshold: int = Field(
         default=2_000,
@@ -119,6 +125,14 @@ class Settings(BaseSettings):
         # lower-case identifier; anything else is refused here.
         if not _IDENTIFIER.match(value):
             raise ValueError("must be a lower-case identifier: [a-z_][a-z0-9_]{0,62}")
+        return value
+
+    @field_validator("text_search_config")
+    @classmethod
+    def _config_is_identifier(cls, value: str) -> str:
+        # Interpolated into DDL and queries as a regconfig literal.
+        if not _IDENTIFIER.match(value):
+            raise ValueError("must be a text search configuration name: [a-z_][a-z0-9_]{0,62}")
         return value
 
     @property

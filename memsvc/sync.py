@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError
+from memsvc.repositories.ranking import Reranker
 from memsvc.scope import Scope
 from memsvc.service import MemoryService
 from memsvc.settings import Settings
@@ -95,12 +96,19 @@ class SyncMemoryService:
 
     @classmethod
     def open(
-        cls, settings: Settings | None = None, *, embedder: Embedder | None = None
+        cls,
+        settings: Settings | None = None,
+        *,
+        embedder: Embedder | None = None,
+        reranker: Reranker | None = None,
     ) -> SyncMemoryService:
-        """Open the service (see :meth:`memsvc.MemoryService.open`) on a background loop."""
+        """Open the service (see :meth:`memsvc.MemoryService.open`) on a background loop.
+
+        ``reranker`` is an async callable; it runs on the background loop.
+        """
         runner = _LoopThread()
         try:
-            service = runner.run(MemoryService._open(settings or Settings(), embedder))
+            service = runner.run(MemoryService._open(settings or Settings(), embedder, reranker))
         except BaseException:
             runner.stop()
             raise

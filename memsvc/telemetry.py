@@ -69,7 +69,8 @@ DURATION_BUCKETS = (
 _NUMBER_ARGUMENTS = {"k": "memsvc.k", "limit": "memsvc.limit", "keep_last": "memsvc.keep_last"}
 _CHOICE_ARGUMENTS = {
     "include": ("memsvc.include", frozenset({"exact", "ancestors", "descendants"})),
-    "mode": ("memsvc.mode", frozenset({"auto", "exact", "index"})),
+    "mode": ("memsvc.mode", frozenset({"vector", "text", "hybrid"})),
+    "plan": ("memsvc.plan", frozenset({"auto", "exact", "index"})),
     "rank": ("memsvc.rank", frozenset({"similarity", "recall"})),
 }
 
@@ -188,27 +189,32 @@ def configure(
 
 @dataclass(frozen=True, slots=True)
 class _Argument:
-    """Where a parameter of a traced method is found in a call."""
+    """Where a parameter of a traced method is found in a call, and what it records."""
 
+    key: str  # the span attribute
     name: str
-    position: int | None  # index in ``args`` (self is 0), None for keyword-only
+    position: int  # index in ``args`` (self is 0); past any call's end for keyword-only
     default: Any
-
-    def value(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        if self.position is not None and self.position < len(args):
-            return args[self.position]
-        return kwargs.get(self.name, self.default)
+    allowed: frozenset[str] | None  # the documented choices; None for a count
 
 
-def _argument(signature: inspect.Signature, name: str) -> _Argument | None:
+def _argument(
+    signature: inspect.Signature, name: str, key: str, allowed: frozenset[str] | None = None
+) -> _Argument | None:
     parameter = signature.parameters.get(name)
     if parameter is None:
         return None
-    position: int | None = None
+    position = len(signature.parameters)  # never < len(args): read from kwargs
     if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
         position = list(signature.parameters).index(name)
     default = None if parameter.default is parameter.empty else parameter.default
-    return _Argument(name, position, default)
+    return _Argument(key, name, position, default, allowed)
+
+
+def _value(argument: _Argument, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    if argument.position < len(args):
+        return args[argument.position]
+    return kwargs.get(argument.name, argument.default)
 
 
 def _scope_attributes(scope: object, attributes: dict[str, AttributeValue]) -> None:
@@ -234,6 +240,49 @@ def _rows(result: object) -> int | None:
     return None
 
 
+def _attributes_of_calls(
+    signature: inspect.Signature, scope_attribute: str | None
+) -> Callable[[tuple[Any, ...], Mapping[str, Any]], dict[str, AttributeValue]]:
+    """The function giving a call's span attributes, with every lookup decided once."""
+    scope_argument = _argument(signature, "scope", "memsvc.tenant")
+    tenant_argument = _argument(signature, "tenant", "memsvc.tenant")
+    arguments = tuple(
+        argument
+        for argument in (
+            *(_argument(signature, name, key) for name, key in _NUMBER_ARGUMENTS.items()),
+            *(
+                _argument(signature, name, key, allowed)
+                for name, (key, allowed) in _CHOICE_ARGUMENTS.items()
+            ),
+        )
+        if argument is not None
+    )
+
+    def attributes_of(
+        args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> dict[str, AttributeValue]:
+        attributes: dict[str, AttributeValue] = {}
+        if scope_argument is not None:
+            _scope_attributes(_value(scope_argument, args, kwargs), attributes)
+        elif scope_attribute is not None and args:
+            _scope_attributes(getattr(args[0], scope_attribute, None), attributes)
+        if tenant_argument is not None and "memsvc.tenant" not in attributes:
+            tenant = _value(tenant_argument, args, kwargs)
+            if isinstance(tenant, str):
+                attributes["memsvc.tenant"] = tenant
+        for argument in arguments:
+            value = _value(argument, args, kwargs)
+            if argument.allowed is None:
+                # A count; bool is an int Python-wise, not a count.
+                if isinstance(value, int) and not isinstance(value, bool):
+                    attributes[argument.key] = value
+            elif isinstance(value, str) and value in argument.allowed:
+                attributes[argument.key] = value
+        return attributes
+
+    return attributes_of
+
+
 def traced(
     name: str,
     *,
@@ -244,68 +293,50 @@ def traced(
 
     The span records the call's tenant and scope level (from its ``scope`` or
     ``tenant`` argument, or the instance's ``scope_attribute``), ``k``,
-    ``limit``, ``include``, ``mode`` and ``rank`` when the method has them,
+    ``limit``, ``include``, ``mode``, ``plan`` and ``rank`` when the method has them,
     the number of rows returned, and the error class on failure.
     ``on_result`` is called with each successful result (metrics counters).
     """
 
     def decorate(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-        signature = inspect.signature(method)
-        scope_argument = _argument(signature, "scope")
-        tenant_argument = _argument(signature, "tenant")
-        numbers = [
-            (key, argument)
-            for parameter, key in _NUMBER_ARGUMENTS.items()
-            if (argument := _argument(signature, parameter)) is not None
-        ]
-        choices = [
-            (key, allowed, argument)
-            for parameter, (key, allowed) in _CHOICE_ARGUMENTS.items()
-            if (argument := _argument(signature, parameter)) is not None
-        ]
-        # Built once: the duration's attributes on success are the same every call.
+        attributes_of = _attributes_of_calls(inspect.signature(method), scope_attribute)
+        # The duration's attributes, built once per outcome and reused: the SDK
+        # copies and hashes them on every record, so a new dict per call is
+        # pure cost. Error classes are few (memsvc's own, a driver's).
         ok = {"memsvc.operation": name, "memsvc.outcome": "ok"}
+        failed: dict[str, dict[str, AttributeValue]] = {}
 
-        def call_attributes(
-            args: tuple[Any, ...], kwargs: Mapping[str, Any]
-        ) -> dict[str, AttributeValue]:
-            attributes: dict[str, AttributeValue] = {}
-            if scope_argument is not None:
-                _scope_attributes(scope_argument.value(args, kwargs), attributes)
-            elif scope_attribute is not None and args:
-                _scope_attributes(getattr(args[0], scope_attribute, None), attributes)
-            if tenant_argument is not None and "memsvc.tenant" not in attributes:
-                tenant = tenant_argument.value(args, kwargs)
-                if isinstance(tenant, str):
-                    attributes["memsvc.tenant"] = tenant
-            for key, argument in numbers:
-                number = argument.value(args, kwargs)
-                if isinstance(number, int) and not isinstance(number, bool):
-                    attributes[key] = number
-            for key, allowed, argument in choices:
-                choice = argument.value(args, kwargs)
-                if isinstance(choice, str) and choice in allowed:
-                    attributes[key] = choice
+        def failure_attributes(error: str) -> dict[str, AttributeValue]:
+            attributes = failed.get(error)
+            if attributes is None:
+                attributes = failed[error] = {
+                    "memsvc.operation": name,
+                    "memsvc.outcome": "error",
+                    "error.type": error,
+                }
             return attributes
 
         @functools.wraps(method)
         async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             instruments = _instruments or _current()
             span: Span | None = None
+            context: otel_context.Context | None = None
             token: object = None
             if instruments.tracing or instruments.global_tracing():
                 # Attributes given at the start are the samplers' to see, and
                 # cost the SDK one copy instead of a locked update per attribute.
-                span = instruments.tracer.start_span(name, attributes=call_attributes(args, kwargs))
-                token = otel_context.attach(trace.set_span_in_context(span))
+                span = instruments.tracer.start_span(name, attributes=attributes_of(args, kwargs))
+                context = trace.set_span_in_context(span)
+                token = otel_context.attach(context)
             started = time.perf_counter()
             try:
                 result = await method(*args, **kwargs)
             except BaseException as exc:
                 error = type(exc).__name__
+                # In the span's context (given, not looked up again): an
+                # exemplar of the duration points at this operation's span.
                 instruments.duration.record(
-                    time.perf_counter() - started,
-                    {"memsvc.operation": name, "memsvc.outcome": "error", "error.type": error},
+                    time.perf_counter() - started, failure_attributes(error), context
                 )
                 if span is not None:
                     # The class only: messages may quote what the caller passed.
@@ -317,10 +348,12 @@ def traced(
                     span.set_status(Status(StatusCode.ERROR, error))
                 raise
             else:
-                instruments.duration.record(time.perf_counter() - started, ok)
+                instruments.duration.record(time.perf_counter() - started, ok, context)
                 if on_result is not None:
                     on_result(result)
                 if span is not None:
+                    # Success leaves the status unset (the OpenTelemetry
+                    # convention for instrumentation): no Status object per call.
                     rows = _rows(result)
                     if rows is not None:
                         span.set_attribute("memsvc.rows", rows)

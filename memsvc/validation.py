@@ -154,8 +154,14 @@ def validate_embedding(
         raise ValidationError(
             field, f"must be a list of floats or a numpy array, not {type(value).__name__}"
         )
+    # A float32 array (what embedders and pgvector reads produce) is checked
+    # as it is: widening it to float64 first costs a copy and a pass.
+    array: np.ndarray[Any, Any]
     try:
-        array = np.asarray(value, dtype=np.float64)
+        if isinstance(value, np.ndarray) and value.dtype == np.float32:
+            array = value
+        else:
+            array = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValidationError(field, "must contain only numbers") from exc
     if array.ndim != 1:
@@ -168,7 +174,7 @@ def validate_embedding(
         if not np.isfinite(array).all():
             raise ValidationError(field, "must not contain NaN or infinity")
         raise ValidationError(field, f"has values outside the {vector_type} range (±{limit:g})")
-    vector = array.astype(np.float32)
+    vector = array.astype(np.float32)  # a copy: the caller may reuse its array
     if distance == "cosine":
         # pgvector sums the squares in single precision, of the stored values.
         stored = vector if vector_type == "vector" else vector.astype(np.float16).astype(np.float32)

@@ -386,8 +386,8 @@ async def test_search_returns_the_nearest_assembly_first_within_scope(
     hidden = await service.assemblies.create(sibling, "twin", memory_ids=[twin.id])
     await service.assemblies.create(scope, "empty")  # no centroid: never a hit
 
-    for mode in ("auto", "exact", "index"):
-        hits = await service.assemblies.search(scope, axes[1], k=10, mode=mode)
+    for plan in ("auto", "exact", "index"):
+        hits = await service.assemblies.search(scope, axes[1], k=10, plan=plan)
         assert [h.assembly.id for h in hits][:1] == [groups[1].id]
         assert len(hits) == 3
         assert hidden.id not in {h.assembly.id for h in hits}

@@ -552,7 +552,7 @@ async def test_an_assembly_name_clash_names_the_name_and_the_scope(service: Memo
 async def test_reprs_shorten_vectors(service: MemoryService) -> None:
     memory = await service.memories.add(SCOPE, "the user prefers metric units")
     assembly = await service.assemblies.create(SCOPE, "units", memory_ids=[memory.id])
-    (hit,) = await service.memories.search(SCOPE, "metric units", k=1)
+    (hit,) = await service.memories.search(SCOPE, "metric units", k=1, with_embeddings=True)
     (assembly_hit,) = await service.assemblies.search(SCOPE, memory.embedding, k=1)
     for shown in (memory, hit, assembly, assembly_hit):
         text = repr(shown)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from memsvc import MemoryService, Scope, Settings
+from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.testing.postgres import settings_for_tests
 
 
@@ -181,5 +181,25 @@ async def test_selective_filter_on_a_large_scope_still_returns_a_full_page(
     hits = await service.memories.search(big, vectors[1], k=10, where={"rare": True})
     assert len(hits) == 10
     assert all(h.memory.metadata["rare"] for h in hits)
-    exact = await service.memories.search(big, vectors[1], k=10, where={"rare": True}, mode="exact")
+    exact = await service.memories.search(
+        big, vectors[1], k=10, where={"rare": True}, plan="exact"
+    )
     assert [h.memory.id for h in hits] == [h.memory.id for h in exact]
+
+
+async def test_search_returns_embeddings_only_when_asked(
+    service: MemoryService, scope: Scope
+) -> None:
+    vector = [1.0] + [0.0] * 383
+    stored = await service.memories.add(scope, "the one with a vector", embedding=vector)
+    (plain,) = await service.memories.search(scope, vector, k=1)
+    assert plain.memory.id == stored.id and plain.memory.embedding is None
+    assert plain.memory.content == stored.content and plain.memory.metadata == stored.metadata
+    for mode in ("auto", "exact", "index"):
+        (full,) = await service.memories.search(
+            scope, vector, k=1, mode=mode, with_embeddings=True
+        )
+        assert full.memory.embedding == stored.embedding
+    with pytest.raises(ValidationError) as caught:
+        await service.memories.search(scope, vector, with_embeddings="yes")  # type: ignore[arg-type]
+    assert caught.value.field == "with_embeddings"

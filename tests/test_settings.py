@@ -22,6 +22,7 @@ BAD_VALUES = [
     ("db_schema", "Bad-Name"),  # our own validator
     ("auto_migrate", "perhaps"),
     ("exact_search_threshold", -5),
+    ("text_search_config", "english'; DROP TABLE x; --"),  # interpolated: identifiers only
 ]
 
 

@@ -123,7 +123,8 @@ async def test_operation_spans_nest_under_the_application_span(
     assert search["memsvc.scope.level"] == "project"
     assert search["memsvc.k"] == 7
     assert search["memsvc.include"] == "descendants"
-    assert search["memsvc.mode"] == "auto"
+    assert search["memsvc.plan"] == "auto"
+    assert "memsvc.mode" not in search  # not passed: the service picked it
     assert search["memsvc.rows"] == len(hits) == 2
 
 
@@ -391,3 +392,106 @@ async def test_a_bad_scope_argument_is_reported_by_the_operation_not_the_wrapper
     attributes = recorded.span("memsvc.memories.add").attributes or {}
     assert "memsvc.tenant" not in attributes
     assert attributes["error.type"] == "ValidationError"
+
+
+class _Operations:
+    """Operations of the wrapper's own, so argument positions are the test's to choose."""
+
+    async def search(
+        self,
+        scope: Scope,
+        query: str,
+        k: int = 10,
+        *,
+        include: str = "exact",
+        mode: str = "auto",
+        limit: int | None = None,
+    ) -> list[int]:
+        return list(range(3))
+
+    async def fail(self, tenant: str, error: str) -> None:
+        raise {"LookupError": LookupError, "KeyError": KeyError}[error](SECRET)
+
+
+telemetry.traced_operations("memsvc.test")(_Operations)
+
+
+async def test_arguments_are_recorded_however_they_are_passed(recorded: Recorded) -> None:
+    operations = _Operations()
+    scope = Scope("acme", "bridge", "planner")
+    await operations.search(scope, SECRET, 4, include="ancestors", mode="index", limit=2)
+    await operations.search(query=SECRET, scope=scope, k=5)
+    await operations.search(scope, SECRET)
+    await operations.search(scope, SECRET, True, include=SECRET, mode=["exact"])  # type: ignore[arg-type]
+
+    spans = recorded.spans("memsvc.test.search")
+    assert [dict(s.attributes or {}) for s in spans] == [
+        {
+            "memsvc.tenant": "acme",
+            "memsvc.scope.level": "agent",
+            "memsvc.k": 4,
+            "memsvc.limit": 2,
+            "memsvc.include": "ancestors",
+            "memsvc.mode": "index",
+            "memsvc.rows": 3,
+        },
+        {
+            "memsvc.tenant": "acme",
+            "memsvc.scope.level": "agent",
+            "memsvc.k": 5,
+            "memsvc.include": "exact",
+            "memsvc.mode": "auto",
+            "memsvc.rows": 3,
+        },
+        {
+            "memsvc.tenant": "acme",
+            "memsvc.scope.level": "agent",
+            "memsvc.k": 10,
+            "memsvc.include": "exact",
+            "memsvc.mode": "auto",
+            "memsvc.rows": 3,
+        },
+        # A bool is no count, and a value that is not a documented choice is
+        # never echoed (it could be anything the caller passed).
+        {"memsvc.tenant": "acme", "memsvc.scope.level": "agent", "memsvc.rows": 3},
+    ]
+    # Success leaves the status unset, as OpenTelemetry's instrumentations do.
+    assert {s.status.status_code for s in spans} == {StatusCode.UNSET}
+
+
+async def test_each_error_class_is_its_own_duration_series(recorded: Recorded) -> None:
+    operations = _Operations()
+    for error in ("LookupError", "KeyError", "LookupError"):
+        with pytest.raises(LookupError):
+            await operations.fail("acme", error)
+
+    durations = recorded.metrics()["memsvc.operation.duration"]
+    counts = {
+        p.attributes["error.type"]: p.count
+        for p in durations
+        if p.attributes["memsvc.operation"] == "memsvc.test.fail"
+    }
+    assert counts == {"LookupError": 2, "KeyError": 1}
+    assert {p.attributes["memsvc.outcome"] for p in durations} == {"error"}
+    spans = recorded.spans("memsvc.test.fail")
+    assert [(s.attributes or {})["error.type"] for s in spans] == [
+        "LookupError",
+        "KeyError",
+        "LookupError",
+    ]
+    assert all((s.attributes or {})["memsvc.tenant"] == "acme" for s in spans)
+    assert SECRET not in _every_attribute_value(recorded)
+
+
+async def test_a_duration_exemplar_points_at_its_operation_span(recorded: Recorded) -> None:
+    await _Operations().search(Scope("acme"), "query")
+
+    span = recorded.span("memsvc.test.search")
+    (point,) = [
+        p
+        for p in recorded.metrics()["memsvc.operation.duration"]
+        if p.attributes["memsvc.operation"] == "memsvc.test.search"
+    ]
+    assert [(e.trace_id, e.span_id) for e in point.exemplars] == [
+        (span.context.trace_id, span.context.span_id)
+    ]

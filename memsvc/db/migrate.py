@@ -147,9 +147,16 @@ def recorded_settings_mismatch(recorded: dict[str, Any], settings: Settings) -> 
         "embedding_dim": str(settings.embedding_dim),
         "vector_type": settings.vector_type,
         "distance": settings.distance,
+        "text_search_config": settings.text_search_config,
+    }
+    hints = {
+        # The column is rebuilt by migrating it again under the new setting.
+        "text_search_config": " (to change it, run `alembic downgrade 0008` then `alembic "
+        "upgrade head` with the new setting: that rebuilds the text search column)",
     }
     return [
         f"{name}: database has {recorded.get(name)!r}, settings say {value!r}"
+        + hints.get(name, "")
         for name, value in wanted.items()
         if recorded.get(name) != value
     ]

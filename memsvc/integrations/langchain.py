@@ -244,10 +244,20 @@ class MemsvcVectorStore(VectorStore):
         return documents
 
     async def _search(
-        self, vector: Sequence[float], k: int, where: dict[str, Any] | None
+        self,
+        vector: Sequence[float],
+        k: int,
+        where: dict[str, Any] | None,
+        *,
+        with_embeddings: bool = False,
     ) -> list[SearchHit]:
         return await self._service.memories.search(
-            self.scope, list(vector), k=k, include="exact", where=where
+            self.scope,
+            list(vector),
+            k=k,
+            include="exact",
+            where=where,
+            with_embeddings=with_embeddings,
         )
 
     # ------------------------------------------------------------------ writes
@@ -319,7 +329,7 @@ class MemsvcVectorStore(VectorStore):
     ) -> list[tuple[Document, float]]:
         """The ``k`` nearest documents with their similarity (higher is closer)."""
         hits = self._bridge.run(self._search(embedding, k, filter))
-        return [(_document(hit.memory), hit.similarity) for hit in hits]
+        return [(_document(hit.memory), hit.score) for hit in hits]
 
     async def asimilarity_search_with_score_by_vector(
         self,
@@ -330,7 +340,7 @@ class MemsvcVectorStore(VectorStore):
     ) -> list[tuple[Document, float]]:
         """Async :meth:`similarity_search_with_score_by_vector`."""
         hits = await self._bridge.arun(self._search(embedding, k, filter))
-        return [(_document(hit.memory), hit.similarity) for hit in hits]
+        return [(_document(hit.memory), hit.score) for hit in hits]
 
     def similarity_search_with_score(
         self,
@@ -448,7 +458,12 @@ class MemsvcVectorStore(VectorStore):
         ``lambda_mult`` runs from 0 (most diverse) to 1 (most relevant).
         """
         hits = self._bridge.run(
-            self._search(embedding, self._fetch_k(k, fetch_k, lambda_mult), filter)
+            self._search(
+                embedding,
+                self._fetch_k(k, fetch_k, lambda_mult),
+                filter,
+                with_embeddings=True,  # maximal marginal relevance compares them
+            )
         )
         return self._diverse(embedding, hits, k, lambda_mult)
 
@@ -463,7 +478,12 @@ class MemsvcVectorStore(VectorStore):
     ) -> list[Document]:
         """Async :meth:`max_marginal_relevance_search_by_vector`."""
         hits = await self._bridge.arun(
-            self._search(embedding, self._fetch_k(k, fetch_k, lambda_mult), filter)
+            self._search(
+                embedding,
+                self._fetch_k(k, fetch_k, lambda_mult),
+                filter,
+                with_embeddings=True,  # maximal marginal relevance compares them
+            )
         )
         return self._diverse(embedding, hits, k, lambda_mult)
 

@@ -15,6 +15,13 @@ from memsvc.ops.export import ExportReport, IndexMode, count_export, export_json
 from memsvc.ops.gc import DEFAULT_BATCH, GarbageCollector, GcReport
 from memsvc.ops.legacy import LegacyReport, import_legacy
 from memsvc.ops.loader import LoadReport
+from memsvc.ops.recall_audit import (
+    DEFAULT_K,
+    DEFAULT_SAMPLE,
+    DEFAULT_THRESHOLD,
+    RecallReport,
+    recall_audit,
+)
 from memsvc.ops.stats import Stats, collect_stats
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
@@ -88,6 +95,7 @@ class Maintenance:
         self._settings = settings
         self._dsn = dsn
         self._assemblies = assemblies
+        self._memories = memories
         self._gc = GarbageCollector(pool, settings, memories=memories, checkpoints=checkpoints)
         self._background: asyncio.Task[None] | None = None
 
@@ -179,6 +187,35 @@ class Maintenance:
         """Check the database; with ``repair`` fix what can be (see :mod:`memsvc.ops.doctor`)."""
         return await Doctor(self._settings, self._dsn, assemblies=self._assemblies).run(
             repair=repair, progress=progress
+        )
+
+    async def recall_audit(
+        self,
+        *,
+        sample: int = DEFAULT_SAMPLE,
+        threshold: float = DEFAULT_THRESHOLD,
+        k: int = DEFAULT_K,
+        perturb: float = 0.0,
+        seed: int = 0,
+        progress: ProgressReporter = NO_PROGRESS,
+    ) -> RecallReport:
+        """Recall@k of the normal search path against an exact scan, per scope-size bucket.
+
+        Samples up to ``sample`` stored embeddings per bucket (scopes of 1-99,
+        100-999, 1,000-9,999 and 10,000+ rows) as queries; ``report.ok`` is
+        False when a bucket's mean recall is below ``threshold``. See
+        :mod:`memsvc.ops.recall_audit`.
+        """
+        return await recall_audit(
+            self._pool,
+            self._settings,
+            self._memories,
+            sample=sample,
+            threshold=threshold,
+            k=k,
+            perturb=perturb,
+            seed=seed,
+            progress=progress,
         )
 
     # ------------------------------------------------------------ export / import

@@ -9,6 +9,7 @@ from memsvc.ops.export import ExportReport
 from memsvc.ops.gc import GcReport
 from memsvc.ops.legacy import LegacyReport
 from memsvc.ops.loader import LoadReport
+from memsvc.ops.recall_audit import RecallReport
 from memsvc.ops.stats import Stats
 from memsvc.scope import Scope
 
@@ -207,3 +208,28 @@ def legacy_lines(report: LegacyReport) -> list[str]:
                 "or name in the scope): the load skips or rejects them"
             )
     return lines + load_lines(report.load, dry_run=report.dry_run)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def recall_lines(report: RecallReport) -> list[str]:
+    """``memsvc doctor --recall``."""
+    lines = [
+        f"recall audit: recall@{report.k} of search against an exact scan, "
+        f"up to {report.sample} queries per scope-size bucket",
+    ]
+    lines += table(
+        ["scope rows", "scopes", "queries", f"recall@{report.k}", "worst", "short pages"],
+        [
+            [b.label, b.scopes, b.queries, _share(b.recall), _share(b.worst), b.short_pages]
+            for b in report.buckets
+        ],
+    )
+    if report.ok:
+        lines.append(f"recall ok: every bucket at or above {report.threshold:g}")
+    else:
+        below = ", ".join(f"{b.label} ({_share(b.recall)})" for b in report.failing)
+        lines.append(f"RECALL BELOW {report.threshold:g} in scopes of {below} rows")
+    return lines

@@ -55,7 +55,7 @@ from memsvc.validation import (
     validate_text,
 )
 
-SearchMode = Literal["auto", "exact", "index"]
+SearchPlan = Literal["auto", "exact", "index"]
 
 MAX_NAME_LENGTH = 1024
 MAX_DESCRIPTION_BYTES = 64 * 1024
@@ -650,7 +650,8 @@ class AssemblyRepository(Repository):
         *,
         k: int = 10,
         include: Include = "exact",
-        mode: SearchMode = "auto",
+        mode: Literal["vector"] | None = None,
+        plan: SearchPlan = "auto",
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[AssemblyHit]:
         """The ``k`` assemblies whose centroid is nearest to ``query``, best first.
@@ -660,7 +661,9 @@ class AssemblyRepository(Repository):
             query: An embedding of the configured dimension.
             k: How many hits (1-1000).
             include: ``exact``, ``ancestors`` or ``descendants``, as in memory search.
-            mode: ``auto``; ``exact`` or ``index`` force a strategy (tests, benchmarks).
+            mode: ``vector`` (the default, and the only mode: assemblies are
+                found by their centroid; they have no text of their own to search).
+            plan: ``auto``; ``exact`` or ``index`` force a strategy (tests, benchmarks).
             conn: A connection of your own to run on.
 
         Returns:
@@ -670,8 +673,12 @@ class AssemblyRepository(Repository):
         scope = validate_scope(scope)
         include = validate_include(include)
         k = validate_limit(k, "k", MAX_K)
-        if mode not in ("auto", "exact", "index"):
-            raise ValidationError("mode", "must be auto, exact or index")
+        if mode in ("auto", "exact", "index"):
+            raise ValidationError("mode", f"{mode!r} is a plan now: pass plan={mode!r}")
+        if mode not in (None, "vector"):
+            raise ValidationError("mode", "assemblies are searched by centroid: only vector")
+        if plan not in ("auto", "exact", "index"):
+            raise ValidationError("plan", "must be auto, exact or index")
         vector = self._vector(query, "query")
         params = Params()
         query_param = params.add(vector)
@@ -684,11 +691,11 @@ class AssemblyRepository(Repository):
             "threshold_param": params.add(self._settings.exact_search_threshold),
         }
         # Only ``auto`` uses the threshold, the last parameter.
-        values = params.values if mode == "auto" else params.values[:-1]
+        values = params.values if plan == "auto" else params.values[:-1]
         async with self._connection(conn) as active:
-            sql = q.search(self._schema, mode=mode, **options)
+            sql = q.search(self._schema, mode=plan, **options)
             rows = await self._run_search(active, sql, values)
-            if len(rows) < k and mode == "auto" and not (rows and rows[0]["via_exact"]):
+            if len(rows) < k and plan == "auto" and not (rows and rows[0]["via_exact"]):
                 # The index gave up (max_scan_tuples) before k rows of this
                 # scope turned up, or the scope is empty: scan exactly.
                 exact_sql = q.search(self._schema, mode="exact", **options)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
-import time
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -22,6 +22,7 @@ from memsvc.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.ids import new_id, parse_id
 from memsvc.models import Memory, MemoryEvent, SearchHit, real_value
 from memsvc.repositories import memory_queries as q
+from memsvc.repositories import ranking
 from memsvc.repositories.base import Repository
 from memsvc.repositories.filters import compile_where
 from memsvc.repositories.scope_sql import Params, scope_condition
@@ -43,7 +44,8 @@ from memsvc.validation import (
 )
 
 Rank = Literal["similarity", "recall"]
-SearchMode = Literal["auto", "exact", "index"]
+SearchMode = Literal["vector", "text", "hybrid"]
+SearchPlan = Literal["auto", "exact", "index"]
 
 # Called with memory rows already locked, before they are deleted, in the
 # same transaction (assemblies use it to keep member counts and centroids).
@@ -54,12 +56,15 @@ MAX_PAGE = 10_000
 ADD_MANY_CHUNK = 2_000
 KEY_MAX_LENGTH = 1024
 
-# rank="recall": score = SIMILARITY_WEIGHT * similarity + IMPORTANCE_WEIGHT *
-# importance + RECENCY_WEIGHT * 0.5 ** (age / RECENCY_HALF_LIFE_S).
-SIMILARITY_WEIGHT = 0.7
-IMPORTANCE_WEIGHT = 0.2
-RECENCY_WEIGHT = 0.1
-RECENCY_HALF_LIFE_S = 30 * 86_400.0
+# Hybrid search: each arm contributes its best max(2 x fetched rows, 50)
+# candidates (at most MAX_K) to reciprocal rank fusion (constant q.RRF_K).
+HYBRID_MIN_CANDIDATES = 50
+
+# "-" and "_" inside a word: read as spaces in text queries, as the text search
+# column reads them in its raw-token half (see tables.content_tsv_expression),
+# so "node-07" or "retry_backoff_ms" match however the parser split them. A
+# "-" after a space stays websearch_to_tsquery's "not".
+_JOINED = re.compile(r"(?<=\w)[-_](?=\w)")
 
 
 def content_hash(content: str) -> str:
@@ -75,8 +80,15 @@ def _scope_params(scope: Scope) -> list[object]:
 class _SearchStatement:
     sql: str
     values: builtins.list[object]
-    fetch: int
-    exact_sql: str | None  # the fallback, in auto mode
+    fetch: int  # rows the statement returns at most (k, or more to reorder)
+    exact_sql: str | None  # the fallback, in auto plan
+    mode: str
+    text: str | None  # the query text, None for an embedding query
+    k: int
+    rank: Rank
+    diversity: float | None
+    candidates: int  # rows each hybrid arm contributes at most
+    scope: Scope | None = None  # the scope of every hit, when include="exact"
 
 
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
@@ -97,11 +109,13 @@ class MemoryRepository(Repository):
         settings: Settings,
         *,
         embedder: Embedder | None = None,
+        reranker: ranking.Reranker | None = None,
         before_delete: DeleteHook | None = None,
         embeddings_changed: DeleteHook | None = None,
     ) -> None:
         super().__init__(pool, settings)
         self._embedder = embedder
+        self._reranker = reranker
         self._before_delete = before_delete
         # Called, in the same transaction and after the memory row is locked,
         # when a memory's embedding changed (assemblies recompute centroids).
@@ -177,6 +191,15 @@ class MemoryRepository(Repository):
         scope = validate_scope(scope)
         text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
         memory_id = new_id() if id is None else parse_id("id", id)
+        if embedding is None and self._embedder is not None:
+            # Content already stored here comes back as it is, as the insert
+            # below would return it: embedding the text again would be wasted.
+            # Only a shortcut: the insert's conflict handling stays the truth.
+            stored = await self._read(
+                conn, lambda active: self._find_duplicate(active, scope, memory_id, digest)
+            )
+            if stored is not None:
+                return stored
         vector = await self._embedding_for(text, embedding)
         args = [*_scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
 
@@ -315,11 +338,8 @@ class MemoryRepository(Repository):
         scope = validate_scope(scope)
         batch = validate_sequence(items, "items")
         ids, texts, digests, metas, vectors, weights, ttls = self._prepare_batch(batch)
-        missing = [i for i, vector in enumerate(vectors) if vector is None]
-        if missing and self._embedder is not None:
-            computed = await self._embed([texts[i] for i in missing], "items.embedding")
-            for i, vector in zip(missing, computed, strict=True):
-                vectors[i] = vector
+        if self._embedder is not None and any(vector is None for vector in vectors):
+            await self._embed_missing(scope, texts, digests, vectors, conn)
         if not ids:
             return []
         wire = [None if v is None else vector_bytes(v, self._settings.vector_type) for v in vectors]
@@ -369,6 +389,37 @@ class MemoryRepository(Repository):
                 raise ConflictError(f"items[{i}] collided with a memory deleted meanwhile; retry")
             result.append(memory)
         return result
+
+    async def _embed_missing(
+        self,
+        scope: Scope,
+        texts: builtins.list[str],
+        digests: builtins.list[str],
+        vectors: builtins.list[Any],
+        conn: asyncpg.Connection | None,
+    ) -> None:
+        """Fill the missing ``vectors``, embedding each distinct new content once.
+
+        Content already stored in the scope reuses its stored embedding (the
+        same text embeds to the same vector), so a batch re-adding known
+        memories costs no embedder call, and if the stored row is deleted
+        meanwhile the insert still has a vector for the new one.
+        """
+        missing = [i for i, vector in enumerate(vectors) if vector is None]
+        wanted = sorted({digests[i] for i in missing})
+        params = Params(wanted)
+        sql = q.stored_embeddings(self._schema, scope_condition(scope, "exact", params))
+        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        known = {row["content_hash"]: self._vector(row["embedding"]) for row in rows}
+        first: dict[str, int] = {}  # digest -> the first item needing it embedded
+        for i in missing:
+            if digests[i] not in known:
+                first.setdefault(digests[i], i)
+        if first:
+            computed = await self._embed([texts[i] for i in first.values()], "items.embedding")
+            known.update(zip(first, computed, strict=True))
+        for i in missing:
+            vectors[i] = known[digests[i]]
 
     def _prepare_batch(
         self, items: Iterable[str | Mapping[str, Any]]
@@ -696,20 +747,28 @@ class MemoryRepository(Repository):
         created_after: datetime | None = None,
         created_before: datetime | None = None,
         rank: Rank = "similarity",
-        mode: SearchMode = "auto",
+        mode: SearchMode | None = None,
+        query_embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
+        diversity: float | None = None,
+        plan: SearchPlan = "auto",
+        with_embeddings: bool = False,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[SearchHit]:
-        """The ``k`` memories nearest to ``query`` within the scope.
+        """The ``k`` memories that best match ``query`` within the scope.
 
-        PostgreSQL reads small scopes exactly through the scope index and
-        walks the HNSW index (with pgvector's iterative scans) for large ones;
-        when filters leave the index short of k rows, memsvc scans exactly,
-        so a filtered search returns k hits whenever k matching rows exist.
-        Expired memories are never returned.
+        Three modes (see the README's "Search modes"): ``vector`` (nearest
+        embeddings), ``text`` (PostgreSQL full-text search over content,
+        ``websearch_to_tsquery`` syntax) and ``hybrid`` (both arms in one
+        statement, fused by reciprocal rank). Scope, ``include`` and every
+        filter apply to each arm alike, and a filtered search returns k hits
+        whenever k matching rows exist: PostgreSQL reads small scopes exactly
+        and walks the HNSW index (iterative scans) for large ones; when
+        filters leave the index short, memsvc scans exactly. Expired memories
+        are never returned.
 
         Args:
             scope: Where to search.
-            query: An embedding, or text when the service has an embedder.
+            query: An embedding, or text.
             k: How many hits (1-1000).
             include: ``exact`` scope only, ``ancestors`` (the scope and those
                 above it on its path), or ``descendants`` (the scope and all below).
@@ -717,16 +776,29 @@ class MemoryRepository(Repository):
             min_importance: Only memories at least this important.
             created_after: Only memories created after this moment.
             created_before: Only memories created before this moment.
-            rank: ``similarity``, or ``recall``: 0.7 x similarity + 0.2 x
-                importance + 0.1 x 0.5 ** (age / 30 days), over the 4k most similar.
-            mode: ``auto``; ``exact`` forces an exact scan, ``index`` lets the
-                planner choose without the exact fallback (benchmarks, tests).
+            rank: ``similarity`` (the mode's own order), or ``recall``: 0.7 x
+                relevance + 0.2 x importance + 0.1 x 0.5 ** (age / 30 days),
+                over the 4k best candidates.
+            mode: ``vector``, ``text`` or ``hybrid``. Default: ``vector`` for an
+                embedding; for text, ``hybrid`` when the service has an embedder
+                (or ``query_embedding`` is given), else ``text``.
+            query_embedding: The text query's embedding, computed by the app
+                (vector and hybrid modes; the embedder is then not called).
+            diversity: 0..1: maximal marginal relevance over the candidates,
+                trading relevance for hits unlike each other (0 = pure relevance).
+            plan: How the vector arm runs: ``auto``; ``exact`` forces an exact
+                scan, ``index`` lets the planner choose without the exact
+                fallback (benchmarks, tests).
+            with_embeddings: Also return each hit's embedding
+                (``hit.memory.embedding``); by default it is None, which saves
+                sending and decoding vectors most callers never read.
             conn: A connection of your own to run on.
 
         Returns:
-            Hits, best first; ``score`` is what they are ranked by and
-            ``similarity`` the vector similarity (1 - cosine distance for cosine).
+            Hits, best first (see :class:`memsvc.models.SearchHit` for scores).
         """
+        if not isinstance(with_embeddings, bool):
+            raise ValidationError("with_embeddings", "must be True or False")
         statement = await self._search_statement(
             scope,
             query,
@@ -738,28 +810,73 @@ class MemoryRepository(Repository):
             created_before,
             rank,
             mode,
+            query_embedding,
+            diversity,
+            plan,
+            with_embeddings,
         )
 
         async def run(active: asyncpg.Connection) -> builtins.list[Any]:
             rows = await self._run_search(active, statement.sql, statement.values)
-            if (
-                len(rows) < statement.fetch
-                and statement.exact_sql is not None
-                and not self._came_from_exact(rows)
-            ):
+            if statement.exact_sql is not None and self._short(statement, rows):
                 # The index ran out (max_scan_tuples) before filters let k rows
-                # through, or the scope is empty: scan exactly to be sure.
+                # through, or the scope is small: scan exactly to be sure.
                 rows = await self._run_search(active, statement.exact_sql, statement.values)
             return rows
 
         rows = await self._read(conn, run)
-        hits = [
-            SearchHit(Memory.from_row(row), float(row["similarity"]), float(row["similarity"]))
-            for row in rows
-        ]
-        if rank == "recall":
-            hits = self._rank_for_recall(hits)[:k]
-        return hits
+        if statement.mode != "vector" and rows and rows[0]["query_terms"] == 0:
+            raise ValidationError(
+                "query",
+                "has no searchable words under the text search configuration "
+                f"{self._settings.text_search_config!r} (empty, only stop words, or only "
+                "operators)",
+            )
+        found = (row for row in rows if row["id"] is not None)
+        hits = [self._hit(statement, place, row) for place, row in enumerate(found, 1)]
+        if self._reranker is not None and statement.text is not None:
+            hits = await ranking.rerank(self._reranker, statement.text, hits)
+        if statement.rank == "recall":
+            hits = ranking.rank_for_recall(
+                hits, by_similarity=statement.mode == "vector" and self._reranker is None
+            )
+        if statement.diversity is not None:
+            return ranking.diversify(hits, statement.diversity, statement.k)
+        return hits[: statement.k]
+
+    @staticmethod
+    def _hit(statement: _SearchStatement, place: int, row: Any) -> SearchHit:
+        mode = statement.mode
+        memory = Memory.from_row(row, statement.scope)
+        if mode == "vector":
+            nearness = float(row["similarity"])
+            return SearchHit(memory, nearness, nearness, ("vector",), place)
+        if mode == "text":
+            return SearchHit(memory, float(row["text_score"]), None, ("text",), None, place)
+        arms = tuple(
+            arm
+            for arm, found in (("vector", row["vector_rank"]), ("text", row["text_rank"]))
+            if found is not None
+        )
+        similarity = None if row["similarity"] is None else float(row["similarity"])
+        return SearchHit(
+            memory,
+            float(row["fused_score"]),
+            similarity,
+            arms,
+            row["vector_rank"],
+            row["text_rank"],
+        )
+
+    @staticmethod
+    def _short(statement: _SearchStatement, rows: Sequence[Any]) -> bool:
+        """Whether the vector arm may have missed rows the exact scan would find."""
+        if statement.mode == "vector":
+            # A short page from the exact branch is the whole answer; a short
+            # (or empty) page from the index may not be.
+            return len(rows) < statement.fetch and not (rows and rows[0]["via_exact"])
+        found = sum(1 for row in rows if row["id"] is not None)
+        return found < statement.fetch and rows[0]["vector_found"] < statement.candidates
 
     async def explain_search(
         self,
@@ -769,12 +886,29 @@ class MemoryRepository(Repository):
         k: int = 10,
         include: Include = "exact",
         where: Mapping[str, Any] | None = None,
-        mode: SearchMode = "auto",
+        mode: SearchMode | None = None,
+        query_embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
+        plan: SearchPlan = "auto",
         conn: asyncpg.Connection | None = None,
     ) -> str:
-        """``EXPLAIN ANALYZE`` of the search statement: which index ran, and how long."""
+        """``EXPLAIN ANALYZE`` of the search statement: which indexes ran, and how long.
+
+        ``mode``, ``query_embedding`` and ``plan`` as in :meth:`search`.
+        """
         statement = await self._search_statement(
-            scope, query, k, include, where, None, None, None, "similarity", mode
+            scope,
+            query,
+            k,
+            include,
+            where,
+            None,
+            None,
+            None,
+            "similarity",
+            mode,
+            query_embedding,
+            None,
+            plan,
         )
         async with self._connection(conn) as active, active.transaction():
             if not self._settings.pgbouncer:
@@ -782,6 +916,38 @@ class MemoryRepository(Repository):
             else:
                 rows = []
         return "\n".join(row[0] for row in rows)
+
+    def _search_mode(
+        self, query: object, mode: object, query_embedding: object
+    ) -> tuple[str, str | None]:
+        """The mode to run and the query text (None for an embedding query)."""
+        text = query if isinstance(query, str) else None
+        if mode is None:
+            if text is None:
+                mode = "vector"
+            elif self._embedder is not None or query_embedding is not None:
+                mode = "hybrid"
+            else:
+                mode = "text"
+        if mode in ("auto", "exact", "index"):
+            raise ValidationError("mode", f"{mode!r} is a plan now: pass plan={mode!r}")
+        if mode not in ("vector", "text", "hybrid"):
+            raise ValidationError("mode", "must be vector, text or hybrid")
+        if text is None and mode != "vector":
+            raise ValidationError("mode", f"{mode} search needs a text query, not an embedding")
+        if text is None and query_embedding is not None:
+            raise ValidationError("query_embedding", "only for text queries")
+        if mode == "text" and query_embedding is not None:
+            raise ValidationError("query_embedding", "text mode uses no embedding")
+        if mode == "hybrid" and self._embedder is None and query_embedding is None:
+            raise ValidationError(
+                "mode", "hybrid search needs an embedder on the service or a query_embedding"
+            )
+        if text is not None:
+            check_text("query", text)
+            if not text.strip():
+                raise ValidationError("query", "must not be empty or only whitespace")
+        return str(mode), text
 
     async def _search_statement(
         self,
@@ -794,24 +960,50 @@ class MemoryRepository(Repository):
         created_after: datetime | None,
         created_before: datetime | None,
         rank: Rank,
-        mode: SearchMode,
+        mode: SearchMode | None,
+        query_embedding: Sequence[float] | np.ndarray[Any, Any] | None,
+        diversity: float | None,
+        plan: SearchPlan,
+        with_embeddings: bool = True,
     ) -> _SearchStatement:
         scope = validate_scope(scope)
         include = validate_include(include)
         k = validate_limit(k, "k", MAX_K)
         if rank not in ("similarity", "recall"):
             raise ValidationError("rank", "must be similarity or recall")
-        if mode not in ("auto", "exact", "index"):
-            raise ValidationError("mode", "must be auto, exact or index")
-        if isinstance(query, str):
-            check_text("query", query)
-            vector = (await self._embed([query], "query"))[0]
-        else:
-            vector = self._vector(query, "query")
-        fetch = k if rank == "similarity" else min(MAX_K, max(4 * k, 40))
+        if plan not in ("auto", "exact", "index"):
+            raise ValidationError("plan", "must be auto, exact or index")
+        if diversity is not None:
+            if (
+                isinstance(diversity, bool)
+                or not isinstance(diversity, int | float)
+                or not 0 <= diversity <= 1
+            ):
+                raise ValidationError("diversity", "must be a number from 0 to 1")
+            diversity = float(diversity)
+        search_mode, text = self._search_mode(query, mode, query_embedding)
+        vector = None
+        if search_mode != "text":
+            if query_embedding is not None:
+                vector = self._vector(query_embedding, "query_embedding")
+            elif text is not None:
+                vector = (await self._embed([text], "query"))[0]
+            else:
+                vector = self._vector(query, "query")
+        reordered = (
+            rank == "recall"
+            or diversity is not None
+            or (self._reranker is not None and text is not None)
+        )
+        fetch = min(MAX_K, max(4 * k, 40)) if reordered else k
+        candidates = min(MAX_K, max(2 * fetch, HYBRID_MIN_CANDIDATES))
 
         params = Params()
-        query_param = params.add(vector)
+        query_param = None if vector is None else params.add(vector)
+        text_param = None
+        if search_mode != "vector":
+            assert text is not None
+            text_param = params.add(_JOINED.sub(" ", text))
         scope_sql = scope_condition(scope, include, params)
         filters = [compile_where(where, params)]
         if min_importance is not None:
@@ -826,34 +1018,32 @@ class MemoryRepository(Repository):
                     raise ValidationError(name, "must be a timezone-aware datetime")
                 filters.append(f"created_at {op} {params.add(moment)}")
         options = {
+            "mode": search_mode,
             "distance": self._settings.distance,
             "scope_sql": scope_sql,
             "filter_sql": " AND ".join(filters),
             "query_param": query_param,
+            "text_param": text_param,
+            "config": self._settings.text_search_config,
             "k_param": params.add(fetch),
+            "candidates_param": params.add(candidates) if search_mode == "hybrid" else None,
+            # Diversity compares the candidates' vectors: they are read for it.
+            "with_embeddings": with_embeddings or diversity is not None,
         }
-        sql = q.search(self._schema, exact=mode == "exact", **options)
-        fallback = q.search(self._schema, exact=True, **options) if mode == "auto" else None
-        return _SearchStatement(sql, params.values, fetch, fallback)
-
-    @staticmethod
-    def _came_from_exact(rows: Sequence[Any]) -> bool:
-        # A short page from the exact branch is the whole answer; a short (or
-        # empty) page from the index may not be.
-        return bool(rows) and bool(rows[0]["via_exact"])
-
-    @staticmethod
-    def _rank_for_recall(hits: builtins.list[SearchHit]) -> builtins.list[SearchHit]:
-        now = time.time()
-        ranked = []
-        for hit in hits:
-            age = max(0.0, now - hit.memory.created_at.timestamp())
-            recency = 0.5 ** (age / RECENCY_HALF_LIFE_S)
-            score = (
-                SIMILARITY_WEIGHT * hit.similarity
-                + IMPORTANCE_WEIGHT * hit.memory.importance
-                + RECENCY_WEIGHT * recency
-            )
-            ranked.append(SearchHit(hit.memory, score, hit.similarity))
-        ranked.sort(key=lambda hit: hit.score, reverse=True)
-        return ranked
+        sql = q.search(self._schema, exact=plan == "exact", **options)
+        fallback = None
+        if plan == "auto" and search_mode != "text":
+            fallback = q.search(self._schema, exact=True, **options)
+        return _SearchStatement(
+            sql,
+            params.values,
+            fetch,
+            fallback,
+            mode=search_mode,
+            text=text,
+            k=k,
+            rank=rank,
+            diversity=diversity,
+            candidates=candidates,
+            scope=scope if include == "exact" else None,
+        )

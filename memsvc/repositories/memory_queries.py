@@ -31,6 +31,10 @@ MEMORY_COLUMN_NAMES = (
     "last_accessed_at",
 )
 MEMORY_COLUMNS = ", ".join(MEMORY_COLUMN_NAMES)
+# The same columns with the embedding left out (a NULL in its place): search
+# hits carry their embedding only when the caller asks for it, since sending
+# and decoding ten 384-float vectors costs more than the rest of the row.
+MEMORY_COLUMNS_NO_EMBEDDING = MEMORY_COLUMNS.replace("embedding", "NULL AS embedding")
 
 NOT_EXPIRED = "(expires_at IS NULL OR expires_at > now())"
 
@@ -115,6 +119,13 @@ WITH batch AS (
     SELECT tenant_id, id, 'created', version FROM ins
 )
 SELECT * FROM ins"""
+
+
+def stored_embeddings(schema: str, scope_sql: str) -> str:
+    """Embeddings already stored in a scope for content hashes ``$1``: no need to embed again."""
+    return f"""
+SELECT DISTINCT ON (content_hash) content_hash, embedding FROM {schema}.memories
+WHERE {scope_sql} AND key IS NULL AND content_hash = ANY($1::text[]) AND embedding IS NOT NULL"""
 
 
 def find_batch_duplicates(schema: str, scope_sql: str) -> str:
@@ -317,32 +328,135 @@ WHERE memory_id = $1 {tenant}
 ORDER BY event_id"""
 
 
+# Reciprocal rank fusion: a hit's fused score is the sum over the arms that
+# found it of 1 / (RRF_K + its rank in that arm). 60 is the constant of the
+# original RRF paper; it keeps one arm's top rank from drowning the other arm.
+RRF_K = 60
+
+
+def text_query(config: str, text_param: str) -> str:
+    """The tsquery of a user's text (``websearch_to_tsquery``: quotes, ``or``, ``-word``)."""
+    return f"websearch_to_tsquery('{config}'::regconfig, {text_param})"
+
+
 @functools.lru_cache(maxsize=512)
 def search(
     schema: str,
     *,
+    mode: str,
+    distance: str,
+    scope_sql: str,
+    filter_sql: str,
+    query_param: str | None,
+    text_param: str | None,
+    config: str,
+    k_param: str,
+    candidates_param: str | None,
+    exact: bool,
+    with_embeddings: bool = True,
+) -> str:
+    """The search statement of a mode (``vector``, ``text`` or ``hybrid``), in one statement.
+
+    ``vector``: nearest neighbours. The plain form lets PostgreSQL choose: for
+    a small scope it reads the scope's rows through the btree scope index and
+    sorts them (exact); for a large one it walks the HNSW index with
+    iterative scans, filtering as it goes. The ``exact`` form adds ``+ 0`` to
+    the ordering, which hides it from the planner, so the (approximate) HNSW
+    index can never serve it.
+
+    ``text``: rows whose ``content_tsv`` matches the query, by ``ts_rank_cd``.
+
+    ``hybrid``: both arms, each limited to ``candidates_param`` rows under the
+    same scope and filters, fused with reciprocal rank fusion. Text and hybrid
+    statements return at least one row: ``query_terms`` (0 when the text
+    parses to nothing) with NULL memory columns when nothing matched.
+    """
+    if mode == "vector":
+        assert query_param is not None
+        return _vector_search(
+            schema, distance, scope_sql, filter_sql, query_param, k_param, exact, with_embeddings
+        )
+    columns = MEMORY_COLUMNS if with_embeddings else MEMORY_COLUMNS_NO_EMBEDDING
+    assert text_param is not None
+    tsquery = text_query(config, text_param)
+    where = f"{scope_sql} AND {filter_sql} AND {NOT_EXPIRED}"
+    text_arm = f"""
+    SELECT tenant_id, id, ts_rank_cd(content_tsv, {tsquery}) AS text_score
+    FROM {schema}.memories
+    WHERE {where} AND content_tsv @@ {tsquery}
+    ORDER BY text_score DESC, id"""
+    if mode == "text":
+        # Rows are read once, in the arm itself: no window, no join back.
+        return f"""
+SELECT numnode({tsquery}) AS query_terms, hits.*
+FROM (SELECT 1) AS one LEFT JOIN (
+    SELECT {columns}, ts_rank_cd(content_tsv, {tsquery}) AS text_score
+    FROM {schema}.memories
+    WHERE {where} AND content_tsv @@ {tsquery}
+    ORDER BY text_score DESC, id
+    LIMIT {k_param}
+) AS hits ON true
+ORDER BY hits.text_score DESC, hits.id"""
+    assert query_param is not None and candidates_param is not None
+    op = DISTANCE_OPERATORS[distance]
+    order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {query_param}"
+    similarity = SIMILARITY[distance].format(d=f"m.embedding {op} {query_param}")
+    hit_columns = qualified(MEMORY_COLUMNS, "m")
+    if not with_embeddings:
+        hit_columns = hit_columns.replace("m.embedding", "NULL AS embedding")
+    return f"""
+WITH vector_arm AS (
+    SELECT tenant_id, id, row_number() OVER (ORDER BY distance) AS vector_rank FROM (
+        SELECT tenant_id, id, {order} AS distance
+        FROM {schema}.memories
+        WHERE {where} AND embedding IS NOT NULL
+        ORDER BY {order}
+        LIMIT {candidates_param}
+    ) AS nearest
+), text_arm AS (
+    SELECT tenant_id, id, text_score,
+           row_number() OVER (ORDER BY text_score DESC, id) AS text_rank
+    FROM ({text_arm}
+        LIMIT {candidates_param}
+    ) AS matching
+), fused AS (
+    SELECT coalesce(v.tenant_id, t.tenant_id) AS tenant_id, coalesce(v.id, t.id) AS id,
+           v.vector_rank, t.text_rank, t.text_score,
+           coalesce(1.0::float8 / ({RRF_K} + v.vector_rank), 0)
+             + coalesce(1.0::float8 / ({RRF_K} + t.text_rank), 0) AS fused_score
+    FROM vector_arm AS v FULL JOIN text_arm AS t ON t.tenant_id = v.tenant_id AND t.id = v.id
+    -- Cut to the page on ids alone; only its rows are read back in full.
+    ORDER BY fused_score DESC, v.vector_rank NULLS LAST, t.text_rank NULLS LAST
+    LIMIT {k_param}
+), hits AS (
+    SELECT {hit_columns}, f.vector_rank, f.text_rank, f.text_score,
+           f.fused_score, {similarity} AS similarity
+    FROM fused AS f JOIN {schema}.memories AS m ON m.tenant_id = f.tenant_id AND m.id = f.id
+)
+SELECT numnode({tsquery}) AS query_terms, (SELECT count(*) FROM vector_arm) AS vector_found,
+       {"true" if exact else "false"} AS via_exact, hits.*
+FROM (SELECT 1) AS one LEFT JOIN hits ON true
+ORDER BY hits.fused_score DESC, hits.vector_rank NULLS LAST, hits.text_rank NULLS LAST"""
+
+
+def _vector_search(
+    schema: str,
     distance: str,
     scope_sql: str,
     filter_sql: str,
     query_param: str,
     k_param: str,
     exact: bool,
+    with_embeddings: bool = True,
 ) -> str:
-    """Nearest neighbours of a query within a scope, in one statement.
-
-    The plain form lets PostgreSQL choose: for a small scope it reads the
-    scope's rows through the btree scope index and sorts them (exact); for a
-    large one it walks the HNSW index with iterative scans, filtering as it
-    goes. The ``exact`` form adds ``+ 0`` to the ordering, which hides it from
-    the planner, so the (approximate) HNSW index can never serve it.
-    """
     op = DISTANCE_OPERATORS[distance]
     order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {query_param}"
     similarity = SIMILARITY[distance].format(d="distance")
+    columns = MEMORY_COLUMNS if with_embeddings else MEMORY_COLUMNS_NO_EMBEDDING
     # Iterative index scans return rows in relaxed order: sort the k found.
     return f"""
 SELECT *, {similarity} AS similarity, {"true" if exact else "false"} AS via_exact FROM (
-    SELECT {MEMORY_COLUMNS}, {order} AS distance
+    SELECT {columns}, {order} AS distance
     FROM {schema}.memories
     WHERE {scope_sql} AND {filter_sql} AND embedding IS NOT NULL AND {NOT_EXPIRED}
     ORDER BY {order}

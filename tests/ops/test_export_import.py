@@ -183,7 +183,9 @@ async def test_bulk_import_rebuilds_the_vector_index_valid_and_searchable(
         "WHERE c.relname = $1", MEMORY_VECTOR_INDEX
     )
     assert valid is True
-    hits = await service.memories.search(Scope("bulk"), "topic 3 item 3", k=5, mode="index")
+    hits = await service.memories.search(
+        Scope("bulk"), "topic 3 item 3", k=5, mode="vector", plan="index"
+    )
     assert hits and hits[0].memory.content == "bulk memory about topic 3 item 3"
     # Ids without a UUID are derived from the content: a second run adds nothing.
     again = await cli("import", str(path))

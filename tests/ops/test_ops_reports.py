@@ -22,13 +22,19 @@ async def test_export_names_the_selected_scope_and_warns_when_it_matched_nothing
     empty = await cli("export", str(tmp_path / "none.jsonl"), "--session", "s")
     assert empty.exit_code == 0, empty.output
     assert "selected scope: tenant 'default', session 's' and the scopes under it" in empty.output
-    assert "exported 0 memories, 0 assemblies, 0 checkpoints (0 rows)" in empty.output
+    assert (
+        "exported 0 memories, 0 assemblies, 0 checkpoints, 0 store items (0 rows)"
+        in empty.output
+    )
     assert "warning: the selection matched nothing" in empty.output
 
     found = await cli("export", str(tmp_path / "acme.jsonl"), "--tenant", "acme",
                       "--session", "s")
     assert "selected scope: tenant 'acme', session 's'" in found.output
-    assert "exported 1 memories, 0 assemblies, 0 checkpoints (1 rows)" in found.output
+    assert (
+        "exported 1 memories, 0 assemblies, 0 checkpoints, 0 store items (1 rows)"
+        in found.output
+    )
     assert "warning" not in found.output
 
 
