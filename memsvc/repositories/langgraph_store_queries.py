@@ -181,7 +181,7 @@ def search_items(
     only the namespace's items, whichever join it picks.
 
     With ``half_dims`` (full-precision vectors of that many dimensions), the
-    index holds half-precision copies (migration 0009): the walk orders by
+    index holds half-precision copies (migration 0010): the walk orders by
     the copies' distance, every candidate is then ranked by its exact one.
     """
     operator = DISTANCE[distance]

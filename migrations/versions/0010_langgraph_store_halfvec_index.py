@@ -5,8 +5,8 @@ distance, so scores stay those of the stored vectors; the index is half the
 size, so more of it stays in the server's buffers. Schemas whose vector type
 is already ``halfvec`` keep their index.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-11-23
 """
 
@@ -19,8 +19,8 @@ from alembic import op
 from memsvc.db.migrate import settings_for_migration
 from memsvc.db.tables import OPCLASSES, store_vector_index_expression
 
-revision: str = "0009"
-down_revision: str | None = "0008"
+revision: str = "0010"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
