@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.langgraph.saver import run_saver
-from benchmarks.langgraph.store import DEFAULT_DATA, report, run_store
+from benchmarks.langgraph.store import BIG, DEFAULT_DATA, TOTAL, report, run_store
 from memsvc.db.embedded import EmbeddedPostgres
 
 
@@ -19,9 +19,10 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="length of one measurement")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per side")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="embeddings-small dir")
-    parser.add_argument("--store-total", type=int, default=10_000, help="items in the store")
-    parser.add_argument("--store-big", type=int, default=2_000, help="items of the big namespace")
+    parser.add_argument("--store-total", type=int, default=TOTAL, help="items in the store")
+    parser.add_argument("--store-big", type=int, default=BIG, help="items of the big namespace")
     parser.add_argument("--part", choices=["all", "saver", "store"], default="all")
+    parser.add_argument("--store-rounds", type=int, default=1, help="store measurement rounds")
     args = parser.parse_args()
     embedded = None
     directory = None
@@ -35,7 +36,11 @@ async def main() -> None:
             await run_saver(dsn, seconds=args.seconds, rounds=args.rounds)
         if args.part in ("all", "store"):
             print("\nMemsvcStore vs AsyncPostgresStore (same index, same embeddings)")
-            report(await run_store(dsn, args.data, args.store_total, args.store_big))
+            report(
+                await run_store(
+                    dsn, args.data, args.store_total, args.store_big, rounds=args.store_rounds
+                )
+            )
     finally:
         if embedded is not None:
             await asyncio.to_thread(embedded.close)

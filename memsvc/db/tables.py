@@ -25,6 +25,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     Table,
     Text,
+    cast,
     text,
 )
 from sqlalchemy.dialects.postgresql import (
@@ -104,6 +105,18 @@ def vector_column_type(settings: Settings) -> Any:
     if settings.vector_type == "halfvec":
         return HALFVEC(settings.embedding_dim)
     return VECTOR(settings.embedding_dim)
+
+
+def store_vector_index_expression(settings: Settings) -> str:
+    """What the LangGraph store's HNSW index holds: the vectors in half precision.
+
+    Searches walk it for candidates and rank those by their exact distance;
+    the index is half the size of a full-precision one, so more of it stays
+    in the server's buffers.
+    """
+    if settings.vector_type == "halfvec":
+        return "embedding"
+    return f"(embedding::halfvec({int(settings.embedding_dim)}))"
 
 
 def build_metadata(settings: Settings) -> MetaData:
@@ -275,7 +288,7 @@ def build_metadata(settings: Settings) -> MetaData:
     _add_assembly_tables(metadata, settings, opclass, hnsw_with)
     _add_checkpoint_table(metadata)
     _add_langgraph_tables(metadata)
-    _add_langgraph_store_tables(metadata, vector_type, opclass, hnsw_with)
+    _add_langgraph_store_tables(metadata, vector_type, settings, hnsw_with)
     return metadata
 
 
@@ -538,7 +551,7 @@ def _add_langgraph_tables(metadata: MetaData) -> None:
 
 
 def _add_langgraph_store_tables(
-    metadata: MetaData, vector_type: Any, opclass: str, hnsw_with: dict[str, int]
+    metadata: MetaData, vector_type: Any, settings: Settings, hnsw_with: dict[str, int]
 ) -> None:
     """The LangGraph store's items and their per-field vectors.
 
@@ -613,10 +626,14 @@ def _add_langgraph_store_tables(
         ),
         comment="Embeddings of the indexed fields of LangGraph store items.",
     )
+    # Half-precision copies in the index (see store_vector_index_expression).
+    indexed: Any = vectors.c.embedding
+    if settings.vector_type != "halfvec":
+        indexed = cast(indexed, HALFVEC(settings.embedding_dim)).label("embedding")
     Index(
         "ix_langgraph_store_vectors_embedding_hnsw",
-        vectors.c.embedding,
+        indexed,
         postgresql_using="hnsw",
         postgresql_with=hnsw_with,
-        postgresql_ops={"embedding": opclass},
+        postgresql_ops={"embedding": OPCLASSES[("halfvec", settings.distance)]},
     )

@@ -30,7 +30,10 @@ from memsvc.repositories.tenancy import tenant_scoped
 
 # How many vectors a query search reads per wanted item at first (an item has
 # one vector per indexed field); it reads further when fields crowd the scan.
-SCAN_FACTOR = 2
+# Every further candidate the HNSW walk must find in a namespace costs pages
+# read: 1.5 rather than 2 (in a 10,000-item namespace among 100,000, recall@10
+# 0.97 vs 0.978 for ~1.3x less time; 1 fell to 0.947-0.954).
+SCAN_FACTOR = 1.5
 MAX_SCAN = 100_000
 
 
@@ -197,8 +200,10 @@ class LangGraphStoreRepository(Repository):
         """
         distance = self._settings.distance
         vector = vector_bytes(query, self._settings.vector_type)
+        # The index holds half-precision copies of full-precision vectors.
+        half_dims = self._settings.embedding_dim if self._settings.vector_type == "vector" else None
         wanted = offset + limit
-        scan = max(wanted * SCAN_FACTOR, 10)
+        scan = max(int(wanted * SCAN_FACTOR), 10)
         while True:
             params = Params(tenant)
             namespace_sql = q.namespace_literal_condition(prefix)
@@ -212,6 +217,7 @@ class LangGraphStoreRepository(Repository):
                 scan,
                 params.add(limit),
                 params.add(offset),
+                half_dims=half_dims,
             )
             rows = await self._read(conn, functools.partial(self._scan, sql, params.values))
             head = rows[0]

@@ -159,6 +159,7 @@ def search_items(
     scan: int,
     limit: str,
     offset: str,
+    half_dims: int | None = None,
 ) -> str:
     """A page of live items nearest a query vector, by their best-matching field.
 
@@ -178,8 +179,16 @@ def search_items(
     match. Each branch runs only when its one-time condition holds. The exact
     branch repeats the namespace condition on the items so the planner reads
     only the namespace's items, whichever join it picks.
+
+    With ``half_dims`` (full-precision vectors of that many dimensions), the
+    index holds half-precision copies (migration 0010): the walk orders by
+    the copies' distance, every candidate is then ranked by its exact one.
     """
     operator = DISTANCE[distance]
+    walk = f"v.embedding {operator} {query}"
+    if half_dims is not None:
+        half = f"halfvec({int(half_dims)})"
+        walk = f"(v.embedding::{half}) {operator} ({query}::vector::{half})"
     vector_namespace = namespace_sql.replace("i.prefix", "v.prefix")
     candidates = f"""
     FROM {schema}.langgraph_store_vectors AS v
@@ -201,7 +210,7 @@ WITH counted AS (
     UNION ALL
     (SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
        AND (SELECT vectors FROM counted) > {EXACT_UP_TO}
-     ORDER BY v.embedding {operator} {query}
+     ORDER BY {walk}
      LIMIT {int(scan)})
 ), best AS (
     SELECT prefix, key, min(distance) AS distance FROM hits GROUP BY prefix, key
