@@ -132,18 +132,21 @@ async def test_tenants_do_not_see_each_other(service: MemoryService) -> None:
 
 async def test_ttl_expires_refreshes_on_read_and_is_swept(service: MemoryService) -> None:
     store = MemsvcStore(service, ttl={"default_ttl": 1, "refresh_on_read": True})
-    await store.aput(("t",), "short", {"v": 1}, ttl=0.002)  # about 0.12 s
+    # TTLs are minutes in LangGraph: 0.02 is 1.2 s, long enough that a loaded
+    # machine's scheduling delays (tens of ms) cannot decide the outcome.
+    await store.aput(("t",), "short", {"v": 1}, ttl=0.02)
     await store.aput(("t",), "kept", {"v": 2}, ttl=None)
     await store.aput(("t",), "default", {"v": 3})
     async with service.pool.acquire() as conn:
         ttls = dict(await conn.fetch("SELECT key, ttl_minutes FROM memsvc.langgraph_store_items"))
-    assert ttls == {"short": 0.002, "kept": None, "default": 1.0}
-    # Reads refresh the TTL: read "short" more often than it lives, and it stays.
+    assert ttls == {"short": 0.02, "kept": None, "default": 1.0}
+    # Reads refresh the TTL: read "short" more often than it lives, for longer
+    # than it lives (2 s), and it stays.
     for _ in range(4):
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
         assert await store.aget(("t",), "short") is not None
     # Without refresh, it expires and is invisible before any sweep.
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(1.5)
     assert await store.aget(("t",), "short", refresh_ttl=False) is None
     assert {i.key for i in await store.asearch(("t",))} == {"kept", "default"}
     assert await store.asweep_ttl() == 1
@@ -283,14 +286,14 @@ async def test_store_works_under_row_level_security(
     async with MemoryService.open(settings) as service:
         acme = MemsvcStore(service, index=index, tenant="acme")  # type: ignore[arg-type]
         globex = MemsvcStore(service, index=index, tenant="globex")  # type: ignore[arg-type]
-        await acme.aput(("ns",), "k", {"text": "acme secret"}, ttl=0.001)
+        await acme.aput(("ns",), "k", {"text": "acme secret"}, ttl=0.01)  # 0.6 s
         await globex.aput(("ns",), "k", {"text": "globex secret"})
         item = await acme.aget(("ns",), "k", refresh_ttl=False)
         assert item is not None and item.value["text"] == "acme secret"
         hits = await globex.asearch(("ns",), query="acme secret")
         assert [h.value["text"] for h in hits] == ["globex secret"]
         assert await globex.alist_namespaces() == [("ns",)]
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.7)
         assert await acme.asweep_ttl() == 1
         assert await globex.aget(("ns",), "k") is not None
 
