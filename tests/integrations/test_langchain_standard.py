@@ -10,10 +10,7 @@ pooling mode.
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from langchain_core.vectorstores import VectorStore
@@ -24,7 +21,7 @@ from memsvc.integrations.langchain import MemsvcVectorStore
 from memsvc.sync import SyncMemoryService
 from memsvc.testing.postgres import MigratedTemplate, TestPostgres, settings_for_tests
 from tests.integrations.conftest import LoopThread
-from tests.reliability.servers import PgBouncer
+from tests.reliability.servers import database_behind_pgbouncer
 
 SCOPE = Scope(tenant="acme", project="docs")
 
@@ -61,24 +58,10 @@ async def bouncer_settings(
     memsvc_postgres: TestPostgres, dim6_template: MigratedTemplate
 ) -> AsyncIterator[Settings]:
     """Settings of a fresh 6-dimension database reached only through pgbouncer."""
-    if PgBouncer.executable() is None:
-        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer); CI installs it")
-    parts = urlsplit(memsvc_postgres.dsn)
-    query = parse_qs(parts.query)
-    socket_dir = query.get("host", [parts.hostname or ""])[0]
-    if not socket_dir.startswith("/"):
-        pytest.skip("the pgbouncer tests front the embedded server's unix socket")
-    port = int(query.get("port", [str(parts.port or 5432)])[0])
-    name = f"memsvc_lcb_{uuid.uuid4().hex[:10]}"
-    await memsvc_postgres.create_database(name, template=dim6_template.name)
-    bouncer = await asyncio.to_thread(PgBouncer(socket_dir, port, [name]).start)
-    try:
-        yield settings_for_tests(
-            bouncer.dsn(name), pgbouncer=True, **dim6_template.settings_overrides
-        )
-    finally:
-        await asyncio.to_thread(bouncer.stop)
-        await memsvc_postgres.drop_database(name)
+    async with database_behind_pgbouncer(
+        memsvc_postgres, dim6_template.name, "memsvc_lcb"
+    ) as dsn:
+        yield settings_for_tests(dsn, pgbouncer=True, **dim6_template.settings_overrides)
 
 
 class TestVectorStoreThroughPgbouncer(VectorStoreIntegrationTests):

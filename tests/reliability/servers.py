@@ -20,14 +20,19 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import psutil
+import pytest
 
 from memsvc.db import migrate
 from memsvc.db.embedded import running_postmaster_pid
 from memsvc.settings import Settings
+from memsvc.testing.postgres import TestPostgres
 
 _START_SCRIPT = (
     "import sys\n"
@@ -224,3 +229,30 @@ pidfile = {self.directory / "pgbouncer.pid"}
             if process.stdout is not None:
                 process.stdout.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def database_behind_pgbouncer(
+    postgres: TestPostgres, template: str, prefix: str
+) -> AsyncIterator[str]:
+    """A fresh database cloned from ``template``, reached only through pgbouncer: its DSN.
+
+    Skips the test (saying why) where pgbouncer is missing or the server has
+    no unix socket to front; drops the database afterwards.
+    """
+    if PgBouncer.executable() is None:
+        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer); CI installs it")
+    parts = urlsplit(postgres.dsn)
+    query = parse_qs(parts.query)
+    socket_dir = query.get("host", [parts.hostname or ""])[0]
+    if not socket_dir.startswith("/"):
+        pytest.skip("the pgbouncer tests front the embedded server's unix socket")
+    port = int(query.get("port", [str(parts.port or 5432)])[0])
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    await postgres.create_database(name, template=template)
+    bouncer = await asyncio.to_thread(PgBouncer(socket_dir, port, [name]).start)
+    try:
+        yield bouncer.dsn(name)
+    finally:
+        await asyncio.to_thread(bouncer.stop)
+        await postgres.drop_database(name)

@@ -5,9 +5,7 @@ state, a different server connection for each transaction."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -15,7 +13,7 @@ import tests.test_memories_concurrency as concurrency
 from memsvc import HashingEmbedder, MemoryService, Scope
 from memsvc.testing.postgres import MigratedTemplate, TestPostgres, settings_for_tests
 from tests.reliability.conftest import bounded
-from tests.reliability.servers import PgBouncer
+from tests.reliability.servers import database_behind_pgbouncer
 from tests.reliability.test_list_append_oracle import check_memory_lists
 
 pytestmark = pytest.mark.timeout(120)
@@ -26,24 +24,12 @@ async def bouncer_service(
     memsvc_postgres: TestPostgres, memsvc_template: MigratedTemplate
 ) -> AsyncIterator[MemoryService]:
     """A MemoryService on a fresh database reached only through pgbouncer."""
-    if PgBouncer.executable() is None:
-        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer); CI installs it")
-    parts = urlsplit(memsvc_postgres.dsn)
-    query = parse_qs(parts.query)
-    socket_dir = query.get("host", [parts.hostname or ""])[0]
-    if not socket_dir.startswith("/"):
-        pytest.skip("the pgbouncer tests front the embedded server's unix socket")
-    port = int(query.get("port", [str(parts.port or 5432)])[0])
-    name = f"memsvc_bouncer_{uuid.uuid4().hex[:10]}"
-    await memsvc_postgres.create_database(name, template=memsvc_template.name)
-    bouncer = await asyncio.to_thread(PgBouncer(socket_dir, port, [name]).start)
-    try:
-        settings = settings_for_tests(bouncer.dsn(name), pgbouncer=True, pool_max_size=12)
+    async with database_behind_pgbouncer(
+        memsvc_postgres, memsvc_template.name, "memsvc_bouncer"
+    ) as dsn:
+        settings = settings_for_tests(dsn, pgbouncer=True, pool_max_size=12)
         async with MemoryService.open(settings, embedder=HashingEmbedder()) as service:
             yield service
-    finally:
-        await asyncio.to_thread(bouncer.stop)
-        await memsvc_postgres.drop_database(name)
 
 
 async def test_concurrent_adds_lose_nothing_through_pgbouncer(
