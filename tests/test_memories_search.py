@@ -195,9 +195,17 @@ async def test_search_returns_embeddings_only_when_asked(
     (plain,) = await service.memories.search(scope, vector, k=1)
     assert plain.memory.id == stored.id and plain.memory.embedding is None
     assert plain.memory.content == stored.content and plain.memory.metadata == stored.metadata
-    for mode in ("auto", "exact", "index"):
+    for plan in ("auto", "exact", "index"):
         (full,) = await service.memories.search(
-            scope, vector, k=1, mode=mode, with_embeddings=True
+            scope, vector, k=1, plan=plan, with_embeddings=True
+        )
+        assert full.memory.embedding == stored.embedding
+    # The text and hybrid statements follow the same rule.
+    for mode in ("text", "hybrid"):
+        (plain,) = await service.memories.search(scope, "vector", k=1, mode=mode)
+        assert plain.memory.id == stored.id and plain.memory.embedding is None
+        (full,) = await service.memories.search(
+            scope, "vector", k=1, mode=mode, with_embeddings=True
         )
         assert full.memory.embedding == stored.embedding
     with pytest.raises(ValidationError) as caught:

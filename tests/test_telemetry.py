@@ -404,7 +404,8 @@ class _Operations:
         k: int = 10,
         *,
         include: str = "exact",
-        mode: str = "auto",
+        mode: str | None = None,
+        plan: str = "auto",
         limit: int | None = None,
     ) -> list[int]:
         return list(range(3))
@@ -419,10 +420,14 @@ telemetry.traced_operations("memsvc.test")(_Operations)
 async def test_arguments_are_recorded_however_they_are_passed(recorded: Recorded) -> None:
     operations = _Operations()
     scope = Scope("acme", "bridge", "planner")
-    await operations.search(scope, SECRET, 4, include="ancestors", mode="index", limit=2)
+    await operations.search(
+        scope, SECRET, 4, include="ancestors", mode="hybrid", plan="index", limit=2
+    )
     await operations.search(query=SECRET, scope=scope, k=5)
     await operations.search(scope, SECRET)
-    await operations.search(scope, SECRET, True, include=SECRET, mode=["exact"])  # type: ignore[arg-type]
+    await operations.search(
+        scope, SECRET, True, include=SECRET, mode=["exact"], plan=SECRET  # type: ignore[arg-type]
+    )
 
     spans = recorded.spans("memsvc.test.search")
     assert [dict(s.attributes or {}) for s in spans] == [
@@ -432,7 +437,8 @@ async def test_arguments_are_recorded_however_they_are_passed(recorded: Recorded
             "memsvc.k": 4,
             "memsvc.limit": 2,
             "memsvc.include": "ancestors",
-            "memsvc.mode": "index",
+            "memsvc.mode": "hybrid",
+            "memsvc.plan": "index",
             "memsvc.rows": 3,
         },
         {
@@ -440,7 +446,7 @@ async def test_arguments_are_recorded_however_they_are_passed(recorded: Recorded
             "memsvc.scope.level": "agent",
             "memsvc.k": 5,
             "memsvc.include": "exact",
-            "memsvc.mode": "auto",
+            "memsvc.plan": "auto",
             "memsvc.rows": 3,
         },
         {
@@ -448,7 +454,7 @@ async def test_arguments_are_recorded_however_they_are_passed(recorded: Recorded
             "memsvc.scope.level": "agent",
             "memsvc.k": 10,
             "memsvc.include": "exact",
-            "memsvc.mode": "auto",
+            "memsvc.plan": "auto",
             "memsvc.rows": 3,
         },
         # A bool is no count, and a value that is not a documented choice is
