@@ -398,7 +398,8 @@ async def test_0009_adds_and_removes_the_text_column_and_other_configs_are_refus
         column = "SELECT count(*) FROM pg_attribute WHERE attrelid = 'memsvc.memories'::regclass "
         column += "AND attname = 'content_tsv' AND NOT attisdropped"
         assert await conn.fetchval(column) == 0
-        await asyncio.to_thread(migrate.upgrade, settings, empty_database, "0009")
+        # To head (0009 and what follows it): open() below wants the current schema.
+        await asyncio.to_thread(migrate.upgrade, settings, empty_database, "head")
         assert await conn.fetchval(column) == 1
         # Rows written before the migration are searchable: the column is computed.
         assert (
