@@ -43,9 +43,10 @@ async def run_demo(settings: Settings, say: Callable[[str], None]) -> None:
         say(f"  keyed memory 'units' = {keyed.content!r} (version {keyed.version})")
         say(f"  memories in the session: {await svc.memories.count(scope)}")
 
-        say("\nsearch 'which units does the user like?' (k=3)")
+        say("\nsearch 'which units does the user like?' (k=3, hybrid: vector and text arms)")
         for hit in await svc.memories.search(scope, "which units does the user like?", k=3):
-            say(f"  {hit.score:.3f}  {hit.memory.content}")
+            found_by = "+".join(hit.arms)
+            say(f"  {hit.score:.4f}  {hit.memory.content}  (found by {found_by})")
         say("search with where={'kind': 'fact'} and rank='recall'")
         hits = await svc.memories.search(
             scope, "how are loads calculated", k=2, where={"kind": "fact"}, rank="recall"
