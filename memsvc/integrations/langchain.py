@@ -36,7 +36,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from memsvc.db.errors import translate_errors
-from memsvc.errors import MemsvcError, NotFoundError, ValidationError
+from memsvc.errors import NotFoundError, ValidationError
+from memsvc.integrations.loop_bridge import run_blocking, run_on
 from memsvc.models import Memory, SearchHit
 from memsvc.repositories.memories import KEY_MAX_LENGTH, MAX_K
 from memsvc.scope import Scope
@@ -57,29 +58,16 @@ class _LoopBridge:
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run to completion from synchronous code on any other thread."""
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self.loop:
-            coroutine.close()
-            raise MemsvcError(
-                "MemsvcVectorStore's sync methods would block the service's own event loop: "
-                "await the async forms (asimilarity_search, aadd_documents, ...) there"
-            )
-        if self.loop.is_closed() or not self.loop.is_running():
-            coroutine.close()
-            raise MemsvcError(
-                "the service's event loop is not running: use the async methods on that "
-                "loop, or a SyncMemoryService (whose loop runs in a background thread)"
-            )
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+        return run_blocking(
+            self.loop,
+            coroutine,
+            owner="MemsvcVectorStore",
+            use="asimilarity_search, aadd_documents, ...",
+        )
 
     async def arun(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Await from any loop: directly on the service's, submitted from another."""
-        if asyncio.get_running_loop() is self.loop:
-            return await coroutine
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self.loop))
+        return await run_on(self.loop, coroutine)
 
 
 def _resolve(

@@ -14,12 +14,10 @@ one snapshot).
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import json
 import random
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
-from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -38,6 +36,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from memsvc.errors import ValidationError
+from memsvc.integrations.loop_bridge import run_blocking
 from memsvc.repositories.langgraph_checkpoints import LangGraphCheckpointRepository
 from memsvc.scope import validate_id
 from memsvc.service import MemoryService
@@ -459,22 +458,9 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
         return [self._tuple(row) for row in rows] if rows else None
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        loop = self.svc.loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            coroutine.close()
-            raise RuntimeError(
-                "MemsvcSaver's sync methods block on the service's event loop: call them from "
-                "another thread, or use the async methods (aget_tuple, aput, ...) on the loop"
-            )
-        if not loop.is_running():
-            coroutine.close()
-            raise RuntimeError("the service's event loop is not running: it cannot serve calls")
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, loop)
-        return future.result()
+        return run_blocking(
+            self.svc.loop, coroutine, owner="MemsvcSaver", use="aget_tuple, aput, ..."
+        )
 
     @staticmethod
     def _json(field: str, value: Any) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
 
 from langgraph.store.base import (
     BaseStore,
@@ -34,6 +35,7 @@ from langgraph.store.base import (
 )
 
 from memsvc.errors import ValidationError
+from memsvc.integrations.loop_bridge import run_blocking, running_loop
 from memsvc.repositories.langgraph_store import (
     Condition,
     FieldVector,
@@ -118,6 +120,8 @@ def _conditions(filter: object, max_bytes: int) -> list[Condition]:
     return found
 
 
+T = TypeVar("T")
+
 class MemsvcStore(BaseStore):
     """A LangGraph store on an open :class:`memsvc.MemoryService`.
 
@@ -175,17 +179,14 @@ class MemsvcStore(BaseStore):
         ]
         return config  # type: ignore[return-value]
 
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return run_blocking(self._svc.loop, coroutine, owner="MemsvcStore", use="aput, aget, ...")
+
     # ------------------------------------------------------------------ batch
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run operations from a thread other than the service's loop (blocks)."""
-        loop = self._svc.loop
-        if _running_loop() is loop:
-            raise RuntimeError(
-                "MemsvcStore's sync methods would block the service's own event loop: "
-                "use the async ones (aput, aget, asearch, ...) there"
-            )
-        return asyncio.run_coroutine_threadsafe(self.abatch(ops), loop).result()
+        return self._run(self.abatch(ops))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run operations: puts and deletes first (one transaction), then the reads.
@@ -359,10 +360,7 @@ class MemsvcStore(BaseStore):
 
     def sweep_ttl(self, *, batch_size: int = 1000) -> int:
         """:meth:`asweep_ttl` from another thread (blocks)."""
-        future = asyncio.run_coroutine_threadsafe(
-            self.asweep_ttl(batch_size=batch_size), self._svc.loop
-        )
-        return future.result()
+        return self._run(self.asweep_ttl(batch_size=batch_size))
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
         """Sweep expired items periodically on the service's loop until stopped.
@@ -390,10 +388,10 @@ class MemsvcStore(BaseStore):
         async def start() -> asyncio.Task[None]:
             return asyncio.create_task(sweep_forever())
 
-        if _running_loop() is loop:
+        if running_loop() is loop:
             self._sweeper = loop.create_task(sweep_forever())
         else:
-            self._sweeper = asyncio.run_coroutine_threadsafe(start(), loop).result()
+            self._sweeper = self._run(start())
         return self._sweeper
 
     async def stop_ttl_sweeper(self) -> None:
@@ -404,13 +402,6 @@ class MemsvcStore(BaseStore):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _namespace(prefix: str) -> tuple[str, ...]:
