@@ -430,7 +430,7 @@ def _new_row(content: str, vector: Any) -> tuple[Any, ...]:
     return (new_id(), None, content, digest, "{}", embedding, 0.5)
 
 
-async def _bytes_connection(dsn: str, server_settings: dict[str, str]) -> asyncpg.Connection:
+async def bytes_connection(dsn: str, server_settings: dict[str, str]) -> asyncpg.Connection:
     """A plain asyncpg connection that sends and receives vectors as binary bytes."""
     conn = await asyncpg.connect(dsn, server_settings=server_settings)
     await conn.set_type_codec(
@@ -455,8 +455,8 @@ async def main() -> None:
         dsn = embedded.start()
     settings = Settings(database_url=dsn, auto_migrate=True, pool_max_size=4)
     svc = await MemoryService.open(settings)
-    admin = await _bytes_connection(dsn, {})
-    raw = await _bytes_connection(
+    admin = await bytes_connection(dsn, {})
+    raw = await bytes_connection(
         dsn,
         {"hnsw.ef_search": str(settings.hnsw_ef_search), "hnsw.iterative_scan": "relaxed_order"},
     )

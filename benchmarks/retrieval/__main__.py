@@ -26,6 +26,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from benchmarks.memories import bytes_connection
 from benchmarks.retrieval import dataset
 from benchmarks.retrieval.dataset import recall_at, reciprocal_rank
 from memsvc import MemoryService, Scope, Settings, ValidationError
@@ -266,14 +267,6 @@ def _text_config(expression: str | None, svc: MemoryService) -> str:
     return found.group(1) if found else "simple"
 
 
-async def _bytes_connection(dsn: str, server_settings: dict[str, str]) -> asyncpg.Connection:
-    conn = await asyncpg.connect(dsn, server_settings=server_settings)
-    await conn.set_type_codec(
-        "vector", schema="public", encoder=lambda b: b, decoder=lambda b: b, format="binary"
-    )
-    return conn
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--database-url", help="PostgreSQL with pgvector (default: embedded)")
@@ -309,8 +302,8 @@ async def main() -> None:
         dsn = embedded.start()
     settings = Settings(database_url=dsn, auto_migrate=True, pool_max_size=4)
     svc = await MemoryService.open(settings)
-    admin = await _bytes_connection(dsn, {})
-    raw = await _bytes_connection(
+    admin = await bytes_connection(dsn, {})
+    raw = await bytes_connection(
         dsn,
         {"hnsw.ef_search": str(settings.hnsw_ef_search), "hnsw.iterative_scan": "relaxed_order"},
     )
