@@ -68,8 +68,6 @@ from memsvc.ops.loader import Loader, LoadReport, Problem
 from memsvc.ops.records import (
     AssemblyRecord,
     MemoryRecord,
-    Record,
-    StoreItemRecord,
     check_key,
     check_name,
     derived_id,
@@ -87,6 +85,9 @@ from memsvc.validation import (
     validate_importance,
     validate_text,
 )
+
+# What a legacy store holds: memories and assemblies (no checkpoints, no store items).
+LegacyRecord = MemoryRecord | AssemblyRecord
 
 INDEX_FILE = "memory_index.json"
 # Index-file entry fields that only locate the file.
@@ -293,7 +294,7 @@ class _Reader:
 
     # ------------------------------------------------------------ directory store
 
-    def directory_store(self) -> Iterator[tuple[Record, str]]:
+    def directory_store(self) -> Iterator[tuple[LegacyRecord, str]]:
         """Records of a ``memory_index.json`` + ``memories/`` + ``assemblies/`` store."""
         index_path = self.root / INDEX_FILE
         index: dict[str, Any] = {}
@@ -318,7 +319,7 @@ class _Reader:
 
     def _section(
         self, listed: dict[str, Any], folder: str, kind: str
-    ) -> Iterator[tuple[Record, str]]:
+    ) -> Iterator[tuple[LegacyRecord, str]]:
         directory = self.root / folder
         on_disk = {p.resolve(): p for p in sorted(directory.glob("*.json"))}
         seen: set[Path] = set()
@@ -349,7 +350,7 @@ class _Reader:
 
     def _file(
         self, path: Path, legacy_id: str, entry: dict[str, Any], kind: str
-    ) -> Iterator[tuple[Record, str]]:
+    ) -> Iterator[tuple[LegacyRecord, str]]:
         obj = self._read_object(path, kind)
         if obj is None:
             return
@@ -479,7 +480,7 @@ class _Reader:
 
     # ------------------------------------------------------------ session files
 
-    def session_files(self, files: list[Path]) -> Iterator[tuple[Record, str]]:
+    def session_files(self, files: list[Path]) -> Iterator[tuple[LegacyRecord, str]]:
         """Records of one-JSON-file-per-session stores."""
         for path in files:
             obj = self._read_object(path, "file")
@@ -487,7 +488,7 @@ class _Reader:
                 continue
             yield from self._session(path, obj)
 
-    def _session(self, path: Path, obj: dict[str, Any]) -> Iterator[tuple[Record, str]]:
+    def _session(self, path: Path, obj: dict[str, Any]) -> Iterator[tuple[LegacyRecord, str]]:
         source = self._rel(path)
         session_id = obj.get("session_id")
         if not isinstance(session_id, str) or not session_id:
@@ -569,7 +570,7 @@ def _layout(root: Path) -> str:
 
 def read_legacy(
     path: Path, tenant: str, settings: Settings, report: LegacyReport, *, strip_nul: bool = False
-) -> Iterator[tuple[Record, str]]:
+) -> Iterator[tuple[LegacyRecord, str]]:
     """Records of the legacy store at ``path`` (a store directory, a session file or a
     directory of session files), with their source paths; problems go to ``report``."""
     root = path.resolve()
@@ -595,9 +596,7 @@ class _DryRunCount:
         self._report = report
         self._seen: set[tuple[object, ...]] = set()
 
-    def add(self, record: Record) -> None:
-        if isinstance(record, StoreItemRecord):
-            return  # legacy files hold no LangGraph store items
+    def add(self, record: LegacyRecord) -> None:
         scope = (record.scope.tenant, record.scope.project, record.scope.agent,
                  record.scope.session)
         keys: list[tuple[object, ...]]
@@ -609,14 +608,12 @@ class _DryRunCount:
             if duplicate:
                 self._report.memories_duplicate += 1
                 self._report.memories_valid -= 1
-        elif isinstance(record, AssemblyRecord):
+        else:
             keys = [("assembly", scope[0], record.id), ("name", *scope, record.name)]
             duplicate = any(k in self._seen for k in keys)
             if duplicate:
                 self._report.assemblies_duplicate += 1
                 self._report.assemblies_valid -= 1
-        else:
-            return
         if not duplicate:
             self._seen.update(keys)
 
