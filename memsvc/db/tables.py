@@ -119,6 +119,12 @@ def store_vector_index_expression(settings: Settings) -> str:
     return f"(embedding::halfvec({int(settings.embedding_dim)}))"
 
 
+COMMITTED_AT_COMMENT = (
+    "When the writing transaction committed (from pg_xact_commit_timestamp, "
+    "persisted by gc; NULL until then)."
+)
+
+
 def build_metadata(settings: Settings) -> MetaData:
     """Build the schema for ``settings`` (schema name, vector type and dimension)."""
     metadata = MetaData(schema=settings.db_schema, naming_convention=NAMING_CONVENTION)
@@ -279,11 +285,26 @@ def build_metadata(settings: Settings) -> MetaData:
             server_default=text("now()"),
             comment="When the change committed its statement.",
         ),
+        Column(
+            "committed_at",
+            DateTime(timezone=True),
+            nullable=True,
+            comment=COMMITTED_AT_COMMENT,
+        ),
         PrimaryKeyConstraint("tenant_id", "event_id"),
         CheckConstraint("kind IN ('created', 'updated', 'deleted')", name="kind"),
         comment="Append-only history of memories, written in the same transaction as each change.",
     )
     Index("ix_memory_events_memory", events.c.tenant_id, events.c.memory_id, events.c.event_id)
+    # As-of reads look for the events committed after a moment: persisted
+    # commit times through the first index, the not yet persisted (few, when
+    # gc runs) through the second.
+    Index("ix_memory_events_committed", events.c.tenant_id, events.c.committed_at)
+    Index(
+        "ix_memory_events_uncommitted",
+        events.c.tenant_id,
+        postgresql_where=events.c.committed_at.is_(None),
+    )
 
     _add_assembly_tables(metadata, settings, opclass, hnsw_with)
     _add_checkpoint_table(metadata)

@@ -116,6 +116,7 @@ def gc_lines(report: GcReport) -> list[str]:
         f"expired memories deleted: {report.expired_deleted}",
         f"expired LangGraph store items deleted: {report.store_items_expired}",
         f"checkpoints pruned past retention: {report.checkpoints_pruned}",
+        f"history events given their commit time: {report.commit_times_persisted}",
     ]
     if report.idle_sessions or report.idle_memories_deleted:
         lines += [

