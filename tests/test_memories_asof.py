@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 import uuid
@@ -15,9 +16,11 @@ import asyncpg
 import pytest
 
 from memsvc import Memory, MemoryService, NotFoundError, Scope, ValidationError
+from memsvc.db.embedded import COMMIT_TIMESTAMP_LINE, enable_commit_timestamps
 from memsvc.errors import StorageError
 from memsvc.repositories.memory_asof import AsOfReads
 from memsvc.repositories.memory_asof_queries import HORIZON_KEY
+from memsvc.testing.postgres import TEST_DATABASE_URL_ENV
 
 
 def _now() -> datetime:
@@ -32,8 +35,19 @@ async def _tracking(service: MemoryService) -> bool:
 
 @pytest.fixture(autouse=True)
 async def _needs_commit_timestamps(service: MemoryService) -> None:
-    if not await _tracking(service):
-        pytest.skip("the test server runs without track_commit_timestamp (as-of reads need it)")
+    if await _tracking(service):
+        return
+    # The servers the suite starts itself have it on: off there is a bug.
+    assert os.environ.get(TEST_DATABASE_URL_ENV), "the test server has no commit timestamps"
+    pytest.skip(f"{TEST_DATABASE_URL_ENV} runs without track_commit_timestamp (as-of needs it)")
+
+
+def test_the_embedded_server_turns_commit_timestamps_on_once(tmp_path: Path) -> None:
+    conf = tmp_path / "postgresql.conf"
+    conf.write_text("max_connections = 100")  # no final newline
+    enable_commit_timestamps(tmp_path)
+    enable_commit_timestamps(tmp_path)
+    assert conf.read_text() == "max_connections = 100\n" + COMMIT_TIMESTAMP_LINE
 
 
 async def test_deleted_memories_reappear_and_later_updates_vanish(
@@ -72,6 +86,11 @@ async def test_deleted_memories_reappear_and_later_updates_vanish(
     agent = Scope(tenant=scope.tenant, project=scope.project, agent=scope.agent)
     assert await memories.count(agent, as_of=t1) == 0
     assert await memories.count(agent, include="descendants", as_of=t1) == 2
+    # Paging through the past with after=.
+    page1 = await memories.list(scope, as_of=t1, limit=1)
+    page2 = await memories.list(scope, as_of=t1, limit=1, after=page1[0].id)
+    assert [m.id for m in page1 + page2] == sorted([first.id, kept.id])
+    assert await memories.list(scope, as_of=t1, limit=1, after=page2[0].id) == []
     got = await memories.get_many([later.id, first.id, kept.id], as_of=t1)
     assert [m.id for m in got] == [first.id, kept.id]
     # The current version still has its embedding; a rebuilt one does not.
