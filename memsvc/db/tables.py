@@ -119,6 +119,7 @@ def store_vector_index_expression(settings: Settings) -> str:
     return f"(embedding::halfvec({int(settings.embedding_dim)}))"
 
 
+AT_COMMENT = "When the writing transaction started (now()); committed_at is when it committed."
 COMMITTED_AT_COMMENT = (
     "When the writing transaction committed (from pg_xact_commit_timestamp, "
     "persisted by gc; NULL until then)."
@@ -283,7 +284,7 @@ def build_metadata(settings: Settings) -> MetaData:
             DateTime(timezone=True),
             nullable=False,
             server_default=text("now()"),
-            comment="When the change committed its statement.",
+            comment=AT_COMMENT,
         ),
         Column(
             "committed_at",

@@ -21,7 +21,10 @@ import sqlalchemy as sa
 from alembic import op
 
 from memsvc.db.migrate import settings_for_migration
-from memsvc.db.tables import COMMITTED_AT_COMMENT
+from memsvc.db.tables import AT_COMMENT, COMMITTED_AT_COMMENT
+
+# What 0001 said of ``at``: not so, it is the transaction's start.
+OLD_AT_COMMENT = "When the change committed its statement."
 
 revision: str = "0013"
 down_revision: str | None = "0010"
@@ -31,6 +34,16 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     schema = settings_for_migration().db_schema
+    op.alter_column(
+        "memory_events",
+        "at",
+        existing_type=sa.DateTime(timezone=True),
+        existing_nullable=False,
+        existing_server_default=sa.text("now()"),
+        comment=AT_COMMENT,
+        existing_comment=OLD_AT_COMMENT,
+        schema=schema,
+    )
     op.add_column(
         "memory_events",
         sa.Column(
@@ -61,3 +74,13 @@ def downgrade() -> None:
     op.drop_index("ix_memory_events_uncommitted", "memory_events", schema=schema)
     op.drop_index("ix_memory_events_committed", "memory_events", schema=schema)
     op.drop_column("memory_events", "committed_at", schema=schema)
+    op.alter_column(
+        "memory_events",
+        "at",
+        existing_type=sa.DateTime(timezone=True),
+        existing_nullable=False,
+        existing_server_default=sa.text("now()"),
+        comment=OLD_AT_COMMENT,
+        existing_comment=AT_COMMENT,
+        schema=schema,
+    )
