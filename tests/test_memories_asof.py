@@ -199,14 +199,21 @@ async def test_gc_persists_commit_times_and_answers_stay_the_same(
     await memories.update(memory.id, content="v2")
     t2 = _now()
     await memories.delete(memory.id)
+    query = (
+        "SELECT event_id, committed_at, at, pg_xact_commit_timestamp(xmin) AS ts"
+        " FROM memsvc.memory_events ORDER BY event_id"
+    )
+    async with service.pool.acquire() as conn:
+        before = await conn.fetch(query)
+    assert [r["committed_at"] for r in before] == [None, None, None]
     report = await service.maintenance.gc()
     assert report.commit_times_persisted == 3
     async with service.pool.acquire() as conn:
-        rows = await conn.fetch(
-            "SELECT committed_at, at, pg_xact_commit_timestamp(xmin) AS ts"
-            " FROM memsvc.memory_events ORDER BY event_id"
-        )
-    assert all(r["committed_at"] is not None and r["committed_at"] >= r["at"] for r in rows)
+        after = await conn.fetch(query)
+    # The writers' commit times, not gc's own (its update gave the rows a new xmin).
+    assert [r["committed_at"] for r in after] == [r["ts"] for r in before]
+    assert all(r["committed_at"] >= r["at"] for r in after)
+    assert all(r["ts"] > r["committed_at"] for r in after)
     assert (await memories.get(memory.id, as_of=t1)).content == "v1"
     assert (await memories.get(memory.id, as_of=t2)).content == "v2"
     assert (await service.maintenance.gc()).commit_times_persisted == 0
