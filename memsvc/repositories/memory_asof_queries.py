@@ -64,7 +64,8 @@ guard AS (
                            WHERE key = '{HORIZON_KEY}'), '-infinity') AS too_old,
            EXISTS (
                SELECT 1 FROM pg_snapshot_xip(pg_current_snapshot()) AS x(xid)
-               WHERE pg_xact_commit_timestamp(x.xid::text::xid) <= {t}
+               -- xid(): the 32-bit id of a 64-bit one, whatever its epoch
+               WHERE pg_xact_commit_timestamp(xid(x.xid)) <= {t}
            ) AS missed,
            (SELECT value FROM {schema}.schema_info WHERE key = '{HORIZON_KEY}') AS horizon
 )"""
