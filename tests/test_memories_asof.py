@@ -115,6 +115,15 @@ async def test_keyed_memory_as_of(service: MemoryService, scope: Scope) -> None:
     assert (await memories.get_by_key(scope, "status", as_of=t2)).content == "amber"
     now_red = await memories.get_by_key(scope, "status", as_of=t3)
     assert (now_red.content, now_red.version, now_red.key) == ("red", 1, "status")
+    # A memory above the session, seen through include="ancestors".
+    agent = Scope(tenant=scope.tenant, project=scope.project, agent=scope.agent)
+    above = await memories.add(agent, "the agent's own note")
+    t4 = _now()
+    await memories.delete(above.id)
+    assert await memories.count(scope, include="ancestors", as_of=t4) == 2
+    assert await memories.count(scope, include="ancestors", as_of=t3) == 1
+    listed = await memories.list(scope, include="ancestors", as_of=t4)
+    assert {m.content for m in listed} == {"red", "the agent's own note"}
 
 
 async def test_a_transaction_counts_from_its_commit_not_its_start(
