@@ -441,3 +441,14 @@ async def test_as_of_matches_a_model_of_concurrent_updates_and_deletes(
     assert (await service.maintenance.gc()).commit_times_persisted == len(writes)
     for i, t in enumerate(moments):
         await check(t, by_id=i % 4 == 0)
+
+
+async def test_doctor_reports_commit_timestamps(service: MemoryService, scope: Scope) -> None:
+    await service.memories.add(scope, "one")
+    report = await service.maintenance.doctor()
+    check = next(c for c in report.checks if c.name == "commit timestamps")
+    assert check.status == "ok" and "1 history events wait" in check.detail
+    await service.maintenance.gc()
+    report = await service.maintenance.doctor()
+    check = next(c for c in report.checks if c.name == "commit timestamps")
+    assert "0 history events wait" in check.detail

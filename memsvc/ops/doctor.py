@@ -144,6 +144,7 @@ class Doctor:
                 await self._check_content_hashes(conn, report, repair)
                 progress.start("doctor: checking history and gc backlog")
                 await self._check_history(conn, report)
+                await self._check_commit_timestamps(conn, report)
                 await self._check_backlog(conn, report)
                 progress.done()
         finally:
@@ -369,6 +370,24 @@ class Doctor:
             )
         else:
             report.add("history", "ok", "every memory has history; no deletion went unrecorded")
+
+    async def _check_commit_timestamps(
+        self, conn: asyncpg.Connection, report: DoctorReport
+    ) -> None:
+        waiting = await conn.fetchval(q.commit_times_waiting(self._schema))
+        if not await conn.fetchval(q.TRACK_COMMIT_TIMESTAMP):
+            report.add(
+                "commit timestamps",
+                "warning",
+                "track_commit_timestamp is off: as-of reads are refused until it is set in "
+                "postgresql.conf and the server restarted",
+            )
+            return
+        report.add(
+            "commit timestamps",
+            "ok",
+            f"tracked; {waiting} history events wait for gc to persist their commit time",
+        )
 
     async def _check_backlog(self, conn: asyncpg.Connection, report: DoctorReport) -> None:
         expired = await conn.fetchval(q.expired_waiting(self._schema))

@@ -152,3 +152,11 @@ def fix_content_hash(schema: str) -> str:
 UPDATE {schema}.memories SET content_hash = $3
 WHERE tenant_id = $1 AND id = $2 AND content_hash <> $3 AND {actual} = $3
 RETURNING id"""
+
+
+TRACK_COMMIT_TIMESTAMP = "SELECT current_setting('track_commit_timestamp')::bool"
+
+
+def commit_times_waiting(schema: str) -> str:
+    """History events whose commit time gc has not persisted yet."""
+    return f"SELECT count(*) FROM {schema}.memory_events WHERE committed_at IS NULL"
