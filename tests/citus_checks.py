@@ -193,7 +193,8 @@ def statement_problems(sql: str, schema: str, tenant_tables: Sequence[str]) -> l
                     continue
                 if isinstance(node, ast.CopyStmt):
                     # COPY without a column list writes every column, tenant_id included.
-                    columns = {_string(c) for c in node.attlist} if node.attlist else {TENANT_COLUMN}
+                    listed = node.attlist or ()
+                    columns = {_string(c) for c in listed} if listed else {TENANT_COLUMN}
                 else:
                     columns = {target.name for target in node.cols or ()}
                 if TENANT_COLUMN not in columns:
