@@ -26,7 +26,7 @@ from typing import Any
 import asyncpg
 import pytest
 from click.testing import CliRunner
-from pglast import fingerprint
+from pglast import fingerprint, parse_sql
 
 from memsvc import MemoryService, Scope, Settings
 from memsvc.cli import main as cli
@@ -486,10 +486,15 @@ def test_print_sql_distributes_every_tenant_table_colocated() -> None:
         assert " ".join(rest.split()) == (
             f", 'tenant_id', colocate_with => 'tenants.{ANCHOR}'"
         ), table
+    # Workers get memsvc's search settings as the database's defaults.
+    for setting in ("hnsw.ef_search", "hnsw.iterative_scan", "hnsw.max_scan_tuples"):
+        assert re.search(rf"run_command_on_workers\(\s*format\('ALTER DATABASE %I SET {setting}",
+                         result.output), setting
 
 
 def test_print_sql_lists_parents_before_the_tables_referencing_them() -> None:
     script = citus_sql(Settings(database_url="postgresql://unused/db"))
+    parse_sql(script)  # PostgreSQL's parser accepts the whole script
     order = re.findall(r"create_\w+\('memsvc\.(\w+)'", script)
     assert order.index("memories") < order.index("assembly_members")
     assert order.index("assemblies") < order.index("assembly_members")

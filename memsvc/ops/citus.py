@@ -11,12 +11,19 @@ proves both), which is what distribution requires.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 from sqlalchemy import Table
 
 from memsvc.db.tables import build_metadata
-from memsvc.ops.citus_queries import ANCHOR_TABLE, COLOCATED_TABLE, HEADER, REFERENCE_TABLE
+from memsvc.ops.citus_queries import (
+    ANCHOR_TABLE,
+    COLOCATED_TABLE,
+    HEADER,
+    REFERENCE_TABLE,
+    SEARCH_SETTINGS,
+)
 from memsvc.settings import Settings
 
 DISTRIBUTION_COLUMN = "tenant_id"
@@ -55,7 +62,7 @@ def citus_sql(settings: Settings) -> str:
     parts = [HEADER.format(schema=schema, anchor=f"{schema}.{ANCHOR}")]
     for placement in placements(settings):
         table = metadata.tables[f"{schema}.{placement.table}"]
-        comment = (table.comment or placement.table).splitlines()[0]
+        comment = "\n-- ".join(textwrap.wrap(table.comment or placement.table, 75))
         if not placement.distributed:
             template = REFERENCE_TABLE
         elif placement.table == ANCHOR:
@@ -65,4 +72,10 @@ def citus_sql(settings: Settings) -> str:
         parts.append(
             template.format(schema=schema, table=placement.table, anchor=ANCHOR, comment=comment)
         )
+    parts.append(
+        SEARCH_SETTINGS.format(
+            ef_search=int(settings.hnsw_ef_search),
+            max_scan_tuples=int(settings.hnsw_max_scan_tuples),
+        )
+    )
     return "\n".join(parts)

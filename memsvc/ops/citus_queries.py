@@ -35,3 +35,33 @@ COLOCATED_TABLE = """\
 SELECT create_distributed_table('{schema}.{table}', 'tenant_id',
                                 colocate_with => '{schema}.{anchor}');
 """
+
+# The values are integers from the settings; '%I' / '%L' quote the rest.
+SEARCH_SETTINGS = """\
+-- Search settings on every node. memsvc gives its own connections
+-- hnsw.ef_search, hnsw.iterative_scan and hnsw.max_scan_tuples (startup
+-- parameters, or SET LOCAL behind pgbouncer); Citus runs each shard's part of
+-- a search on a worker connection of its own, which has none of them. Make
+-- them this database's defaults on the coordinator and the workers (without
+-- iterative scans a filtered search could return a short page), and let SET
+-- LOCAL reach the workers.
+DO $$
+BEGIN
+    EXECUTE format('ALTER DATABASE %I SET hnsw.ef_search = {ef_search}', current_database());
+    EXECUTE format('ALTER DATABASE %I SET hnsw.iterative_scan = %L', current_database(),
+                   'relaxed_order');
+    EXECUTE format('ALTER DATABASE %I SET hnsw.max_scan_tuples = {max_scan_tuples}',
+                   current_database());
+    EXECUTE format('ALTER DATABASE %I SET citus.propagate_set_commands = %L',
+                   current_database(), 'local');
+END
+$$;
+SELECT run_command_on_workers(
+    format('ALTER DATABASE %I SET hnsw.ef_search = {ef_search}', current_database()));
+SELECT run_command_on_workers(
+    format('ALTER DATABASE %I SET hnsw.iterative_scan = %L', current_database(),
+           'relaxed_order'));
+SELECT run_command_on_workers(
+    format('ALTER DATABASE %I SET hnsw.max_scan_tuples = {max_scan_tuples}',
+           current_database()));
+"""
