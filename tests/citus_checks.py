@@ -307,8 +307,14 @@ def _confines(condition: Any, reference: Reference, level: Level) -> bool:
         if condition.kind in (A_Expr_Kind.AEXPR_OP, A_Expr_Kind.AEXPR_OP_ANY) and operator == "=":
             if condition.kind == A_Expr_Kind.AEXPR_OP_ANY:
                 return _tenant_side(condition.lexpr, reference, level)
-            return _tenant_side(condition.lexpr, reference, level) or _tenant_side(
-                condition.rexpr, reference, level
+            left, right = condition.lexpr, condition.rexpr
+            # The other side must come from elsewhere: tenant_id = tenant_id binds nothing.
+            return (
+                _tenant_side(left, reference, level)
+                and not _tenant_side(right, reference, level)
+            ) or (
+                _tenant_side(right, reference, level)
+                and not _tenant_side(left, reference, level)
             )
         if condition.kind == A_Expr_Kind.AEXPR_IN and operator == "=":
             return _tenant_side(condition.lexpr, reference, level)

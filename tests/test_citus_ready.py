@@ -466,6 +466,57 @@ def test_the_statement_check_catches_a_planted_query(logged_server: LoggedServer
     ]
 
 
+S = SCHEMA
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"SELECT * FROM {S}.memories WHERE tenant_id = $1 AND id = $2",
+        f"SELECT * FROM {S}.memories AS m WHERE m.tenant_id = ANY($1::text[])",
+        f"SELECT * FROM {S}.memories WHERE (tenant_id, id) IN (SELECT $1::text, $2::uuid)",
+        f"SELECT * FROM {S}.memories WHERE tenant_id = $1 AND (project_id = $2 OR agent_id = $3)",
+        f"SELECT * FROM {S}.memories AS m JOIN {S}.assembly_members AS am "
+        "ON am.tenant_id = m.tenant_id AND am.memory_id = m.id WHERE m.tenant_id = $1",
+        f"SELECT a.id, ARRAY(SELECT am.memory_id FROM {S}.assembly_members AS am "
+        f"WHERE am.tenant_id = a.tenant_id) FROM {S}.assemblies AS a WHERE a.tenant_id = $1",
+        f"INSERT INTO {S}.memory_events (tenant_id, memory_id, kind, version) "
+        "VALUES ($1, $2, 'created', 1)",
+        f"COPY {S}.memories FROM STDIN",
+        f"DELETE FROM {S}.memories WHERE tenant_id = $1 AND id = $2",
+        "SELECT count(*) FROM pg_class",
+    ],
+)
+def test_the_statement_check_accepts_tenant_confined_sql(sql: str) -> None:
+    assert statement_problems(sql, SCHEMA, TENANT_TABLES) == []
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"SELECT * FROM {S}.memories WHERE id = $1",
+        f"SELECT * FROM {S}.memories WHERE id = $1 OR tenant_id = $2",
+        f"SELECT * FROM {S}.memories WHERE NOT (tenant_id <> $1)",
+        f"SELECT * FROM {S}.memories WHERE tenant_id <> $1",
+        f"SELECT * FROM {S}.memories AS m WHERE m.tenant_id = m.tenant_id",
+        f"SELECT * FROM {S}.memories AS m JOIN {S}.memory_events AS e ON e.memory_id = m.id "
+        "WHERE m.tenant_id = $1",
+        f"SELECT * FROM {S}.memories WHERE tenant_id = $1 "
+        f"UNION ALL SELECT * FROM {S}.memories WHERE id = $2",
+        f"WITH x AS (SELECT id FROM {S}.memories) SELECT * FROM x",
+        f"UPDATE {S}.memories SET importance = 1 WHERE id = $1",
+        f"DELETE FROM {S}.session_checkpoints WHERE created_at < now()",
+        f"INSERT INTO {S}.memories (id, content) VALUES ($1, $2)",
+        f"COPY {S}.memories (id, content) FROM STDIN",
+        f"COPY {S}.memories TO STDOUT",
+        f"TRUNCATE {S}.memories",
+        "SELECT * FROM memories WHERE id = $1",  # unqualified: still the tenant table
+    ],
+)
+def test_the_statement_check_rejects_sql_that_can_read_other_tenants(sql: str) -> None:
+    assert statement_problems(sql, SCHEMA, TENANT_TABLES) != []
+
+
 # ---------------------------------------------------------- the Citus script
 
 
