@@ -32,6 +32,7 @@ from memsvc import MemoryService, Scope, Settings
 from memsvc.cli import main as cli
 from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres, pgdata_path
+from memsvc.db.tables import build_metadata
 from memsvc.embedding import HashingEmbedder
 from memsvc.ops import (
     bulk_queries,
@@ -547,9 +548,15 @@ def test_print_sql_lists_parents_before_the_tables_referencing_them() -> None:
     script = citus_sql(Settings(database_url="postgresql://unused/db"))
     parse_sql(script)  # PostgreSQL's parser accepts the whole script
     order = re.findall(r"create_\w+\('memsvc\.(\w+)'", script)
-    assert order.index("memories") < order.index("assembly_members")
-    assert order.index("assemblies") < order.index("assembly_members")
-    assert order.index("langgraph_store_items") < order.index("langgraph_store_vectors")
+    references = {
+        (table.name, key.referred_table.name)
+        for table in build_metadata(Settings(database_url="postgresql://unused/db")).tables.values()
+        for key in table.foreign_key_constraints
+    }
+    assert references >= {("assembly_members", "memories"), ("assembly_members", "assemblies"),
+                          ("langgraph_store_vectors", "langgraph_store_items")}
+    for table, parent in references:
+        assert order.index(parent) < order.index(table), (table, parent)
 
 
 def test_citus_without_print_sql_refuses() -> None:
