@@ -76,6 +76,8 @@ def _cross_tenant() -> dict[str, str]:
         gc_queries.sessions_over_retention(s): "gc: sessions over checkpoint retention, "
         "all tenants",
         gc_queries.idle_sessions(s): "gc: sessions idle past the cutoff, all tenants",
+        gc_queries.persist_commit_times(s): "gc: commit times of every tenant's history "
+        "events, copied before the server forgets them",
         bulk_queries.count_up_to(s, "memories"): "import / doctor: rows in the table (up to "
         "a cap), to size an HNSW index build",
         loader_queries.direct_copy_possible(s): "import: is the table empty (then COPY "
@@ -86,6 +88,8 @@ def _cross_tenant() -> dict[str, str]:
         doctor_queries.orphaned_history(s): "doctor: history rows without a memory",
         doctor_queries.memories_without_history(s): "doctor: memories without history",
         doctor_queries.expired_waiting(s): "doctor: expired memories waiting for gc",
+        doctor_queries.commit_times_waiting(s): "doctor: history events waiting for gc to "
+        "persist their commit time",
         doctor_queries.sessions_over_retention(s): "doctor: sessions over retention",
         doctor_queries.stale_content_hashes(s): "doctor: content hashes to recompute",
         stats_queries.memories_per_tenant(s, False): "stats of every tenant",
@@ -272,6 +276,12 @@ async def _memories_and_assemblies(svc: MemoryService, scope: Scope) -> None:
     await svc.memories.list(scope, limit=2)
     await svc.memories.count(scope, include="ancestors")
     await svc.memories.history(first.id, tenant=tenant)
+    then = datetime.now(UTC)
+    await svc.memories.get(first.id, tenant=tenant, as_of=then)
+    await svc.memories.get_many([m.id for m in batch], tenant=tenant, as_of=then)
+    await svc.memories.get_by_key(scope, "units", as_of=then)
+    await svc.memories.list(scope, limit=2, include="descendants", as_of=then)
+    await svc.memories.count(scope, include="ancestors", as_of=then)
     for include in ("exact", "ancestors", "descendants"):
         await svc.memories.search(scope, "units", k=3, include=include)  # type: ignore[arg-type]
     await svc.memories.search(scope, "units", k=3, where={"kind": "preference"},
