@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -16,11 +18,11 @@ import asyncpg
 import pytest
 
 from memsvc import Memory, MemoryService, NotFoundError, Scope, ValidationError
-from memsvc.db.embedded import COMMIT_TIMESTAMP_LINE, enable_commit_timestamps
-from memsvc.errors import StorageError
+from memsvc.db.embedded import COMMIT_TIMESTAMP_LINE, EmbeddedPostgres, enable_commit_timestamps
+from memsvc.errors import ConcurrencyError, StorageError
 from memsvc.repositories.memory_asof import AsOfReads
 from memsvc.repositories.memory_asof_queries import HORIZON_KEY
-from memsvc.testing.postgres import TEST_DATABASE_URL_ENV
+from memsvc.testing.postgres import TEST_DATABASE_URL_ENV, run_in_own_loop, settings_for_tests
 
 
 def _now() -> datetime:
@@ -452,3 +454,64 @@ async def test_doctor_reports_commit_timestamps(service: MemoryService, scope: S
     report = await service.maintenance.doctor()
     check = next(c for c in report.checks if c.name == "commit timestamps")
     assert "0 history events wait" in check.detail
+
+
+def test_a_commit_not_yet_visible_is_waited_for_not_missed() -> None:
+    """A commit whose timestamp is taken but which is not visible yet (here: waiting
+    for a synchronous standby that never comes) is in the past of ``t`` yet outside
+    the read's snapshot: the read must not answer without it.
+
+    A server of its own: while the standby is configured, every commit on it waits.
+    """
+    # Not pytest's tmp_path: the server runs as another user, who must reach it.
+    directory = Path(tempfile.mkdtemp(prefix="memsvc-test-syncrep-"))
+    server = EmbeddedPostgres(directory)
+    dsn = server.start()
+
+    async def scenario() -> None:
+        settings = settings_for_tests(dsn, auto_migrate=True)
+        async with MemoryService.open(settings) as svc:
+            scope = Scope("acme", "p", "a", "s")
+            memory = await svc.memories.add(scope, "before")
+            admin = await asyncpg.connect(dsn)
+            writer = await asyncpg.connect(dsn)
+            try:
+                await admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+                await admin.execute("SELECT pg_reload_conf()")
+                await asyncio.sleep(0.5)  # every backend has read the new setting
+                tx = writer.transaction()
+                await tx.start()
+                await svc.memories.update(memory.id, content="after", conn=writer)
+                commit = asyncio.ensure_future(tx.commit())
+                # Wait until the commit's timestamp is recorded, the transaction
+                # still invisible.
+                while not await admin.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+                ):
+                    await asyncio.sleep(0.02)
+                t = datetime.now(UTC)
+                # The control: a plain read's snapshot does not see the commit yet.
+                assert (await svc.memories.get(memory.id)).content == "before"
+                # Never visible within the read's patience: an error, not a wrong answer.
+                with pytest.raises(ConcurrencyError, match="invisible"):
+                    await svc.memories.get(memory.id, as_of=t)
+                # Visible while the read waits: the read answers with it.
+                read = asyncio.ensure_future(svc.memories.get(memory.id, as_of=t))
+                await asyncio.sleep(0.1)
+                assert not read.done()
+                await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+                await admin.execute("SELECT pg_reload_conf()")
+                await commit
+                assert (await read).content == "after"
+                assert (await svc.memories.count(scope, as_of=t)) == 1
+            finally:
+                await admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+                await admin.execute("SELECT pg_reload_conf()")
+                await writer.close()
+                await admin.close()
+
+    try:
+        run_in_own_loop(scenario())
+    finally:
+        server.close()
+        shutil.rmtree(directory, ignore_errors=True)

@@ -32,6 +32,8 @@ from memsvc.repositories import memory_asof_queries as q
 # Reads again when a commit at or before t was not yet visible to the
 # snapshot (a window of microseconds to a WAL flush); these many times.
 ATTEMPTS = 5
+# Waits for commits at or before t to become visible, about 1.5 s in all.
+SETTLE_ATTEMPTS = 12
 # The SQLSTATE pg_xact_commit_timestamp raises with the setting off.
 NOT_TRACKING = "55000"
 
@@ -63,11 +65,29 @@ class AsOfReads:
             raise StorageError(TRACKING_OFF, sqlstate=NOT_TRACKING)
         self._tracking_seen = True
 
+    async def _settle(self, conn: asyncpg.Connection, as_of: datetime) -> None:
+        """Wait until every transaction that committed at or before ``as_of`` is visible."""
+        for attempt in range(SETTLE_ATTEMPTS):
+            if conn.is_in_transaction():
+                await conn.execute(q.CLEAR_STATS_SNAPSHOT)
+            row = await conn.fetchrow(q.SETTLING, as_of)
+            assert row is not None
+            if not row["settling"]:
+                return
+            if not row["fresh_snapshot"]:
+                break  # the caller's snapshot is taken: waiting cannot help
+            await asyncio.sleep(min(0.2, 0.005 * 2**attempt))
+        raise ConcurrencyError(
+            "a transaction that committed at or before as_of is still invisible (its commit "
+            "is being flushed or waits for a synchronous standby); read again"
+        )
+
     async def fetch(
         self, conn: asyncpg.Connection, sql: str, args: Sequence[object], as_of: datetime
     ) -> list[Any]:
         """Rows of an as-of statement (guard columns first); raises on a refused moment."""
         await self._check_tracking(conn)
+        await self._settle(conn, as_of)
         for attempt in range(ATTEMPTS):
             try:
                 rows: list[Any] = await conn.fetch(sql, *args)

@@ -18,12 +18,12 @@ since truncated) its transaction's start time ``at``. The events of one
 memory are serialised by its row lock, so their ``event_id`` order is their
 commit order and the first one after ``t`` is found by ``event_id``.
 
-Every statement starts with a one-row guard: whether ``t`` lies after the
-read's snapshot (the future), before the history horizon, or whether a
-transaction still in flight when the snapshot was taken has meanwhile
-committed with a timestamp at or before ``t``. PostgreSQL takes a commit
-timestamp a moment before the commit becomes visible, so such a transaction
-belongs in the answer but not in the snapshot: the caller reads again.
+Before reading, :data:`SETTLING` waits for transactions that committed at
+or before ``t`` but are not visible yet (see there). Every read statement
+then starts with a one-row guard: whether ``t`` lies after the read's
+snapshot (the future), before the history horizon, or whether a transaction
+the snapshot lists as running has meanwhile committed at or before ``t``
+(the caller reads again).
 """
 
 from __future__ import annotations
@@ -36,6 +36,24 @@ from memsvc.repositories.memory_queries import MEMORY_COLUMNS
 HORIZON_KEY = "history_horizon"
 
 SHOW_TRACKING = "SELECT current_setting('track_commit_timestamp')::bool"
+
+# Run before the read, with t as $1: is a transaction that committed at or
+# before t still becoming visible? Its commit timestamp is recorded before
+# the commit becomes visible (a WAL flush, a synchronous standby's answer
+# later), and its xid stays in pg_stat_activity until it is visible. A
+# transaction not listed here has either become visible (so the read's
+# snapshot, taken after this statement, sees it) or had no xid yet (so it
+# commits after t). The snapshot's own list of running transactions
+# (``missed`` below) does not suffice: a transaction whose xid is past the
+# snapshot's xmax is invisible without being listed there.
+SETTLING = """
+SELECT EXISTS (
+    SELECT 1 FROM pg_stat_activity
+    WHERE backend_xid IS NOT NULL AND pg_xact_commit_timestamp(backend_xid) <= $1
+) AS settling, current_setting('transaction_isolation') = 'read committed' AS fresh_snapshot"""
+
+# In a caller's transaction pg_stat_activity is read once and cached.
+CLEAR_STATS_SNAPSHOT = "SELECT pg_stat_clear_snapshot()"
 
 _PRIOR_SCOPE = ", ".join(
     f"l.prior->'scope'->>{i} AS {column}"
