@@ -67,6 +67,9 @@ class ErasureReceipt:
             column (except where a memory outside the scope still holds it).
         remaining: What the verification found, per table or column (empty
             when ``verified``).
+        written_during: Rows of the scope created after the erasure began,
+            per table: kept whole (with their full history); erase again to
+            remove them.
         langgraph: Whether LangGraph checkpoints and store items were erased
             (only for a whole tenant: their rows carry no narrower scope).
     """
@@ -78,6 +81,7 @@ class ErasureReceipt:
     finished: datetime | None = None
     verified: bool = False
     remaining: dict[str, int] = field(default_factory=dict)
+    written_during: dict[str, int] = field(default_factory=dict)
     langgraph: bool = False
 
     def add(self, table: str, count: int) -> None:
@@ -126,7 +130,10 @@ class Erasure(Repository):
             raise ValidationError("include", "must be 'descendants' or 'exact' for erase")
         batch_size = validate_limit(batch_size, "batch_size", MAX_BATCH)
         whole_tenant = include == "descendants" and scope.depth == 0
-        receipt = ErasureReceipt(scope=scope, include=include, langgraph=whole_tenant)
+        started: datetime = await self._read(None, lambda conn: conn.fetchval(q.NOW))
+        receipt = ErasureReceipt(
+            scope=scope, include=include, started=started, langgraph=whole_tenant
+        )
         hashes: set[str] = set()
         erased: list[tuple[str, uuid.UUID]] = []
 
@@ -147,8 +154,7 @@ class Erasure(Repository):
         )
         receipt.add("working_sessions", sessions)
         progress.start("verifying", total=None)
-        receipt.remaining = await self._verify(scope, include, whole_tenant, hashes, erased)
-        receipt.verified = not receipt.remaining
+        await self._verify(scope, include, whole_tenant, hashes, erased, receipt)
         receipt.finished = datetime.now(UTC)
         progress.done()
         return receipt
@@ -189,7 +195,9 @@ class Erasure(Repository):
     ) -> None:
         params = Params()
         scope_sql = scope_condition(scope, include, params)
-        lock_sql = q.lock_assemblies_batch(self._schema, scope_sql, params.add(batch_size))
+        lock_sql = q.lock_assemblies_batch(
+            self._schema, scope_sql, params.add(receipt.started), params.add(batch_size)
+        )
         delete_sql = q.delete_assemblies(self._schema)
 
         async def run(conn: asyncpg.Connection) -> dict[str, int]:
@@ -215,7 +223,9 @@ class Erasure(Repository):
     ) -> None:
         params = Params()
         scope_sql = scope_condition(scope, include, params)
-        lock_sql = q.lock_memories_batch(self._schema, scope_sql, params.add(batch_size))
+        lock_sql = q.lock_memories_batch(
+            self._schema, scope_sql, params.add(receipt.started), params.add(batch_size)
+        )
         erase_sql = q.erase_memories(self._schema)
 
         while True:
@@ -290,7 +300,9 @@ class Erasure(Repository):
     ) -> None:
         params = Params()
         scope_sql = scope_condition(scope, include, params)
-        sql = q.delete_checkpoints_batch(self._schema, scope_sql, params.add(batch_size))
+        sql = q.delete_checkpoints_batch(
+            self._schema, scope_sql, params.add(receipt.started), params.add(batch_size)
+        )
 
         async def run(conn: asyncpg.Connection) -> dict[str, int]:
             return {"session_checkpoints": await conn.fetchval(sql, *params.values)}
@@ -325,30 +337,38 @@ class Erasure(Repository):
         whole_tenant: bool,
         hashes: set[str],
         erased: list[tuple[str, uuid.UUID]],
-    ) -> dict[str, int]:
-        """Look for anything of the scope left; returns the non-zero findings."""
+        receipt: ErasureReceipt,
+    ) -> None:
+        """Look for anything of the scope left; fills ``remaining`` and ``written_during``."""
         params = Params()
         scope_sql = scope_condition(scope, include, params)
         prior_sql = q.prior_scope_condition(scope, include, params)
-        tenant = params.add(scope.tenant)
-        tenants = params.add([t for t, _ in erased])
-        ids = params.add([i for _, i in erased])
+        started = params.add(receipt.started)
         remaining_sql = q.remaining(
             self._schema,
             scope_sql=scope_sql,
             prior_scope_sql=prior_sql,
-            tenant=tenant,
-            tenants=tenants,
-            ids=ids,
+            tenant=params.add(scope.tenant) if whole_tenant else "",
+            tenants=params.add([t for t, _ in erased]),
+            ids=params.add([i for _, i in erased]),
+            started=started,
             whole_tenant=whole_tenant,
         )
-        found: dict[str, int] = {}
+        during_params = Params()
+        during_sql = q.written_during(
+            self._schema,
+            scope_condition(scope, include, during_params),
+            during_params.add(receipt.started),
+        )
         async with self._transaction() as conn:
             row = await conn.fetchrow(remaining_sql, *params.values)
-            found.update({name: count for name, count in row.items() if count})
+            found = {name: count for name, count in row.items() if count}
             if hashes:
                 found.update(await self._content_left(conn, scope.tenant, sorted(hashes)))
-        return found
+            during = await conn.fetchrow(during_sql, *during_params.values)
+        receipt.remaining = found
+        receipt.written_during = {name: count for name, count in during.items() if count}
+        receipt.verified = not found
 
     async def _content_left(
         self, conn: asyncpg.Connection, tenant: str, hashes: builtins.list[str]

@@ -37,11 +37,15 @@ def prior_scope_condition(scope: Scope, include: Include, params: Params) -> str
     return " AND ".join(conditions)
 
 
-def lock_assemblies_batch(schema: str, scope_sql: str, limit: str) -> str:
-    """Lock the next batch of the scope's assemblies."""
+# The database's clock: erasure's start, compared with rows' created_at.
+NOW = "SELECT clock_timestamp()"
+
+
+def lock_assemblies_batch(schema: str, scope_sql: str, started: str, limit: str) -> str:
+    """Lock the next batch of the scope's assemblies created before the erasure began."""
     return f"""
 SELECT tenant_id, id FROM {schema}.assemblies
-WHERE {scope_sql}
+WHERE {scope_sql} AND created_at <= {started}
 ORDER BY tenant_id, id
 LIMIT {limit}
 FOR UPDATE"""
@@ -64,11 +68,17 @@ WITH doomed AS (
 SELECT (SELECT count(*) FROM gone) AS assemblies, (SELECT count(*) FROM members) AS members"""
 
 
-def lock_memories_batch(schema: str, scope_sql: str, limit: str) -> str:
-    """Lock the next batch of the scope's memories (in key order: erasers never deadlock)."""
+def lock_memories_batch(schema: str, scope_sql: str, started: str, limit: str) -> str:
+    """Lock the next batch of the scope's memories created before the erasure began.
+
+    Key order, so erasers never deadlock. ``created_at`` is the writer's
+    transaction start, never after its commit: every row committed before
+    the erasure began qualifies, and rows written later are not chased (the
+    passes end even while writers keep writing).
+    """
     return f"""
 SELECT tenant_id, id, content_hash FROM {schema}.memories
-WHERE {scope_sql}
+WHERE {scope_sql} AND created_at <= {started}
 ORDER BY tenant_id, id
 LIMIT {limit}
 FOR UPDATE"""
@@ -154,14 +164,14 @@ SELECT (SELECT count(*) FROM history) AS events,
         FROM history WHERE content IS NOT NULL) AS hashes"""
 
 
-def delete_checkpoints_batch(schema: str, scope_sql: str, limit: str) -> str:
+def delete_checkpoints_batch(schema: str, scope_sql: str, started: str, limit: str) -> str:
     """Delete the next batch of the scope's session checkpoints; returns the count."""
     return f"""
 WITH gone AS (
     DELETE FROM {schema}.session_checkpoints
     WHERE (tenant_id, id) IN (
         SELECT tenant_id, id FROM {schema}.session_checkpoints
-        WHERE {scope_sql}
+        WHERE {scope_sql} AND created_at <= {started}
         LIMIT {limit}
         FOR UPDATE SKIP LOCKED
     )
@@ -210,12 +220,15 @@ def remaining(
     tenant: str,
     tenants: str,
     ids: str,
+    started: str,
     whole_tenant: bool,
 ) -> str:
     """Rows of the erased scope still present, per table: each count must be 0.
 
     ``tenant`` is the tenant's placeholder; ``tenants``/``ids`` those of the
-    arrays of erased memory ids, whose history must be a bare tombstone.
+    arrays of erased memory ids, whose history must be a bare tombstone;
+    ``started`` the erasure's start (rows created after it are counted by
+    :func:`written_during`, not here).
     """
     langgraph = ""
     if whole_tenant:
@@ -226,10 +239,12 @@ def remaining(
         )
     erased = f"unnest({tenants}::text[], {ids}::uuid[]) AS d(tenant_id, id)"
     return f"""
-SELECT (SELECT count(*) FROM {schema}.memories WHERE {scope_sql}) AS memories,
-       (SELECT count(*) FROM {schema}.assemblies WHERE {scope_sql}) AS assemblies,
-       (SELECT count(*) FROM {schema}.session_checkpoints WHERE {scope_sql})
-           AS session_checkpoints,
+SELECT (SELECT count(*) FROM {schema}.memories
+        WHERE {scope_sql} AND created_at <= {started}) AS memories,
+       (SELECT count(*) FROM {schema}.assemblies
+        WHERE {scope_sql} AND created_at <= {started}) AS assemblies,
+       (SELECT count(*) FROM {schema}.session_checkpoints
+        WHERE {scope_sql} AND created_at <= {started}) AS session_checkpoints,
        (SELECT count(*) FROM {schema}.memory_events AS e
         WHERE e.kind <> 'erased' AND {prior_scope_sql}) AS memory_events,
        (SELECT count(*) FROM {schema}.memory_events AS e
@@ -238,6 +253,17 @@ SELECT (SELECT count(*) FROM {schema}.memories WHERE {scope_sql}) AS memories,
        (SELECT count(*) FROM {schema}.assembly_members AS am
         JOIN {erased} ON am.tenant_id = d.tenant_id AND am.memory_id = d.id)
            AS assembly_members{langgraph}"""
+
+
+def written_during(schema: str, scope_sql: str, started: str) -> str:
+    """Rows of the scope created after the erasure began (kept, whole), per table."""
+    return f"""
+SELECT (SELECT count(*) FROM {schema}.memories
+        WHERE {scope_sql} AND created_at > {started}) AS memories,
+       (SELECT count(*) FROM {schema}.assemblies
+        WHERE {scope_sql} AND created_at > {started}) AS assemblies,
+       (SELECT count(*) FROM {schema}.session_checkpoints
+        WHERE {scope_sql} AND created_at > {started}) AS session_checkpoints"""
 
 
 TEXT_COLUMNS = """

@@ -138,8 +138,11 @@ def erasure_lines(receipt: ErasureReceipt) -> list[str]:
         lines.append("LangGraph checkpoints and store items: kept (erased with whole tenants only)")
     finished = receipt.finished.isoformat() if receipt.finished else "-"
     lines.append(f"started {receipt.started.isoformat()}, finished {finished}")
+    if receipt.written_during:
+        kept = ", ".join(f"{n} {name}" for name, n in sorted(receipt.written_during.items()))
+        lines.append(f"written during the erasure and kept whole: {kept}")
     if receipt.verified:
-        lines.append("verified: nothing of the scope remains")
+        lines.append("verified: nothing of the scope written before the erasure remains")
     else:
         lines.append("NOT verified; still present (written during the erasure? run it again):")
         lines += [f"  {name}: {count}" for name, count in sorted(receipt.remaining.items())]
