@@ -22,6 +22,7 @@ import pytest
 
 from memsvc import ErasureReceipt, MemoryService, Scope, Settings, TaskState, ValidationError
 from memsvc.working.keys import parse_key
+from tests.reliability.test_pgbouncer import bouncer_service  # noqa: F401
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -41,47 +42,56 @@ def marker() -> str:
     return f"MARKER-{uuid.uuid4().hex}"
 
 
-async def scan(dsn: str, needle: str, schema: str = "memsvc") -> dict[str, int]:
+async def scan(
+    database: str | asyncpg.Pool, needle: str, schema: str = "memsvc"
+) -> dict[str, int]:
     """Rows containing ``needle`` per ``relation.column``, over every relation of the schema.
 
-    Connects as the DSN's role (the suite's owner role: row-level security
-    does not hide rows from it), so every tenant's rows are read.
+    Connects as the DSN's (or pool's) role, the suite's owner role, which
+    row-level security does not bind here, so every tenant's rows are read.
     """
-    conn = await asyncpg.connect(dsn)
-    try:
-        columns = await conn.fetch(
-            """
-            SELECT c.relname, a.attname, t.typname
-            FROM pg_attribute AS a
-            JOIN pg_class AS c ON c.oid = a.attrelid
-            JOIN pg_namespace AS n ON n.oid = c.relnamespace
-            JOIN pg_type AS t ON t.oid = a.atttypid
-            WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm')
-              AND a.attnum > 0 AND NOT a.attisdropped AND t.typname = ANY($2::text[])
-            """,
-            schema,
-            list(SCANNED_TYPES),
+    if isinstance(database, str):
+        conn = await asyncpg.connect(database)
+        try:
+            return await _scan(conn, needle, schema)
+        finally:
+            await conn.close()
+    async with database.acquire() as pooled:
+        return await _scan(pooled, needle, schema)
+
+
+async def _scan(conn: Any, needle: str, schema: str) -> dict[str, int]:
+    columns = await conn.fetch(
+        """
+        SELECT c.relname, a.attname, t.typname
+        FROM pg_attribute AS a
+        JOIN pg_class AS c ON c.oid = a.attrelid
+        JOIN pg_namespace AS n ON n.oid = c.relnamespace
+        JOIN pg_type AS t ON t.oid = a.atttypid
+        WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm')
+          AND a.attnum > 0 AND NOT a.attisdropped AND t.typname = ANY($2::text[])
+        """,
+        schema,
+        list(SCANNED_TYPES),
+    )
+    assert {r["relname"] for r in columns} >= {
+        "memories", "memory_events", "assemblies", "session_checkpoints",
+        "langgraph_store_items", "recent_activity",
+    }
+    found: dict[str, int] = {}
+    for column in columns:
+        name = '"' + column["attname"].replace('"', '""') + '"'
+        relation = f'{schema}."{column["relname"]}"'
+        if column["typname"] == "bytea":
+            condition = f"position(convert_to($1, 'UTF8') in {name}) > 0"
+        else:
+            condition = f"strpos({name}::text, $1) > 0"
+        count = await conn.fetchval(
+            f"SELECT count(*) FROM {relation} WHERE {condition}", needle
         )
-        assert {r["relname"] for r in columns} >= {
-            "memories", "memory_events", "assemblies", "session_checkpoints",
-            "langgraph_store_items", "recent_activity",
-        }
-        found: dict[str, int] = {}
-        for column in columns:
-            name = '"' + column["attname"].replace('"', '""') + '"'
-            relation = f'{schema}."{column["relname"]}"'
-            if column["typname"] == "bytea":
-                condition = f"position(convert_to($1, 'UTF8') in {name}) > 0"
-            else:
-                condition = f"strpos({name}::text, $1) > 0"
-            count = await conn.fetchval(
-                f"SELECT count(*) FROM {relation} WHERE {condition}", needle
-            )
-            if count:
-                found[f"{column['relname']}.{column['attname']}"] = count
-        return found
-    finally:
-        await conn.close()
+        if count:
+            found[f"{column['relname']}.{column['attname']}"] = count
+    return found
 
 
 def vector(seed: int) -> np.ndarray[Any, Any]:
@@ -443,3 +453,16 @@ async def test_two_erasers_of_one_scope_leave_one_tombstone_per_memory(
         assert [e.kind for e in await service.memories.history(memory_id)] == ["erased"]
     assert settings.database_url is not None
     assert await scan(settings.database_url, secret) == {}
+
+
+async def test_erase_through_pgbouncer(
+    bouncer_service: MemoryService,  # noqa: F811
+) -> None:
+    secret = marker()
+    setup = await populate(bouncer_service, secret)
+    receipt = await bouncer_service.erase(TARGET, batch_size=2)
+    assert receipt.verified, receipt.remaining
+    assert receipt.removed["memories"] == 3
+    assert await scan(bouncer_service.pool, secret) == {}
+    for memory in setup["kept"].values():
+        assert (await bouncer_service.memories.get(memory.id)).content == memory.content
