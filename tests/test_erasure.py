@@ -196,6 +196,10 @@ async def test_erase_leaves_nothing_of_the_scope_and_everything_of_the_others(
     assert survivor.centroid is not None
     np.testing.assert_allclose(survivor.centroid, vector(2), atol=1e-6)
 
+    # The doctor sees tombstones as history, not as memories removed behind its back.
+    report = await service.maintenance.doctor()
+    assert report.ok, report
+
     # Running it again finds nothing to do and verifies again (idempotent).
     again = await service.erase(TARGET)
     assert again.verified
