@@ -470,3 +470,16 @@ async def test_erase_through_pgbouncer(
     assert await scan(bouncer_service.pool, secret) == {}
     for memory in setup["kept"].values():
         assert (await bouncer_service.memories.get(memory.id)).content == memory.content
+
+
+async def test_the_sync_client_erases_too(settings: Settings) -> None:
+    from memsvc.sync import SyncMemoryService
+
+    def run() -> None:
+        with SyncMemoryService.open(settings) as svc:
+            memory = svc.memories.add(TARGET_SESSION, "erase me from a thread")
+            receipt = svc.erase(TARGET)
+            assert receipt.verified and receipt.removed["memories"] == 1
+            assert [e.kind for e in svc.memories.history(memory.id)] == ["erased"]
+
+    await asyncio.to_thread(run)
