@@ -264,7 +264,10 @@ class Erasure(Repository):
     ) -> None:
         params = Params()
         prior_sql = q.prior_scope_condition(scope, include, params)
-        select_sql = q.deleted_memories_batch(self._schema, prior_sql, params.add(batch_size))
+        after = params.add(uuid.UUID(int=0))
+        select_sql = q.deleted_memories_batch(
+            self._schema, prior_sql, after, params.add(batch_size)
+        )
         erase_sql = q.erase_histories(self._schema)
         while True:
 
@@ -284,6 +287,8 @@ class Erasure(Repository):
             if done is None:
                 return
             rows, counts = done
+            # The scope's tenant is fixed, so the id alone orders the keyset.
+            params.values[int(after[1:]) - 1] = rows[-1]["memory_id"]
             receipt.add("memory_events", counts["events"])
             receipt.add("tombstones", counts["tombstones"])
             hashes.update(counts["hashes"])

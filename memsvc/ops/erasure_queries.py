@@ -111,11 +111,16 @@ SELECT (SELECT count(*) FROM gone) AS memories, (SELECT count(*) FROM history) A
        (SELECT count(*) FROM tombstones) AS tombstones"""
 
 
-def deleted_memories_batch(schema: str, prior_scope_sql: str, limit: str) -> str:
-    """Ids of deleted memories whose history says they were in the scope (no row left)."""
+def deleted_memories_batch(schema: str, prior_scope_sql: str, after: str, limit: str) -> str:
+    """Ids of deleted memories whose history places them in the scope (no row left).
+
+    In id order after ``after`` (keyset): the walk over the tenant's events
+    index resumes where the previous batch stopped instead of starting over.
+    """
     return f"""
 SELECT DISTINCT e.tenant_id, e.memory_id FROM {schema}.memory_events AS e
-WHERE e.prior IS NOT NULL AND e.kind <> 'erased' AND {prior_scope_sql}
+WHERE e.memory_id > {after} AND e.prior IS NOT NULL AND e.kind <> 'erased'
+  AND {prior_scope_sql}
   AND NOT EXISTS (
     SELECT 1 FROM {schema}.memories AS m WHERE m.tenant_id = e.tenant_id AND m.id = e.memory_id
   )
