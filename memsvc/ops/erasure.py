@@ -59,8 +59,8 @@ class ErasureReceipt:
         removed: Rows removed per table (``memory_events`` counts the history
             removed; ``erased`` tombstones written are under ``tombstones``),
             plus ``working_sessions``: sessions dropped from working memory.
-        started: When the erasure began (UTC).
-        finished: When the verification ended (UTC).
+        started: When the erasure began (the database's clock).
+        finished: When the verification ended (the database's clock).
         verified: True when the verification queries found no row of the
             scope in any memsvc table, no history of an erased memory but its
             tombstone, and none of the erased contents in any text or JSON
@@ -155,7 +155,6 @@ class Erasure(Repository):
         receipt.add("working_sessions", sessions)
         progress.start("verifying", total=None)
         await self._verify(scope, include, whole_tenant, hashes, erased, receipt)
-        receipt.finished = datetime.now(UTC)
         progress.done()
         return receipt
 
@@ -371,6 +370,7 @@ class Erasure(Repository):
             if hashes:
                 found.update(await self._content_left(conn, scope.tenant, sorted(hashes)))
             during = await conn.fetchrow(during_sql, *during_params.values)
+            receipt.finished = await conn.fetchval(q.NOW)
         receipt.remaining = found
         receipt.written_during = {name: count for name, count in during.items() if count}
         receipt.verified = not found
