@@ -112,9 +112,11 @@ async def run(dsn: str, schema: str, count: int, rounds: int) -> dict[str, float
         print(f"PostgreSQL {version}; schema {schema}; {count} memories per agent")
         for round_ in range(rounds):
             for who in ("memsvc", "raw"):
-                target = Scope("bench", f"p{round_}{who}", "target")
+                # A tenant per round: verification reads the tenant's rows, and
+                # earlier rounds' siblings would make later rounds slower.
+                target = Scope(f"bench-{round_}-{who}", "p", "target")
                 await fill(svc, target, count, who)
-                await fill(svc, Scope("bench", target.project, "sibling"), count, who)
+                await fill(svc, Scope(target.tenant, "p", "sibling"), count, who)
                 began = time.perf_counter()
                 if who == "memsvc":
                     receipt = await svc.erase(target, batch_size=BATCH)

@@ -134,15 +134,14 @@ class Erasure(Repository):
         receipt = ErasureReceipt(
             scope=scope, include=include, started=started, langgraph=whole_tenant
         )
-        hashes: set[str] = set()
-        erased: list[tuple[str, uuid.UUID]] = []
+        erased = _Erased()
 
         progress.start("erasing assemblies")
         await self._erase_assemblies(scope, include, batch_size, receipt, progress)
         progress.start("erasing memories and their history")
-        await self._erase_memories(scope, include, batch_size, receipt, hashes, erased, progress)
+        await self._erase_memories(scope, include, batch_size, receipt, erased, progress)
         progress.start("erasing the history of deleted memories")
-        await self._erase_histories(scope, include, batch_size, receipt, hashes, erased, progress)
+        await self._erase_histories(scope, include, batch_size, receipt, erased, progress)
         progress.start("erasing session checkpoints")
         await self._erase_checkpoints(scope, include, batch_size, receipt, progress)
         if whole_tenant:
@@ -154,7 +153,7 @@ class Erasure(Repository):
         )
         receipt.add("working_sessions", sessions)
         progress.start("verifying", total=None)
-        await self._verify(scope, include, whole_tenant, hashes, erased, receipt)
+        await self._verify(scope, include, whole_tenant, erased, receipt)
         progress.done()
         return receipt
 
@@ -216,8 +215,7 @@ class Erasure(Repository):
         include: Include,
         batch_size: int,
         receipt: ErasureReceipt,
-        hashes: set[str],
-        erased: list[tuple[str, uuid.UUID]],
+        erased: _Erased,
         progress: ProgressReporter,
     ) -> None:
         params = Params()
@@ -247,8 +245,9 @@ class Erasure(Repository):
             receipt.add("memory_events", batch.counts["events"])
             receipt.add("tombstones", batch.counts["tombstones"])
             receipt.add("assembly_members", batch.members)
-            hashes.update(r["content_hash"] for r in batch.rows)
-            erased.extend((r["tenant_id"], r["id"]) for r in batch.rows)
+            erased.ids.extend((r["tenant_id"], r["id"]) for r in batch.rows)
+            erased.hashes.update(r["content_hash"] for r in batch.rows)
+            erased.lengths.update(r["content_bytes"] for r in batch.rows)
             progress.advance(len(batch.rows))
 
     async def _erase_histories(
@@ -257,8 +256,7 @@ class Erasure(Repository):
         include: Include,
         batch_size: int,
         receipt: ErasureReceipt,
-        hashes: set[str],
-        erased: list[tuple[str, uuid.UUID]],
+        erased: _Erased,
         progress: ProgressReporter,
     ) -> None:
         params = Params()
@@ -290,8 +288,9 @@ class Erasure(Repository):
             params.values[int(after[1:]) - 1] = rows[-1]["memory_id"]
             receipt.add("memory_events", counts["events"])
             receipt.add("tombstones", counts["tombstones"])
-            hashes.update(counts["hashes"])
-            erased.extend((r["tenant_id"], r["memory_id"]) for r in rows)
+            erased.ids.extend((r["tenant_id"], r["memory_id"]) for r in rows)
+            erased.hashes.update(counts["hashes"])
+            erased.lengths.update(counts["lengths"])
             progress.advance(len(rows))
 
     async def _erase_checkpoints(
@@ -339,8 +338,7 @@ class Erasure(Repository):
         scope: Scope,
         include: Include,
         whole_tenant: bool,
-        hashes: set[str],
-        erased: list[tuple[str, uuid.UUID]],
+        erased: _Erased,
         receipt: ErasureReceipt,
     ) -> None:
         """Look for anything of the scope left; fills ``remaining`` and ``written_during``."""
@@ -353,8 +351,8 @@ class Erasure(Repository):
             scope_sql=scope_sql,
             prior_scope_sql=prior_sql,
             tenant=params.add(scope.tenant) if whole_tenant else "",
-            tenants=params.add([t for t, _ in erased]),
-            ids=params.add([i for _, i in erased]),
+            tenants=params.add([t for t, _ in erased.ids]),
+            ids=params.add([i for _, i in erased.ids]),
             started=started,
             whole_tenant=whole_tenant,
         )
@@ -367,8 +365,8 @@ class Erasure(Repository):
         async with self._transaction() as conn:
             row = await conn.fetchrow(remaining_sql, *params.values)
             found = {name: count for name, count in row.items() if count}
-            if hashes:
-                found.update(await self._content_left(conn, scope.tenant, sorted(hashes)))
+            if erased.hashes:
+                found.update(await self._content_left(conn, scope.tenant, erased))
             during = await conn.fetchrow(during_sql, *during_params.values)
             receipt.finished = await conn.fetchval(q.NOW)
         receipt.remaining = found
@@ -376,7 +374,7 @@ class Erasure(Repository):
         receipt.verified = not found
 
     async def _content_left(
-        self, conn: asyncpg.Connection, tenant: str, hashes: builtins.list[str]
+        self, conn: asyncpg.Connection, tenant: str, erased: _Erased
     ) -> dict[str, int]:
         """Text and JSON values, in every table of the schema, equal to an erased content.
 
@@ -384,27 +382,33 @@ class Erasure(Repository):
         scope, which has none left) are not looked for: they must survive.
         The columns are read from the catalog, so new tables are covered.
         """
-        rows = await conn.fetch(q.held_elsewhere(self._schema), hashes, tenant)
+        rows = await conn.fetch(q.held_elsewhere(self._schema), sorted(erased.hashes), tenant)
         held = {row["content_hash"] for row in rows}
-        wanted = [h for h in hashes if h not in held]
+        wanted = sorted(erased.hashes - held)
         if not wanted:
             return {}
-        found: dict[str, int] = {}
+        tables: dict[tuple[str, bool], list[tuple[str, str]]] = {}
         for column in await conn.fetch(q.TEXT_COLUMNS, self._schema):
-            sql = q.content_matches(
-                self._schema,
-                column["table_name"],
-                column["column_name"],
-                column["data_type"],
-                column["has_tenant"],
-            )
-            args: builtins.list[object] = [wanted]
-            if column["has_tenant"]:
+            key = (column["table_name"], column["has_tenant"])
+            tables.setdefault(key, []).append((column["column_name"], column["data_type"]))
+        found: dict[str, int] = {}
+        for (table, has_tenant), columns in tables.items():
+            sql = q.content_matches(self._schema, table, columns, has_tenant)
+            args: builtins.list[object] = [wanted, sorted(erased.lengths)]
+            if has_tenant:
                 args.append(tenant)
-            count: int = await conn.fetchval(sql, *args)
-            if count:
-                found[f"{column['table_name']}.{column['column_name']}"] = count
+            row = await conn.fetchrow(sql, *args)
+            found.update({f"{table}.{name}": count for name, count in row.items() if count})
         return found
+
+
+@dataclass
+class _Erased:
+    """What this run erased, for the verification: ids, and the contents' hashes and sizes."""
+
+    ids: list[tuple[str, uuid.UUID]] = field(default_factory=list)
+    hashes: set[str] = field(default_factory=set)
+    lengths: set[int] = field(default_factory=set)
 
 
 @dataclass

@@ -77,7 +77,8 @@ def lock_memories_batch(schema: str, scope_sql: str, started: str, limit: str) -
     passes end even while writers keep writing).
     """
     return f"""
-SELECT tenant_id, id, content_hash FROM {schema}.memories
+SELECT tenant_id, id, content_hash, octet_length(content) AS content_bytes
+FROM {schema}.memories
 WHERE {scope_sql} AND created_at <= {started}
 ORDER BY tenant_id, id
 LIMIT {limit}
@@ -137,9 +138,10 @@ FROM (SELECT DISTINCT key FROM unnest($1::text[]) AS u(key) ORDER BY key) AS k""
 def erase_histories(schema: str) -> str:
     """Replace the histories of deleted memories (tenant/id arrays) by one tombstone each.
 
-    Returns the events removed and the content hashes their prior values
-    held (for verification). A tombstone is added only where none exists,
-    so a second eraser that waited for the first adds nothing.
+    Returns the events removed and the hashes and byte lengths of the
+    contents their prior values held (for verification). A tombstone is
+    added only where none exists, so a second eraser that waited for the
+    first adds nothing.
     """
     return f"""
 WITH doomed AS (
@@ -166,7 +168,9 @@ WITH doomed AS (
 SELECT (SELECT count(*) FROM history) AS events,
        (SELECT count(*) FROM tombstones) AS tombstones,
        (SELECT coalesce(array_agg(DISTINCT {sql_content_hash("content")}), '{{}}')
-        FROM history WHERE content IS NOT NULL) AS hashes"""
+        FROM history WHERE content IS NOT NULL) AS hashes,
+       (SELECT coalesce(array_agg(DISTINCT octet_length(content)), '{{}}')
+        FROM history WHERE content IS NOT NULL) AS lengths"""
 
 
 def delete_checkpoints_batch(schema: str, scope_sql: str, started: str, limit: str) -> str:
@@ -291,23 +295,35 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def content_matches(schema: str, table: str, column: str, data_type: str, has_tenant: bool) -> str:
-    """Values of one column equal to an erased content (hashes ``$1``); JSON: any string in it.
+def content_matches(schema: str, table: str, columns: list[tuple[str, str]], tenant: bool) -> str:
+    """Per column of one table: rows holding an erased content, in one scan of the table.
 
-    Parameters: ``$1`` the hashes, ``$2`` the tenant (when the table has one).
+    A text value matches when it equals an erased content, a JSON value when
+    any string inside it does (at any depth). Parameters: ``$1`` the content
+    hashes, ``$2`` their byte lengths (compared first: most values are
+    dismissed without hashing), ``$3`` the tenant (when the table has one).
     """
-    col = quote_ident(column)
-    source = f"{schema}.{quote_ident(table)}"
-    tenant = "AND t.tenant_id = $2" if has_tenant else ""
-    if data_type in ("jsonb", "json"):
-        return f"""
-SELECT count(*) FROM {source} AS t
-CROSS JOIN LATERAL jsonb_path_query(t.{col}::jsonb, 'strict $.**') AS v(value)
-WHERE jsonb_typeof(v.value) = 'string' {tenant}
-  AND {sql_content_hash("v.value #>> '{}'")} = ANY($1::text[])"""
+    counts = []
+    for name, data_type in columns:
+        col = f"t.{quote_ident(name)}"
+        if data_type in ("jsonb", "json"):
+            value = "v.value #>> '{}'"
+            condition = f"""EXISTS (
+        SELECT 1 FROM jsonb_path_query({col}::jsonb, 'strict $.**') AS v(value)
+        WHERE jsonb_typeof(v.value) = 'string'
+          AND octet_length({value}) = ANY($2::int[])
+          AND {sql_content_hash(value)} = ANY($1::text[]))"""
+        else:
+            condition = (
+                f"octet_length({col}) = ANY($2::int[]) "
+                f"AND {sql_content_hash(col)} = ANY($1::text[])"
+            )
+        counts.append(f"count(*) FILTER (WHERE {condition}) AS {quote_ident(name)}")
+    where = "WHERE t.tenant_id = $3" if tenant else ""
     return f"""
-SELECT count(*) FROM {source} AS t
-WHERE t.{col} IS NOT NULL {tenant} AND {sql_content_hash(f"t.{col}")} = ANY($1::text[])"""
+SELECT {", ".join(counts)}
+FROM {schema}.{quote_ident(table)} AS t
+{where}"""
 
 
 def held_elsewhere(schema: str) -> str:
