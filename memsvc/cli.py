@@ -17,6 +17,7 @@ import click
 from memsvc.db import migrate as migrations
 from memsvc.db.embedded import EmbeddedPostgres, psql_executable, running_postmaster_pid
 from memsvc.errors import MemsvcError, SchemaError
+from memsvc.ops.citus import citus_sql
 from memsvc.ops.doctor import Doctor, DoctorReport
 from memsvc.ops.erasure import MAX_BATCH as ERASE_MAX_BATCH
 from memsvc.ops.erasure import ErasureReceipt
@@ -566,6 +567,22 @@ def roles(print_sql: bool, schema: str | None, migration_role: str, runtime_role
     except MemsvcError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(script, nl=False)
+
+
+@main.command()
+@click.option("--print-sql", is_flag=True, help="Print the SQL script (required).")
+@click.option("--schema", default=None, help="Schema (default: MEMSVC_DB_SCHEMA or memsvc).")
+def citus(print_sql: bool, schema: str | None) -> None:
+    """SQL distributing the tables with Citus: tenant tables by tenant_id, co-located.
+
+    Review it, then run it on the coordinator after `memsvc migrate` (psql -f).
+    memsvc never runs it itself.
+    """
+    if not print_sql:
+        raise click.ClickException("pass --print-sql: review the script, then run it with psql")
+    # Settings validate the schema name (it is interpolated into the script).
+    settings = _settings() if schema is None else Settings(db_schema=schema)
+    click.echo(citus_sql(settings), nl=False)
 
 
 if __name__ == "__main__":

@@ -527,7 +527,7 @@ class AssemblyRepository(Repository):
         try:
             async with self._connection(conn) as active:
                 row = await active.fetchrow(
-                    q.update_assembly(self._schema),
+                    q.update_assembly(self._schema, tenant is not None),
                     assembly_id,
                     tenant,
                     expected_version,

@@ -505,7 +505,7 @@ class MemoryRepository(Repository):
             vector = self._vector(embedding)
         elif text is not None and self._embedder is not None:
             vector = (await self._embed([text], "embedding"))[0]
-        sql = q.update_memory(self._schema)
+        sql = q.update_memory(self._schema, tenant is not None)
         args = (
             memory_id, tenant, expected_version,
             text is not None, text, digest,
@@ -548,7 +548,7 @@ class MemoryRepository(Repository):
         if not isinstance(patch, Mapping):
             raise ValidationError("patch", "must be a mapping")
         patch_json = validate_metadata(patch, self._settings.max_metadata_bytes, "patch")
-        sql = q.patch_metadata(self._schema)
+        sql = q.patch_metadata(self._schema, tenant is not None)
         args = [memory_id, patch_json, tenant, self._settings.max_metadata_bytes]
 
         async def attempt() -> Any:
