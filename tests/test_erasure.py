@@ -334,6 +334,13 @@ ERASER = textwrap.dedent(
 )
 
 
+# A backend of this test's database waiting for a lock (the eraser, on the held assembly).
+WAITING_FOR_A_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
+
+
 async def memory_state(svc: MemoryService, memory_id: uuid.UUID) -> str:
     """``erased`` (no row, only a tombstone) or ``kept`` (row and its full history)."""
     history = [(e.kind, e.prior is None) for e in await svc.memories.history(memory_id)]
@@ -358,6 +365,8 @@ async def test_a_crashed_erasure_leaves_no_half_memory_and_a_rerun_finishes_it(
     dsn = settings.database_url
     assert dsn is not None
     admin = await asyncpg.connect(dsn)
+    # Outside the blocker's transaction: activity statistics are read once per transaction.
+    watcher = await asyncpg.connect(dsn)
     try:
         ids = [r["id"] for r in await admin.fetch(
             "SELECT id FROM memsvc.memories ORDER BY tenant_id, id"
@@ -370,7 +379,7 @@ async def test_a_crashed_erasure_leaves_no_half_memory_and_a_rerun_finishes_it(
         child = subprocess.Popen([sys.executable, "-c", ERASER, dsn])
         try:
             async with asyncio.timeout(120):
-                while not await admin.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted"):
+                while not await watcher.fetchval(WAITING_FOR_A_LOCK):
                     assert child.poll() is None, "the eraser ended before the batch that waits"
                     await asyncio.sleep(0.05)
             child.send_signal(signal.SIGKILL)
@@ -381,6 +390,7 @@ async def test_a_crashed_erasure_leaves_no_half_memory_and_a_rerun_finishes_it(
         await blocker.rollback()
     finally:
         await admin.close()
+        await watcher.close()
 
     states = [await memory_state(service, memory_id) for memory_id in ids]
     assert states == ["erased"] * 6 + ["kept"] * 6  # three batches committed, the fourth lost
