@@ -383,6 +383,8 @@ async def _operations(svc: MemoryService, scope: Scope, workdir: Path) -> None:
     await svc.maintenance.export(io.StringIO())
     await svc.memories.delete_scope(tenant_scope)
     await svc.maintenance.import_file(export)
+    await svc.erase(Scope(scope.tenant, scope.project))
+    await svc.erase(Scope(tenant="globex"))  # a whole tenant: its LangGraph rows too
 
 
 async def _workload(svc: MemoryService, workdir: Path) -> None:
@@ -430,6 +432,11 @@ def test_the_workload_reaches_every_tenant_table(captured: Capture) -> None:
     }
     assert seen == set(TENANT_TABLES)
     assert sum(_touches_tenant_table(sql) for sql in captured.statements) > 100
+
+
+def test_the_workload_includes_erasure(captured: Capture) -> None:
+    erasing = [sql for sql in captured.statements if "'erased'" in sql]
+    assert len(erasing) >= 2  # live memories' and deleted memories' histories
 
 
 def test_every_statement_on_a_tenant_table_filters_by_tenant(captured: Capture) -> None:

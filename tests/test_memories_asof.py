@@ -515,3 +515,27 @@ def test_a_commit_not_yet_visible_is_waited_for_not_missed() -> None:
     finally:
         server.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+async def test_erased_memories_are_gone_from_the_past_too(
+    service: MemoryService, scope: Scope
+) -> None:
+    memories = service.memories
+    doomed = await memories.add(scope, "words to forget")
+    await memories.update(doomed.id, content="more words to forget")
+    deleted = await memories.add(scope, "deleted before the erasure")
+    await memories.delete(deleted.id)
+    sibling = scope.with_session("s-sibling")
+    kept = await memories.add(sibling, "words to keep")
+    t = _now()
+    assert (await memories.get(doomed.id, as_of=t)).content == "more words to forget"
+    receipt = await service.erase(scope)
+    assert receipt.verified
+    for memory_id in (doomed.id, deleted.id):
+        with pytest.raises(NotFoundError):
+            await memories.get(memory_id, as_of=t)
+    assert await memories.list(scope, as_of=t) == []
+    assert await memories.count(scope, as_of=t) == 0
+    parent = Scope(tenant=scope.tenant, project=scope.project, agent=scope.agent)
+    listed = await memories.list(parent, include="descendants", as_of=t)
+    assert [m.id for m in listed] == [kept.id]

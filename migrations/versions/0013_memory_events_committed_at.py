@@ -9,7 +9,7 @@ with the commit log). Two indexes find the events committed after a moment:
 one on the persisted times, a partial one on the rows not yet persisted.
 
 Revision ID: 0013
-Revises: 0010
+Revises: 0012
 Create Date: 2026-11-23
 """
 
@@ -27,7 +27,7 @@ from memsvc.db.tables import AT_COMMENT, COMMITTED_AT_COMMENT
 OLD_AT_COMMENT = "When the change committed its statement."
 
 revision: str = "0013"
-down_revision: str | None = "0010"
+down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
