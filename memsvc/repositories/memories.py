@@ -17,6 +17,7 @@ import asyncpg
 import numpy as np
 
 from memsvc.db.codecs import vector_bytes
+from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder
 from memsvc.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.ids import new_id, parse_id
@@ -112,8 +113,9 @@ class MemoryRepository(Repository):
         reranker: ranking.Reranker | None = None,
         before_delete: DeleteHook | None = None,
         embeddings_changed: DeleteHook | None = None,
+        reads: ReadRouter | None = None,
     ) -> None:
-        super().__init__(pool, settings)
+        super().__init__(pool, settings, reads=reads)
         self._embedder = embedder
         self._reranker = reranker
         self._before_delete = before_delete
