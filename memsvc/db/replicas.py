@@ -330,7 +330,9 @@ class ReadRouter:
 
     def _failed(self, replica: _Replica, conn: asyncpg.Connection, exc: BaseException) -> None:
         if connection_is_broken(exc):
-            conn.terminate()
+            # A connection the server dropped is already detached from its proxy.
+            with contextlib.suppress(asyncpg.InterfaceError):
+                conn.terminate()
             self._skip(replica, "down", self._settings.replica_retry_s, exc)
         else:
             log.info("read on replica %s failed, running it on the primary: %s", replica.name, exc)

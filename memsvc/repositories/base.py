@@ -149,11 +149,15 @@ class Repository:
         self,
         conn: asyncpg.Connection | None,
         statement: Callable[[asyncpg.Connection], Awaitable[T]],
+        *,
+        routed: bool = True,
     ) -> T:
         """Run a read; on a pooled connection found broken, once more on another.
 
         Without a caller's connection it may run on a replica (see
-        :mod:`memsvc.db.replicas`); the primary serves it whenever no replica can.
+        :mod:`memsvc.db.replicas`); the primary serves it whenever no replica
+        can. ``routed=False`` keeps it on the primary: reads a write is about
+        to act on must not wait for a replica to replay the previous write.
         """
 
         async def attempt() -> T:
@@ -163,7 +167,7 @@ class Repository:
         async def on_primary() -> T:
             return await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
 
-        if conn is None and self._reads is not None and self._reads.has_replicas:
+        if routed and conn is None and self._reads is not None and self._reads.has_replicas:
             return await self._reads.run(self._scoped(statement), on_primary)
         return await on_primary()
 

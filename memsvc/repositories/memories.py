@@ -198,7 +198,9 @@ class MemoryRepository(Repository):
             # below would return it: embedding the text again would be wasted.
             # Only a shortcut: the insert's conflict handling stays the truth.
             stored = await self._read(
-                conn, lambda active: self._find_duplicate(active, scope, memory_id, digest)
+                conn,
+                lambda active: self._find_duplicate(active, scope, memory_id, digest),
+                routed=False,
             )
             if stored is not None:
                 return stored
@@ -411,7 +413,9 @@ class MemoryRepository(Repository):
         wanted = sorted({digests[i] for i in missing})
         params = Params(wanted)
         sql = q.stored_embeddings(self._schema, scope_condition(scope, "exact", params))
-        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        rows = await self._read(
+            conn, lambda active: active.fetch(sql, *params.values), routed=False
+        )
         known = {row["content_hash"]: self._vector(row["embedding"]) for row in rows}
         first: dict[str, int] = {}  # digest -> the first item needing it embedded
         for i in missing:
