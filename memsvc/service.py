@@ -104,6 +104,7 @@ class MemoryService:
             assemblies=self.assemblies,
             checkpoints=self.checkpoints,
             memories=self.memories,
+            reads=self._reads,
         )
         watch(self, schema=settings.db_schema)
 

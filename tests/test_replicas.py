@@ -282,6 +282,23 @@ async def test_paused_replay_sends_reads_to_the_primary(pair: Pair) -> None:
         assert replica_reads(svc) == 1
 
 
+async def test_writes_of_your_own_are_waited_for_once_announced(pair: Pair) -> None:
+    async with opened(pair.settings(replica_wait_s=0.2, replica_max_lag_s=3600)) as svc:
+        await set_replay(pair, paused=True)
+        try:
+            async with svc.pool.acquire() as conn, conn.transaction():
+                mine = await svc.memories.add(SCOPE, "committed on my connection", conn=conn)
+            await received(pair)
+            # Not announced: the service cannot know, and the paused replica answers.
+            with pytest.raises(NotFoundError):
+                await svc.memories.get(mine.id)
+            svc.reads.wrote_elsewhere()
+            assert (await svc.memories.get(mine.id)).id == mine.id
+            assert svc.reads.primary_reads == 1
+        finally:
+            await set_replay(pair, paused=False)
+
+
 # ----------------------------------------------------------------- failures
 
 

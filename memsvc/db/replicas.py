@@ -101,10 +101,12 @@ class ReadRouter:
         self._settings = settings
         self._replicas = replicas
         self._next = 0
-        # The highest WAL position of a write this service committed, and
-        # whether a write may have committed without its position being seen.
+        # The highest WAL position of a write this service committed. Writes
+        # whose position was not seen bump ``_unknown``; ``_known`` is the
+        # newest such bump a position read from the primary since covers.
         self._written = 0
-        self._written_unknown = False
+        self._unknown = 0
+        self._known = 0
         self.primary_reads = 0
 
     @classmethod
@@ -148,13 +150,20 @@ class ReadRouter:
         except MemsvcError:
             # The write committed but its position is unknown: the next read
             # asks the primary for its current one instead.
-            self._written_unknown = True
+            self.wrote_elsewhere()
             return
         self._written = max(self._written, int(position))
 
-    def write_failed(self) -> None:
-        """A write raised: it may still have committed, so its position counts as unknown."""
-        self._written_unknown = True
+    def wrote_elsewhere(self) -> None:
+        """A write this service made may have committed without its position being recorded.
+
+        Call it after committing writes of your own (``conn=`` transactions,
+        statements on ``svc.pool``): the next read then asks the primary for
+        its current WAL position and waits for that. memsvc calls it when a
+        write raises (it may still have committed) and after maintenance
+        writes (gc, imports).
+        """
+        self._unknown += 1
 
     # -------------------------------------------------------------- reads
 
@@ -231,16 +240,18 @@ class ReadRouter:
             return None
         if not self._settings.read_your_writes:
             return 0
-        if self._written_unknown:
-            self._written_unknown = False
+        if self._known != self._unknown:
+            # Every read until a position fetched after the latest unknown
+            # write is recorded asks for one itself, so none reads older data.
+            bump = self._unknown
             try:
                 with translate_errors():
                     async with self._primary.acquire() as conn:
                         position = await conn.fetchval(q.WRITE_POSITION)
             except MemsvcError:
-                self._written_unknown = True
                 return None
             self._written = max(self._written, int(position))
+            self._known = max(self._known, bump)
         return self._written
 
     def _rotation(self) -> list[_Replica]:

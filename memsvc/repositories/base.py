@@ -94,7 +94,7 @@ class Repository:
         except BaseException as exc:
             if track:
                 assert self._reads is not None
-                self._reads.write_failed()
+                self._reads.wrote_elsewhere()
             if connection_is_broken(exc):
                 pooled.terminate()
             raise
