@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from memsvc import MemoryService, NotFoundError, Scope, Settings, ValidationError
+from memsvc.db import migrate
 from memsvc.embedding import HashingEmbedder
 from memsvc.testing.postgres import (
     MigratedTemplate,
@@ -28,6 +29,7 @@ from memsvc.testing.postgres import (
     with_database,
 )
 from memsvc.testing.replica import ReplicatedPostgres
+from tests.test_row_level_security import as_user
 
 try:
     from pytest_asyncio import fixture as async_fixture
@@ -297,6 +299,52 @@ async def test_writes_of_your_own_are_waited_for_once_announced(pair: Pair) -> N
             assert svc.reads.primary_reads == 1
         finally:
             await set_replay(pair, paused=False)
+
+
+async def test_row_level_security_holds_on_the_replica(
+    replicated: tuple[ReplicatedPostgres, MigratedTemplate],
+) -> None:
+    servers, _ = replicated
+    suffix = uuid.uuid4().hex[:10]
+    name, role = f"memsvc_rls_{suffix}", f"memsvc_rt_{suffix}"
+    primary = TestPostgres(servers.primary_dsn, [])
+    dsn = await primary.create_database(name)
+    await asyncio.to_thread(migrate.upgrade, settings_for_tests(dsn, row_level_security=True), dsn)
+    admin = await asyncpg.connect(dsn)
+    try:
+        # Not the owner, not a superuser, no BYPASSRLS: the policies bind it.
+        await admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS")
+        await admin.execute(f"GRANT USAGE ON SCHEMA memsvc TO {role}")
+        await admin.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA memsvc TO {role}"
+        )
+        await admin.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA memsvc TO {role}")
+    finally:
+        await admin.close()
+    replica_dsn = with_database(servers.replica_dsn, name)
+    runtime = Pair(servers, as_user(dsn, role), as_user(replica_dsn, role))
+    try:
+        settings = runtime.settings(row_level_security=True, replica_wait_s=60)
+        async with opened(settings) as svc:
+            acme, globex = Scope("acme", "p"), Scope("globex", "p")
+            mine = await svc.memories.add(acme, "acme's plan")
+            theirs = await svc.memories.add(globex, "globex's plan")
+            before = replica_reads(svc)
+            assert (await svc.memories.get(mine.id, tenant="acme")).id == mine.id
+            with pytest.raises(NotFoundError):
+                await svc.memories.get(theirs.id, tenant="acme")
+            hits = await svc.memories.search(acme, "plan", k=10, include="descendants")
+            assert [hit.memory.id for hit in hits] == [mine.id]
+            assert await svc.memories.count(Scope("acme"), include="descendants") == 1
+            assert replica_reads(svc) - before == 4
+            assert svc.reads.primary_reads == 0
+    finally:
+        await primary.drop_database(name)
+        admin = await asyncpg.connect(servers.primary_dsn)
+        try:
+            await admin.execute(f"DROP ROLE IF EXISTS {role}")
+        finally:
+            await admin.close()
 
 
 # ----------------------------------------------------------------- failures
