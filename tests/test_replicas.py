@@ -347,6 +347,17 @@ async def test_row_level_security_holds_on_the_replica(
             await admin.close()
 
 
+async def test_doctor_reports_each_replica(pair: Pair, tmp_path: Any) -> None:
+    gone = f"postgresql://postgres:@/postgres?host={tmp_path}"
+    async with opened(pair.settings(replica_urls=[pair.replica, gone])) as svc:
+        report = await svc.maintenance.doctor()
+        replicas = [check for check in report.checks if check.name.startswith("replica ")]
+        assert [check.status for check in replicas] == ["ok", "warning"]
+        assert "streaming standby" in replicas[0].detail
+        assert "unreachable" in replicas[1].detail
+        assert report.ok
+
+
 # ----------------------------------------------------------------- failures
 
 
