@@ -290,7 +290,10 @@ class ReadRouter:
                 async with asyncio.timeout(self._settings.connect_timeout_s):
                     conn = await replica.pool.acquire()
         except _REPLICA_FAILURES as exc:
-            self._skip(replica, "down", self._settings.replica_retry_s, exc)
+            busy = replica.pool.get_size() >= replica.pool.get_max_size()
+            if not (busy and isinstance(exc.__cause__, TimeoutError)):
+                self._skip(replica, "down", self._settings.replica_retry_s, exc)
+            # else every connection was in use: busy is not down, this read goes elsewhere.
             raise _Unusable from exc
         try:
             with translate_errors():
