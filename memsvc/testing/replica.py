@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from memsvc.db.embedded import EmbeddedPostgres, pgdata_path
+from memsvc.db.embedded import EmbeddedPostgres
 
 
 def _wheel() -> tuple[Any, Path, str | None]:
@@ -123,5 +123,4 @@ class ReplicatedPostgres:
                 self.kill_replica()
         with contextlib.suppress(Exception):
             self._primary.stop()
-        if pgdata_path(self.directory / "primary").exists() or self.directory.exists():
-            shutil.rmtree(self.directory, ignore_errors=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
