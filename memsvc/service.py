@@ -14,6 +14,7 @@ from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, create_pool, find_vector_schema
+from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError, SchemaError
 from memsvc.ops.erasure import DEFAULT_BATCH as ERASE_BATCH
@@ -72,6 +73,7 @@ class MemoryService:
         reranker: Reranker | None = None,
         embedded: EmbeddedPostgres | None = None,
         working_store: WorkingStore,
+        reads: ReadRouter | None = None,
     ) -> None:
         self.settings = settings
         self.working_store = working_store
@@ -86,8 +88,9 @@ class MemoryService:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
-        self.assemblies = AssemblyRepository(pool, settings)
-        self.checkpoints = CheckpointRepository(pool, settings)
+        self._reads = reads or ReadRouter(pool, settings, [])
+        self.assemblies = AssemblyRepository(pool, settings, reads=self._reads)
+        self.checkpoints = CheckpointRepository(pool, settings, reads=self._reads)
         self.memories = MemoryRepository(
             pool,
             settings,
@@ -95,6 +98,7 @@ class MemoryService:
             reranker=reranker,
             before_delete=self.assemblies.detach_memories,
             embeddings_changed=self.assemblies.embeddings_changed,
+            reads=self._reads,
         )
         self.maintenance = Maintenance(
             pool,
@@ -103,6 +107,7 @@ class MemoryService:
             assemblies=self.assemblies,
             checkpoints=self.checkpoints,
             memories=self.memories,
+            reads=self._reads,
         )
         self._erasure = Erasure(
             pool, settings, assemblies=self.assemblies, working_store=working_store
@@ -148,8 +153,16 @@ class MemoryService:
                 await asyncio.to_thread(embedded.close)
             raise
         try:
+            reads = await ReadRouter.open(pool, settings, vector_schema)
+        except BaseException:
+            await pool.close()
+            if embedded is not None:
+                await asyncio.to_thread(embedded.close)
+            raise
+        try:
             working_store, _ = await open_working_store(settings)
         except BaseException:
+            await reads.close()
             await pool.close()
             if embedded is not None:
                 await asyncio.to_thread(embedded.close)
@@ -162,6 +175,7 @@ class MemoryService:
             reranker=reranker,
             embedded=embedded,
             working_store=working_store,
+            reads=reads,
         )
 
     def working(self, scope: Scope) -> WorkingMemory:
@@ -201,6 +215,15 @@ class MemoryService:
         return self._pool
 
     @property
+    def reads(self) -> ReadRouter:
+        """Where reads run: ``async with svc.reads.connection() as conn`` gives a
+        connection to read from (a healthy replica that has replayed this
+        service's writes, else the primary); ``svc.reads.status()`` tells
+        each replica's state. Without ``replica_urls`` it is always the primary.
+        """
+        return self._reads
+
+    @property
     def loop(self) -> asyncio.AbstractEventLoop:
         """The event loop the service was opened on; its coroutines must run there.
 
@@ -219,6 +242,7 @@ class MemoryService:
         unwatch(self)
         await self.maintenance.close()
         await self.working_store.close()
+        await self._reads.close()
         await self._pool.close()
         if self._embedded is not None:
             await asyncio.to_thread(self._embedded.close)

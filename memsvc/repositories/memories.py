@@ -17,6 +17,7 @@ import asyncpg
 import numpy as np
 
 from memsvc.db.codecs import vector_bytes
+from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder
 from memsvc.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.ids import new_id, parse_id
@@ -112,8 +113,9 @@ class MemoryRepository(Repository):
         reranker: ranking.Reranker | None = None,
         before_delete: DeleteHook | None = None,
         embeddings_changed: DeleteHook | None = None,
+        reads: ReadRouter | None = None,
     ) -> None:
-        super().__init__(pool, settings)
+        super().__init__(pool, settings, reads=reads)
         self._embedder = embedder
         self._reranker = reranker
         self._before_delete = before_delete
@@ -196,7 +198,9 @@ class MemoryRepository(Repository):
             # below would return it: embedding the text again would be wasted.
             # Only a shortcut: the insert's conflict handling stays the truth.
             stored = await self._read(
-                conn, lambda active: self._find_duplicate(active, scope, memory_id, digest)
+                conn,
+                lambda active: self._find_duplicate(active, scope, memory_id, digest),
+                routed=False,
             )
             if stored is not None:
                 return stored
@@ -409,7 +413,9 @@ class MemoryRepository(Repository):
         wanted = sorted({digests[i] for i in missing})
         params = Params(wanted)
         sql = q.stored_embeddings(self._schema, scope_condition(scope, "exact", params))
-        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        rows = await self._read(
+            conn, lambda active: active.fetch(sql, *params.values), routed=False
+        )
         known = {row["content_hash"]: self._vector(row["embedding"]) for row in rows}
         first: dict[str, int] = {}  # digest -> the first item needing it embedded
         for i in missing:
