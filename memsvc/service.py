@@ -205,9 +205,16 @@ class MemoryService:
         The receipt says what went and whether a check afterwards found nothing
         left (``verified``). See :mod:`memsvc.ops.erasure`.
         """
-        return await self._erasure.erase(
-            scope, include=include, batch_size=batch_size, progress=progress
-        )
+        try:
+            return await self._erasure.erase(
+                scope, include=include, batch_size=batch_size, progress=progress
+            )
+        finally:
+            # Reads after an erasure must not find what it removed on a
+            # replica that has not replayed it yet (erasure writes through
+            # its own connections, so the position is the primary's current one).
+            if self._reads.tracks_writes:
+                self._reads.wrote_elsewhere()
 
     @property
     def pool(self) -> asyncpg.Pool:

@@ -301,6 +301,24 @@ async def test_writes_of_your_own_are_waited_for_once_announced(pair: Pair) -> N
             await set_replay(pair, paused=False)
 
 
+async def test_reads_after_an_erasure_never_find_it_on_a_replica(pair: Pair) -> None:
+    async with opened(pair.settings(replica_wait_s=0.2, replica_max_lag_s=3600)) as svc:
+        scope = Scope("erased-tenant", "p")
+        memory = await svc.memories.add(scope, "to be erased")
+        await caught_up(pair)
+        await set_replay(pair, paused=True)
+        try:
+            receipt = await svc.erase(scope)
+            assert receipt.verified
+            await received(pair)
+            # The paused replica still holds the memory: the read must not go there.
+            with pytest.raises(NotFoundError):
+                await svc.memories.get(memory.id)
+            assert await svc.memories.count(scope) == 0
+        finally:
+            await set_replay(pair, paused=False)
+
+
 async def test_row_level_security_holds_on_the_replica(
     replicated: tuple[ReplicatedPostgres, MigratedTemplate],
 ) -> None:
