@@ -17,6 +17,7 @@ import asyncpg
 import numpy as np
 
 from memsvc.db.codecs import vector_bytes
+from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder
 from memsvc.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.ids import new_id, parse_id
@@ -114,8 +115,9 @@ class MemoryRepository(Repository):
         reranker: ranking.Reranker | None = None,
         before_delete: DeleteHook | None = None,
         embeddings_changed: DeleteHook | None = None,
+        reads: ReadRouter | None = None,
     ) -> None:
-        super().__init__(pool, settings)
+        super().__init__(pool, settings, reads=reads)
         self._embedder = embedder
         self._reranker = reranker
         self._before_delete = before_delete
@@ -199,7 +201,9 @@ class MemoryRepository(Repository):
             # below would return it: embedding the text again would be wasted.
             # Only a shortcut: the insert's conflict handling stays the truth.
             stored = await self._read(
-                conn, lambda active: self._find_duplicate(active, scope, memory_id, digest)
+                conn,
+                lambda active: self._find_duplicate(active, scope, memory_id, digest),
+                routed=False,
             )
             if stored is not None:
                 return stored
@@ -426,7 +430,9 @@ class MemoryRepository(Repository):
         wanted = sorted({digests[i] for i in missing})
         params = Params(wanted)
         sql = q.stored_embeddings(self._schema, scope_condition(scope, "exact", params))
-        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        rows = await self._read(
+            conn, lambda active: active.fetch(sql, *params.values), routed=False
+        )
         known = {row["content_hash"]: self._vector(row["embedding"]) for row in rows}
         first: dict[str, int] = {}  # digest -> the first item needing it embedded
         for i in missing:
@@ -718,7 +724,8 @@ class MemoryRepository(Repository):
             if tenant is not None:
                 values.append(tenant)
             rows = await self._read(
-                conn, lambda active: self._as_of.fetch(active, as_of_sql, values, moment)
+                conn, lambda active: self._as_of.fetch(active, as_of_sql, values, moment),
+                routed=False,  # see memory_asof: a replica may not have replayed t yet
             )
             return [Memory.from_row(row) for row in rows if row["id"] is not None]
         make = q.touch_by_ids if track_access else q.select_by_ids
@@ -781,7 +788,8 @@ class MemoryRepository(Repository):
             row_scope_sql = scope_condition(scope, include, params, alias="m")
             sql = asof_q.count_in_scope(self._schema, "$1", scope_sql, row_scope_sql, "$2")
             rows = await self._read(
-                conn, lambda active: self._as_of.fetch(active, sql, params.values, moment)
+                conn, lambda active: self._as_of.fetch(active, sql, params.values, moment),
+                routed=False,  # see memory_asof: a replica may not have replayed t yet
             )
             counted: int = rows[0]["n"]
             return counted
@@ -818,7 +826,8 @@ class MemoryRepository(Repository):
             limit_param=None if limit is None else params.add(limit),
         )
         rows = await self._read(
-            conn, lambda active: self._as_of.fetch(active, sql, params.values, moment)
+            conn, lambda active: self._as_of.fetch(active, sql, params.values, moment),
+            routed=False,  # see memory_asof: a replica may not have replayed t yet
         )
         return [Memory.from_row(row) for row in rows if row["id"] is not None]
 

@@ -15,6 +15,10 @@ servers turn it on), so the reads place each change at its commit, and gc
 persists those times in ``memory_events.committed_at`` before the server
 forgets them (it truncates them with the commit log, for frozen
 transactions).
+
+As-of reads run on the primary, never on a read replica: a replica that has
+not replayed up to ``t`` would leave out commits at or before it, and it
+cannot see the primary's transactions still becoming visible.
 """
 
 from __future__ import annotations
