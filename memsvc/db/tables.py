@@ -145,7 +145,8 @@ def build_metadata(settings: Settings) -> MetaData:
             "embedder",
             Text,
             nullable=False,
-            comment="Spec of the new embedder (as MEMSVC_EMBEDDER: hashing, openai:..., local:...).",
+            comment="Spec of the new embedder (as MEMSVC_EMBEDDER: hashing, openai:..., "
+            "local:...).",
         ),
         Column("dim", Integer, nullable=False, comment="Dimension of the new embeddings."),
         Column(
