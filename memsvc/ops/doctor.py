@@ -18,7 +18,10 @@ Checked, in order (later checks need the earlier ones to pass):
 7. ``history``: memories that vanished without a ``deleted`` event, or exist
    without any event (rows changed behind memsvc's back; reported only);
 8. ``gc backlog``: expired memories and sessions over checkpoint retention
-   (reported; ``memsvc gc`` deletes them).
+   (reported; ``memsvc gc`` deletes them);
+9. ``embedding migration``: one in progress (``memsvc reembed``), with how
+   many rows still lack the new embedding and the state of its index
+   (reported as a warning; running ``memsvc reembed`` again finishes it).
 
 With ``repair``, each fix runs in its own transaction and is reported:
 assemblies are recomputed by :meth:`AssemblyRepository.recompute` (which
@@ -50,6 +53,7 @@ from memsvc.ops.bulk import (
     build_index,
     metadata_index_definition,
 )
+from memsvc.ops.reembed import migration_progress
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.settings import Settings
@@ -145,6 +149,7 @@ class Doctor:
                 progress.start("doctor: checking history and gc backlog")
                 await self._check_history(conn, report)
                 await self._check_backlog(conn, report)
+                await self._check_embedding_migration(conn, report)
                 progress.done()
         finally:
             await conn.close()
@@ -369,6 +374,26 @@ class Doctor:
             )
         else:
             report.add("history", "ok", "every memory has history; no deletion went unrecorded")
+
+    async def _check_embedding_migration(
+        self, conn: asyncpg.Connection, report: DoctorReport
+    ) -> None:
+        running = await migration_progress(conn, self._schema)
+        if running is None:
+            return
+        done = ""
+        if running["total"] is not None:
+            embedded = running["total"] - running["remaining"]
+            share = 100.0 * embedded / running["total"] if running["total"] else 100.0
+            done = f"{embedded} of {running['total']} rows embedded ({share:.0f}%), "
+        report.add(
+            "embedding migration",
+            "warning",
+            f"migration {running['id']} to {running['embedder']!r} ({running['dim']} "
+            f"dimensions) in progress since {running['started_at']:%Y-%m-%d %H:%M:%S %Z}: "
+            f"{done}new index {running['index']}; `memsvc reembed --embedder "
+            f"{running['embedder']} --dim {running['dim']}` finishes it",
+        )
 
     async def _check_backlog(self, conn: asyncpg.Connection, report: DoctorReport) -> None:
         expired = await conn.fetchval(q.expired_waiting(self._schema))

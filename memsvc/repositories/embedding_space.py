@@ -69,6 +69,7 @@ class EmbeddingSpace:
         self._checked = float("-inf")
         self._seen: int | None = None  # newest migration id known (None: not read yet)
         self._retired: str | None = None  # why this service may no longer embed
+        self._followed: set[int] = set()  # switches already followed
 
     # ------------------------------------------------------------ state
 
@@ -112,7 +113,12 @@ class EmbeddingSpace:
             self._switched(migration)
 
     def _switched(self, migration: EmbeddingMigration) -> None:
-        self.migration = None
+        # Concurrent calls of one service may each find the same switch.
+        if migration.id in self._followed:
+            return
+        self._followed.add(migration.id)
+        if self.migration is not None and self.migration.id == migration.id:
+            self.migration = None
         if self.next_embedder is not None:
             self.embedder, self.dim, self.next_embedder = self.next_embedder, migration.dim, None
             log.info("embedding migration %s switched: now embedding with %s", migration.id,
