@@ -58,6 +58,7 @@ MAX_BATCH = 10_000
 # The switch waits at most this long for its locks, then lets others run and
 # tries again (a queued ACCESS EXCLUSIVE request blocks new searches).
 SWITCH_LOCK_TIMEOUT = "5s"
+LOCK_POLL_S = 0.2
 STORE_VECTOR_INDEX = "ix_langgraph_store_vectors_embedding_hnsw"
 _FIRST_KEY = ("", uuid.UUID(int=0))
 
@@ -124,8 +125,13 @@ class Reembedder:
             with translate_errors():
                 await register_codecs(conn, await find_vector_schema(conn))
                 # One worker builds the index and switches; the others wait
-                # here and then find the migration switched.
-                await conn.execute(q.SESSION_LOCK, q.REEMBED_LOCK_KEY)
+                # here and then find the migration switched. They poll: a
+                # session blocked in pg_advisory_lock holds a snapshot, which
+                # CREATE INDEX CONCURRENTLY would wait for (a deadlock).
+                while not await conn.fetchval(q.TRY_SESSION_LOCK, q.REEMBED_LOCK_KEY):
+                    if await self._switched(conn, report.migration_id):
+                        return report
+                    await asyncio.sleep(LOCK_POLL_S)
                 try:
                     if not await self._switched(conn, report.migration_id):
                         await self._build_index(conn)

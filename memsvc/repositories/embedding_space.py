@@ -70,6 +70,9 @@ class EmbeddingSpace:
         self._seen: int | None = None  # newest migration id known (None: not read yet)
         self._retired: str | None = None  # why this service may no longer embed
         self._followed: set[int] = set()  # switches already followed
+        # Bumped at each switch followed: vectors computed under one
+        # generation are only stored under the same one.
+        self.generation = 0
 
     # ------------------------------------------------------------ state
 
@@ -117,6 +120,7 @@ class EmbeddingSpace:
         if migration.id in self._followed:
             return
         self._followed.add(migration.id)
+        self.generation += 1
         if self.migration is not None and self.migration.id == migration.id:
             self.migration = None
         if self.next_embedder is not None:

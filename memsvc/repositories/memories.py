@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import asyncpg
 import numpy as np
@@ -44,6 +44,7 @@ from memsvc.validation import (
     validate_ttl,
 )
 
+T = TypeVar("T")
 Rank = Literal["similarity", "recall"]
 SearchMode = Literal["vector", "text", "hybrid"]
 SearchPlan = Literal["auto", "exact", "index"]
@@ -150,13 +151,24 @@ class MemoryRepository(Repository):
         await self._space.refresh_if_due(self._pool)
         self._space.check()
 
-    def _held_vector(self, migration: object, vector: Any, next_vector: Any) -> Any:
+    async def _consistent(self, compute: Callable[[], Awaitable[T]]) -> tuple[int, T]:
+        """Run ``compute`` (embeddings) until no switch of model happened during it.
+
+        Returns the embedding space's generation its result belongs to.
+        """
+        while True:
+            generation = self._space.generation
+            result = await compute()
+            if self._space.generation == generation:
+                return generation, result
+
+    def _held_vector(self, generation: int, vector: Any, next_vector: Any) -> Any:
         """The vector a write stores once it holds the migration row (see ``_writing``).
 
-        The old model's, unless the migration the write embedded for switched
-        before the write got its hold: then the new model's.
+        The one computed, unless the migration switched between computing it
+        and the write's hold: then the new model's.
         """
-        if migration is None or self._space.migrating or vector is None:
+        if self._space.generation == generation or vector is None:
             return vector
         self._space.check()
         if next_vector is None:
@@ -179,6 +191,14 @@ class MemoryRepository(Repository):
         if len(vectors) != len(texts):
             raise ValidationError(field, "the embedder returned the wrong number of vectors")
         return [self._vector(vector, field) for vector in vectors]
+
+    async def _embeddings_for(
+        self, content: str, embedding: object
+    ) -> tuple[np.ndarray[Any, Any] | None, builtins.list[np.ndarray[Any, Any]] | None]:
+        """The embedding to store, and (during a migration) the new model's of the content."""
+        vector = await self._embedding_for(content, embedding)
+        nexts = None if vector is None else await self._space.embed_next([content])
+        return vector, nexts
 
     async def _embedding_for(self, content: str, embedding: object) -> np.ndarray[Any, Any] | None:
         if embedding is not None:
@@ -229,7 +249,6 @@ class MemoryRepository(Repository):
         text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
         memory_id = new_id() if id is None else parse_id("id", id)
         await self._follow_space()
-        migration = self._space.migration
         if embedding is None and self._embedder is not None:
             # Content already stored here comes back as it is, as the insert
             # below would return it: embedding the text again would be wasted.
@@ -239,13 +258,14 @@ class MemoryRepository(Repository):
             )
             if stored is not None:
                 return stored
-        vector = await self._embedding_for(text, embedding)
-        nexts = await self._space.embed_next([text]) if vector is not None else None
+        generation, (vector, nexts) = await self._consistent(
+            lambda: self._embeddings_for(text, embedding)
+        )
         args = [*_scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
 
         async def attempt() -> Memory:
             async with self._writing(scope, conn) as active:
-                vector = args[8] = self._held_vector(migration, args[8], nexts and nexts[0])
+                vector = args[8] = self._held_vector(generation, args[8], nexts and nexts[0])
                 for _ in range(3):
                     row = await active.fetchrow(self._insert_sql, *args)
                     if row is not None:
@@ -342,9 +362,9 @@ class MemoryRepository(Repository):
         key = validate_name(key, "key", KEY_MAX_LENGTH)
         text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
         await self._follow_space()
-        migration = self._space.migration
-        vector = await self._embedding_for(text, embedding)
-        nexts = await self._space.embed_next([text]) if vector is not None else None
+        generation, (vector, nexts) = await self._consistent(
+            lambda: self._embeddings_for(text, embedding)
+        )
         params = Params(*_scope_params(scope), key, new_id(), text, digest, meta, vector)
         params.values.extend([weight, ttl_s])
         scope_sql = scope_condition(scope, "exact", params)
@@ -353,7 +373,7 @@ class MemoryRepository(Repository):
         async def attempt() -> Any:
             async with self._writing(scope, conn, always_transaction=True) as active:
                 params.values[9] = self._held_vector(
-                    migration, params.values[9], nexts and nexts[0]
+                    generation, params.values[9], nexts and nexts[0]
                 )
                 row = await active.fetchrow(sql, *params.values)
                 assert row is not None
@@ -398,14 +418,19 @@ class MemoryRepository(Repository):
         batch = validate_sequence(items, "items")
         ids, texts, digests, metas, vectors, weights, ttls = self._prepare_batch(batch)
         await self._follow_space()
-        migration = self._space.migration
-        if self._embedder is not None and any(vector is None for vector in vectors):
-            await self._embed_missing(scope, texts, digests, vectors, conn)
+        given = builtins.list(vectors)
+
+        async def embed() -> tuple[builtins.list[int], builtins.list[Any] | None]:
+            vectors[:] = given
+            if self._embedder is not None and any(vector is None for vector in vectors):
+                await self._embed_missing(scope, texts, digests, vectors, conn)
+            # During a migration: the new model's vectors of the items that have one.
+            embedded = [i for i, vector in enumerate(vectors) if vector is not None]
+            return embedded, await self._space.embed_next([texts[i] for i in embedded])
+
+        generation, (embedded, nexts) = await self._consistent(embed)
         if not ids:
             return []
-        # During a migration: the new model's vectors of the items that have one.
-        embedded = [i for i, vector in enumerate(vectors) if vector is not None]
-        nexts = await self._space.embed_next([texts[i] for i in embedded])
         vector_type = self._settings.vector_type
 
         async def attempt() -> tuple[dict[uuid.UUID, Memory], dict[str, Memory]]:
@@ -413,7 +438,7 @@ class MemoryRepository(Repository):
             async with self._writing(scope, conn, always_transaction=True) as active:
                 for j, i in enumerate(embedded):
                     next_vector = None if nexts is None else nexts[j]
-                    vectors[i] = self._held_vector(migration, vectors[i], next_vector)
+                    vectors[i] = self._held_vector(generation, vectors[i], next_vector)
                 wire = [None if v is None else vector_bytes(v, vector_type) for v in vectors]
                 for start in range(0, len(ids), ADD_MANY_CHUNK):
                     chunk = slice(start, start + ADD_MANY_CHUNK)
@@ -577,17 +602,21 @@ class MemoryRepository(Repository):
         )
         weight = None if importance is None else validate_importance(importance)
         await self._follow_space()
-        migration = self._space.migration
-        vector = None
-        if embedding is not None:
-            vector = self._vector(embedding)
-        elif text is not None and self._embedder is not None:
-            vector = (await self._embed([text], "embedding"))[0]
-        # A new embedding without new content is re-embedded from the stored
-        # content by the migration's workers (the memories' trigger clears it).
-        nexts = None
-        if vector is not None and text is not None:
-            nexts = await self._space.embed_next([text])
+
+        async def embed() -> tuple[Any, builtins.list[Any] | None]:
+            vector = None
+            if embedding is not None:
+                vector = self._vector(embedding)
+            elif text is not None and self._embedder is not None:
+                vector = (await self._embed([text], "embedding"))[0]
+            # A new embedding without new content is re-embedded from the stored
+            # content by the migration's workers (the memories' trigger clears it).
+            nexts = None
+            if vector is not None and text is not None:
+                nexts = await self._space.embed_next([text])
+            return vector, nexts
+
+        generation, (vector, nexts) = await self._consistent(embed)
         sql = q.update_memory(self._schema)
         args = [
             memory_id, tenant, expected_version,
@@ -606,7 +635,7 @@ class MemoryRepository(Repository):
             # recompute them in the same transaction, after the row lock.
             async with self._transaction(conn) as active:
                 await self._space.hold(active)
-                args[11] = self._held_vector(migration, args[11], nexts and nexts[0])
+                args[11] = self._held_vector(generation, args[11], nexts and nexts[0])
                 row = await active.fetchrow(sql, *args)
                 found = row is not None and row["id"] is not None
                 if found and nexts is not None and digest is not None:
