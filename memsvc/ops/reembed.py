@@ -149,6 +149,12 @@ class Reembedder:
         async with self._pool.acquire() as conn, conn.transaction():
             with translate_errors():
                 await conn.execute(q.LOCK, q.REEMBED_LOCK_KEY)
+                if await conn.fetchval(q.sees_only_one_tenant(schema)):
+                    # It would see no rows to embed, then drop the old column.
+                    raise SchemaError(
+                        "reembed must see every tenant's memories: row-level security is "
+                        "forced on memories, so run it as a role with BYPASSRLS (or a superuser)"
+                    )
                 row = await conn.fetchrow(q.running(schema))
                 if row is None:
                     last = await conn.fetchrow(q.last_switched(schema))

@@ -37,6 +37,14 @@ SELECT switched_at, extract(epoch FROM now() - started_at)::float8 AS age_s
 FROM {schema}.embedding_migrations WHERE id = $1"""
 
 
+def sees_only_one_tenant(schema: str) -> str:
+    """Whether row-level security would hide other tenants' memories from this role."""
+    return f"""
+SELECT c.relrowsecurity AND c.relforcerowsecurity AND NOT (r.rolsuper OR r.rolbypassrls)
+FROM pg_class AS c, pg_roles AS r
+WHERE c.oid = '{schema}.memories'::regclass AND r.rolname = current_user"""
+
+
 def recorded_dim(schema: str) -> str:
     """The embedding dimension recorded in ``schema_info``."""
     return f"SELECT value FROM {schema}.schema_info WHERE key = 'embedding_dim'"
