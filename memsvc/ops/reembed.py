@@ -42,7 +42,7 @@ from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, find_vector_schema
 from memsvc.db.tables import OPCLASSES
 from memsvc.embedding import Embedder
-from memsvc.errors import SchemaError, ValidationError
+from memsvc.errors import MemsvcError, SchemaError, ValidationError
 from memsvc.ops import reembed_queries as q
 from memsvc.ops.bulk import build_index, index_state, metadata_index_definition
 from memsvc.progress import NO_PROGRESS, ProgressReporter
@@ -229,6 +229,17 @@ class Reembedder:
 
     async def _fill(self, report: ReembedReport) -> None:
         """Embed batches until a whole pass from the start finds nothing left to claim."""
+        try:
+            await self._fill_passes(report)
+        except MemsvcError as exc:
+            if not isinstance(exc.__cause__, asyncpg.UndefinedColumnError):
+                raise
+            # Another worker switched while this one looked for rows: the
+            # second column is gone, and its work is done.
+            log.info("embedding migration %s switched by another worker", report.migration_id)
+        self._progress.done()
+
+    async def _fill_passes(self, report: ReembedReport) -> None:
         async with self._pool.acquire() as conn:
             with translate_errors():
                 counts = await conn.fetchrow(q.progress(self._schema))
@@ -255,7 +266,6 @@ class Reembedder:
             # Rows behind the cursor may have changed (the trigger cleared
             # them) or been skipped while another worker held them: once more.
             after = _FIRST_KEY
-        self._progress.done()
 
     # ------------------------------------------------------------ index
 

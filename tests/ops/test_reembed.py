@@ -22,6 +22,7 @@ import pytest
 from memsvc import MemoryService, Scope, ValidationError
 from memsvc.embedding import HashingEmbedder
 from memsvc.errors import SchemaError
+from memsvc.ops.reembed import Reembedder
 from memsvc.testing.postgres import settings_for_tests
 
 from .conftest import Cli
@@ -331,3 +332,27 @@ async def test_kill_9_mid_migration_then_resume(
     assert seen[-1] == NEW_DIM
     assert await recorded_dim(db, schema) == NEW_DIM
     await assert_all_in(db, schema, new, NEW_DIM)
+
+
+async def test_a_worker_still_filling_when_another_switches_returns_cleanly(
+    memsvc_database_url: str, db: asyncpg.Connection
+) -> None:
+    new = HashingEmbedder(NEW_DIM)
+    first = await open_aware(memsvc_database_url, new)
+    second = await open_aware(memsvc_database_url, new)
+    try:
+        await seed(first, 30)
+        late = Reembedder(
+            second.pool, second.settings, second.dsn, new, spec="hashing", dim=NEW_DIM
+        )
+        joined = await late._start()  # joins the migration, then falls behind
+        done = await first.maintenance.reembed("hashing", dim=NEW_DIM)
+        assert done.switched_here and done.migration_id == joined.migration_id
+        await late._fill(joined)  # the second column is gone: nothing left, no error
+        assert joined.embedded == 0
+        again = await second.maintenance.reembed("hashing", dim=NEW_DIM)
+        assert again.already_done and not again.switched_here
+    finally:
+        await first.close()
+        await second.close()
+    await assert_all_in(db, first.settings.db_schema, new, NEW_DIM)
