@@ -87,7 +87,7 @@ class MemoryService:
             self._loop = None
         # Which model memories are embedded with, and a migration to another.
         self.embedding_space = EmbeddingSpace(settings, embedder, next_embedder)
-        self.assemblies = AssemblyRepository(pool, settings)
+        self.assemblies = AssemblyRepository(pool, settings, space=self.embedding_space)
         self.checkpoints = CheckpointRepository(pool, settings)
         self.memories = MemoryRepository(
             pool,

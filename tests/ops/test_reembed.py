@@ -118,6 +118,9 @@ async def test_reembed_switches_while_searches_and_writes_run(
         stop.set()
         await searcher
         written = await writer
+        # Assemblies are searched in the new space too.
+        found = await svc.assemblies.search(SCOPE, new.embed_one(content(0)), k=1)
+        assert [hit.assembly.name for hit in found] == ["evens"]
     finally:
         await svc.close()
 
