@@ -16,13 +16,16 @@ from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, create_pool, find_vector_schema
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError, SchemaError
+from memsvc.ops.erasure import DEFAULT_BATCH as ERASE_BATCH
+from memsvc.ops.erasure import Erasure, ErasureReceipt
 from memsvc.ops.maintenance import Maintenance
+from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.embedding_space import EmbeddingSpace
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.repositories.ranking import Reranker
-from memsvc.scope import Scope
+from memsvc.scope import Include, Scope
 from memsvc.settings import Settings
 from memsvc.telemetry import unwatch, watch
 from memsvc.working import WorkingMemory, WorkingStore, open_working_store
@@ -106,6 +109,9 @@ class MemoryService:
             checkpoints=self.checkpoints,
             memories=self.memories,
         )
+        self._erasure = Erasure(
+            pool, settings, assemblies=self.assemblies, working_store=working_store
+        )
         watch(self, schema=settings.db_schema)
 
     @classmethod
@@ -186,6 +192,30 @@ class MemoryService:
         Its checkpoints are stored durably in PostgreSQL (``svc.checkpoints``).
         """
         return WorkingMemory(scope, self.working_store, self.settings, self.checkpoints)
+
+    async def erase(
+        self,
+        scope: Scope,
+        *,
+        include: Include = "descendants",
+        batch_size: int = ERASE_BATCH,
+        progress: ProgressReporter = NO_PROGRESS,
+    ) -> ErasureReceipt:
+        """Erase everything memsvc holds for ``scope``, leaving no content behind.
+
+        Unlike ``memories.delete_scope`` (which keeps each memory's content in
+        its history, for audit), this removes the scope's memories with their
+        whole history (one content-free ``erased`` event stays per memory),
+        assembly memberships (surviving assemblies recomputed), the scope's
+        assemblies and session checkpoints, LangGraph checkpoints and store
+        items when ``scope`` is a whole tenant, and the working memory of every
+        session under it. Batched, idempotent, safe to run again after a crash.
+        The receipt says what went and whether a check afterwards found nothing
+        left (``verified``). See :mod:`memsvc.ops.erasure`.
+        """
+        return await self._erasure.erase(
+            scope, include=include, batch_size=batch_size, progress=progress
+        )
 
     @property
     def pool(self) -> asyncpg.Pool:

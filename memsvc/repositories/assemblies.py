@@ -154,7 +154,9 @@ class _Aggregates:
         return self.member_count, self.embedded_count, self.total.tolist(), centroid
 
 
-@traced_operations("memsvc.assemblies", exclude=["detach_memories", "embeddings_changed"])
+@traced_operations(
+    "memsvc.assemblies", exclude=["detach_memories", "embeddings_changed", "erase_memberships"]
+)
 @tenant_scoped
 class AssemblyRepository(Repository):
     """Named groups of memories with exact member counts and centroids."""
@@ -414,6 +416,36 @@ class AssemblyRepository(Repository):
         if updates:
             await conn.executemany(self._set_many_sql, updates)
 
+    async def erase_memberships(
+        self, conn: asyncpg.Connection, tenants: list[str], memory_ids: list[uuid.UUID]
+    ) -> int:
+        """Remove memories about to be erased from their assemblies; recompute those.
+
+        Like :meth:`detach_memories` (same transaction, memory rows already
+        locked, assemblies locked in key order), but the surviving assemblies'
+        counts, sums and centroids are recomputed from their remaining members
+        rather than reduced, so nothing derived from an erased embedding is
+        left in them. Returns how many memberships went.
+        """
+        if not memory_ids:
+            return 0
+        affected = await conn.fetch(q.assemblies_of_memories(self._schema), tenants, memory_ids)
+        if not affected:
+            return 0
+        locked = await conn.fetch(
+            q.lock_assemblies(self._schema),
+            [r["tenant_id"] for r in affected],
+            [r["assembly_id"] for r in affected],
+        )
+        removed = await conn.fetch(q.detach_members(self._schema), tenants, memory_ids)
+        if locked:
+            await conn.fetch(
+                q.recompute(self._schema, self._settings.vector_type),
+                [r["tenant_id"] for r in locked],
+                [r["id"] for r in locked],
+            )
+        return len(removed)
+
     async def embeddings_changed(
         self, conn: asyncpg.Connection, tenants: list[str], memory_ids: list[uuid.UUID]
     ) -> None:
@@ -502,7 +534,7 @@ class AssemblyRepository(Repository):
         try:
             async with self._connection(conn) as active:
                 row = await active.fetchrow(
-                    q.update_assembly(self._schema),
+                    q.update_assembly(self._schema, tenant is not None),
                     assembly_id,
                     tenant,
                     expected_version,

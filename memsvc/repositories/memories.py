@@ -617,7 +617,7 @@ class MemoryRepository(Repository):
             return vector, nexts
 
         generation, (vector, nexts) = await self._consistent(embed)
-        sql = q.update_memory(self._schema)
+        sql = q.update_memory(self._schema, tenant is not None)
         args = [
             memory_id, tenant, expected_version,
             text is not None, text, digest,
@@ -668,7 +668,7 @@ class MemoryRepository(Repository):
         if not isinstance(patch, Mapping):
             raise ValidationError("patch", "must be a mapping")
         patch_json = validate_metadata(patch, self._settings.max_metadata_bytes, "patch")
-        sql = q.patch_metadata(self._schema)
+        sql = q.patch_metadata(self._schema, tenant is not None)
         args = [memory_id, patch_json, tenant, self._settings.max_metadata_bytes]
 
         async def attempt() -> Any:

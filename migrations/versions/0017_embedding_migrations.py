@@ -7,7 +7,7 @@ re-check it every ``embedding_state_refresh_s`` seconds, so writers embed
 with both models while a migration runs.
 
 Revision ID: 0017
-Revises: 0010
+Revises: 0012
 Create Date: 2026-11-23
 """
 
@@ -21,7 +21,7 @@ from alembic import op
 from memsvc.db.migrate import settings_for_migration
 
 revision: str = "0017"
-down_revision: str | None = "0010"
+down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
