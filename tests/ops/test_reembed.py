@@ -13,7 +13,8 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import asyncpg
 import numpy as np
@@ -266,7 +267,7 @@ async def test_reembed_refuses_bad_input_and_a_second_migration(
         await svc.close()
 
 
-def _reembed_process(dsn: str, batch: int) -> subprocess.Popen[bytes]:
+def _reembed_process(dsn: str, batch: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "MEMSVC_DATABASE_URL": dsn,
@@ -275,11 +276,16 @@ def _reembed_process(dsn: str, batch: int) -> subprocess.Popen[bytes]:
     }
     command = [sys.executable, "-m", "memsvc", "reembed", "--embedder", "hashing",
                "--dim", str(NEW_DIM), "--batch-size", str(batch)]  # fmt: skip
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Output goes to a file: a pipe nobody reads could fill and stall the worker.
+    return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 async def test_kill_9_mid_migration_then_resume(
-    memsvc_database_url: str, db: asyncpg.Connection, cli: Cli, monkeypatch: pytest.MonkeyPatch
+    memsvc_database_url: str,
+    db: asyncpg.Connection,
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     monkeypatch.setenv("MEMSVC_EMBEDDING_STATE_REFRESH_S", str(REFRESH_S))
     new = HashingEmbedder(NEW_DIM)
@@ -291,11 +297,15 @@ async def test_kill_9_mid_migration_then_resume(
         stop = asyncio.Event()
         seen: list[int] = []
         searcher = asyncio.create_task(search_continuously(svc, n, stop, seen))
-        process = _reembed_process(memsvc_database_url, batch=5)
+        log_path = tmp_path / "reembed.log"
+        log = log_path.open("wb")
+        process = _reembed_process(memsvc_database_url, batch=5, log=log)
         filled: Sequence[Any] = []
         try:
             # Kill it once it has embedded some rows and before it switched.
-            while process.poll() is None:
+            for _ in range(20_000):  # bounded: a stuck worker fails the test, not hangs it
+                if process.poll() is not None:
+                    break
                 if await db.fetchval(
                     "SELECT count(*) FROM information_schema.columns WHERE table_schema = $1 "
                     "AND table_name = 'memories' AND column_name = 'embedding_next'",
@@ -313,7 +323,8 @@ async def test_kill_9_mid_migration_then_resume(
         finally:
             if process.poll() is None:
                 process.kill()
-        assert filled, "the worker was killed before it embedded anything"
+            log.close()
+        assert filled, "no row embedded before the worker ended: " + log_path.read_text()
         assert await recorded_dim(db, schema) == OLD_DIM, "killed before the switch"
 
         doctor = await cli("doctor")
