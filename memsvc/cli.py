@@ -16,6 +16,7 @@ import click
 
 from memsvc.db import migrate as migrations
 from memsvc.db.embedded import EmbeddedPostgres, psql_executable, running_postmaster_pid
+from memsvc.embedding import embedder_from_spec
 from memsvc.errors import MemsvcError, SchemaError
 from memsvc.ops.citus import citus_sql
 from memsvc.ops.doctor import Doctor, DoctorReport
@@ -26,6 +27,9 @@ from memsvc.ops.gc import MAX_BATCH, GcReport
 from memsvc.ops.legacy import LegacyReport, import_legacy
 from memsvc.ops.loader import LoadReport
 from memsvc.ops.recall_audit import DEFAULT_SAMPLE, DEFAULT_THRESHOLD, MAX_SAMPLE, RecallReport
+from memsvc.ops.reembed import DEFAULT_BATCH as REEMBED_BATCH
+from memsvc.ops.reembed import MAX_BATCH as REEMBED_MAX_BATCH
+from memsvc.ops.reembed import ReembedReport
 from memsvc.ops.render import (
     doctor_lines,
     erasure_lines,
@@ -34,6 +38,7 @@ from memsvc.ops.render import (
     legacy_lines,
     load_lines,
     recall_lines,
+    reembed_lines,
     scope_text,
     stats_lines,
 )
@@ -390,6 +395,39 @@ def gc(batch_size: int, idle_days: float | None, max_batches: int | None) -> Non
     with _progress() as progress:
         report = _run(run(progress))
     _echo(gc_lines(report))
+
+
+@main.command()
+@click.option("--embedder", "spec", required=True,
+              help="The new model, as MEMSVC_EMBEDDER: hashing, openai:<model>, local:<path>.")
+@click.option("--dim", type=click.IntRange(1, 16_000), default=None,
+              help="Its dimension (default: the current MEMSVC_EMBEDDING_DIM).")
+@click.option("--batch-size", default=REEMBED_BATCH, show_default=True,
+              type=click.IntRange(1, REEMBED_MAX_BATCH), help="Rows embedded per transaction.")
+def reembed(spec: str, dim: int | None, batch_size: int) -> None:
+    """Move every memory to another embedding model while the service keeps running.
+
+    Fills a second embedding column in batches, builds its HNSW index
+    concurrently, then switches searches to it in one transaction and drops the
+    old column; returns after the switch. Run it from several processes or
+    hosts at once to share the work; run it again after a crash to resume.
+    Runs DDL: use the role that owns the memsvc tables (the migration role).
+    Services must be given the new embedder (next_embedder) before the switch.
+    """
+    settings = _settings()
+    new_dim = settings.embedding_dim if dim is None else dim
+    embedder = embedder_from_spec(spec, new_dim)  # a bad spec is an argument error
+
+    async def run(progress: ProgressReporter) -> ReembedReport:
+        async with _service(progress, settings) as svc:
+            return await svc.maintenance.reembed(
+                embedder, dim=new_dim, spec=spec.strip(), batch_size=batch_size,
+                progress=progress,
+            )
+
+    with _progress() as progress:
+        report = _run(run(progress))
+    _echo(reembed_lines(report))
 
 
 @main.command()

@@ -23,6 +23,7 @@ from memsvc.ops.maintenance import Maintenance
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.checkpoints import CheckpointRepository
+from memsvc.repositories.embedding_space import EmbeddingSpace
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.repositories.ranking import Reranker
 from memsvc.scope import Include, Scope
@@ -74,6 +75,7 @@ class MemoryService:
         embedded: EmbeddedPostgres | None = None,
         working_store: WorkingStore,
         reads: ReadRouter | None = None,
+        next_embedder: Embedder | None = None,
     ) -> None:
         self.settings = settings
         self.working_store = working_store
@@ -89,7 +91,11 @@ class MemoryService:
         except RuntimeError:
             self._loop = None
         self._reads = reads or ReadRouter(pool, settings, [])
-        self.assemblies = AssemblyRepository(pool, settings, reads=self._reads)
+        # Which model memories are embedded with, and a migration to another.
+        self.embedding_space = EmbeddingSpace(settings, embedder, next_embedder)
+        self.assemblies = AssemblyRepository(
+            pool, settings, reads=self._reads, space=self.embedding_space
+        )
         self.checkpoints = CheckpointRepository(pool, settings, reads=self._reads)
         self.memories = MemoryRepository(
             pool,
@@ -99,6 +105,7 @@ class MemoryService:
             before_delete=self.assemblies.detach_memories,
             embeddings_changed=self.assemblies.embeddings_changed,
             reads=self._reads,
+            space=self.embedding_space,
         )
         self.maintenance = Maintenance(
             pool,
@@ -121,23 +128,32 @@ class MemoryService:
         *,
         embedder: Embedder | None = None,
         reranker: Reranker | None = None,
+        next_embedder: Embedder | None = None,
     ) -> _Opening:
         """Connect (starting the embedded PostgreSQL if no URL is set) and check the schema.
 
         ``embedder`` embeds text (memories without an embedding, text queries);
         ``reranker``, an async ``(query_text, [contents]) -> [scores]``, reorders
         the candidates of text queries before the top ``k`` are cut.
+        ``next_embedder`` is the model an embedding-model migration (``memsvc
+        reembed``) moves to: while one runs, writes are embedded with both,
+        and after its switch the service embeds with this one (see the
+        README's "Changing the embedding model").
 
         Use as ``async with MemoryService.open(...) as svc`` or
         ``svc = await MemoryService.open(...)``. Raises SchemaError when the
         database is not migrated (unless ``auto_migrate``) or was created with
         another embedding dimension, vector type or distance.
         """
-        return _Opening(settings or Settings(), embedder, reranker)
+        return _Opening(settings or Settings(), embedder, reranker, next_embedder)
 
     @classmethod
     async def _open(
-        cls, settings: Settings, embedder: Embedder | None, reranker: Reranker | None = None
+        cls,
+        settings: Settings,
+        embedder: Embedder | None,
+        reranker: Reranker | None = None,
+        next_embedder: Embedder | None = None,
     ) -> MemoryService:
         embedded: EmbeddedPostgres | None = None
         if settings.database_url is None:
@@ -167,7 +183,7 @@ class MemoryService:
             if embedded is not None:
                 await asyncio.to_thread(embedded.close)
             raise
-        return cls(
+        service = cls(
             settings,
             pool,
             dsn=dsn,
@@ -176,7 +192,15 @@ class MemoryService:
             embedded=embedded,
             working_store=working_store,
             reads=reads,
+            next_embedder=next_embedder,
         )
+        try:
+            with translate_errors():
+                await service.embedding_space.refresh(pool)
+        except BaseException:
+            await service.close()
+            raise
+        return service
 
     def working(self, scope: Scope) -> WorkingMemory:
         """The working memory of a session (``scope`` must name a session).
@@ -270,18 +294,27 @@ class _Opening:
     """What ``MemoryService.open()`` returns: awaitable, or an async context manager."""
 
     def __init__(
-        self, settings: Settings, embedder: Embedder | None, reranker: Reranker | None
+        self,
+        settings: Settings,
+        embedder: Embedder | None,
+        reranker: Reranker | None,
+        next_embedder: Embedder | None = None,
     ) -> None:
         self._settings = settings
         self._embedder = embedder
         self._reranker = reranker
+        self._next_embedder = next_embedder
         self._service: MemoryService | None = None
 
     def __await__(self) -> Generator[Any, None, MemoryService]:
-        return MemoryService._open(self._settings, self._embedder, self._reranker).__await__()
+        return MemoryService._open(
+            self._settings, self._embedder, self._reranker, self._next_embedder
+        ).__await__()
 
     async def __aenter__(self) -> MemoryService:
-        self._service = await MemoryService._open(self._settings, self._embedder, self._reranker)
+        self._service = await MemoryService._open(
+            self._settings, self._embedder, self._reranker, self._next_embedder
+        )
         return self._service
 
     async def __aexit__(

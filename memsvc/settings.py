@@ -114,6 +114,13 @@ class Settings(BaseSettings):
         description="Embedder where memsvc picks one (`memsvc mcp`, the demo): `hashing`, "
         "`openai:<model>` or `local:<model or path>` (see memsvc.embedding.embedder_from_spec).",
     )
+    embedding_state_refresh_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="How often a service re-reads whether an embedding-model migration "
+        "(`memsvc reembed`) is in progress; the switch waits twice this long after the start.",
+    )
     text_search_config: str = Field(
         default="english",
         description="PostgreSQL text search configuration of the memories' text search column "

@@ -103,14 +103,18 @@ class SyncMemoryService:
         *,
         embedder: Embedder | None = None,
         reranker: Reranker | None = None,
+        next_embedder: Embedder | None = None,
     ) -> SyncMemoryService:
         """Open the service (see :meth:`memsvc.MemoryService.open`) on a background loop.
 
         ``reranker`` is an async callable; it runs on the background loop.
+        ``next_embedder``: the model an embedding-model migration moves to.
         """
         runner = _LoopThread()
         try:
-            service = runner.run(MemoryService._open(settings or Settings(), embedder, reranker))
+            service = runner.run(
+                MemoryService._open(settings or Settings(), embedder, reranker, next_embedder)
+            )
         except BaseException:
             runner.stop()
             raise

@@ -545,7 +545,7 @@ def test_print_sql_distributes_every_tenant_table_colocated() -> None:
     distributed = [(table, rest) for call, table, rest in calls
                    if call == "create_distributed_table"]
     references = [table for call, table, _ in calls if call == "create_reference_table"]
-    assert references == ["tenants.schema_info"]
+    assert sorted(references) == ["tenants.embedding_migrations", "tenants.schema_info"]
     assert sorted(table for table, _ in distributed) == sorted(
         f"tenants.{table}" for table in TENANT_TABLES
     )

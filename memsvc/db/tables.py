@@ -144,6 +144,36 @@ def build_metadata(settings: Settings) -> MetaData:
         "distance); memsvc refuses to open with different ones.",
     )
 
+    Table(
+        "embedding_migrations",
+        metadata,
+        Column("id", BigInteger, Identity(always=False), nullable=False, comment="Migration id."),
+        Column(
+            "embedder",
+            Text,
+            nullable=False,
+            comment="Spec of the new embedder (as MEMSVC_EMBEDDER: hashing, openai:..., "
+            "local:...).",
+        ),
+        Column("dim", Integer, nullable=False, comment="Dimension of the new embeddings."),
+        Column(
+            "started_at",
+            DateTime(timezone=True),
+            nullable=False,
+            server_default=text("now()"),
+            comment="When the new column was added.",
+        ),
+        Column(
+            "switched_at",
+            DateTime(timezone=True),
+            nullable=True,
+            comment="When searches moved to the new embeddings (NULL: in progress).",
+        ),
+        PrimaryKeyConstraint("id"),
+        comment="Online embedding-model migrations (memsvc reembed): the row with no "
+        "switched_at is in progress, and writers embed with both models meanwhile.",
+    )
+
     memories = Table(
         "memories",
         metadata,

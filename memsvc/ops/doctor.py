@@ -23,6 +23,9 @@ Checked, in order (later checks need the earlier ones to pass):
    at the same migration, and how far its replay lags (reads skip a replica
    that fails any of these, so none of it loses a read; see
    :mod:`memsvc.db.replicas`).
+10. ``embedding migration``: one in progress (``memsvc reembed``), with how
+   many rows still lack the new embedding and the state of its index
+   (reported as a warning; running ``memsvc reembed`` again finishes it).
 
 With ``repair``, each fix runs in its own transaction and is reported:
 assemblies are recomputed by :meth:`AssemblyRepository.recompute` (which
@@ -55,6 +58,7 @@ from memsvc.ops.bulk import (
     build_index,
     metadata_index_definition,
 )
+from memsvc.ops.reembed import migration_progress
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.settings import Settings
@@ -155,6 +159,7 @@ class Doctor:
                     progress.start("doctor: checking replicas")
                     for url in self._settings.replica_urls:
                         await self._check_replica(url, report)
+                await self._check_embedding_migration(conn, report)
                 progress.done()
         finally:
             await conn.close()
@@ -426,6 +431,26 @@ class Doctor:
             "commit timestamps",
             "ok",
             f"tracked; {waiting} history events wait for gc to persist their commit time",
+        )
+
+    async def _check_embedding_migration(
+        self, conn: asyncpg.Connection, report: DoctorReport
+    ) -> None:
+        running = await migration_progress(conn, self._schema)
+        if running is None:
+            return
+        done = ""
+        if running["total"] is not None:
+            embedded = running["total"] - running["remaining"]
+            share = 100.0 * embedded / running["total"] if running["total"] else 100.0
+            done = f"{embedded} of {running['total']} rows embedded ({share:.0f}%), "
+        report.add(
+            "embedding migration",
+            "warning",
+            f"migration {running['id']} to {running['embedder']!r} ({running['dim']} "
+            f"dimensions) in progress since {running['started_at']:%Y-%m-%d %H:%M:%S %Z}: "
+            f"{done}new index {running['index']}; `memsvc reembed --embedder "
+            f"{running['embedder']} --dim {running['dim']}` finishes it",
         )
 
     async def _check_backlog(self, conn: asyncpg.Connection, report: DoctorReport) -> None:

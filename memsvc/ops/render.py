@@ -11,6 +11,7 @@ from memsvc.ops.gc import GcReport
 from memsvc.ops.legacy import LegacyReport
 from memsvc.ops.loader import LoadReport
 from memsvc.ops.recall_audit import RecallReport
+from memsvc.ops.reembed import ReembedReport
 from memsvc.ops.stats import Stats
 from memsvc.scope import Scope
 
@@ -126,6 +127,23 @@ def gc_lines(report: GcReport) -> list[str]:
             f"assemblies, {report.idle_checkpoints_deleted} checkpoints)"
         ]
     lines.append(f"{report.batches} batches in {report.seconds:.1f} s")
+    return lines
+
+
+def reembed_lines(report: ReembedReport) -> list[str]:
+    """``memsvc reembed``."""
+    lines = [
+        f"embedding migration {report.migration_id} to {report.embedder} "
+        f"({report.dim} dimensions): switched",
+    ]
+    if report.already_done:
+        lines.append("it had switched already: nothing to do")
+        return lines
+    lines.append(f"rows embedded by this worker: {report.embedded} in {report.batches} batches")
+    if report.switched_here:
+        lines.append(f"switched here ({report.caught_up} rows embedded at the switch)")
+    else:
+        lines.append("switched by another worker")
     return lines
 
 

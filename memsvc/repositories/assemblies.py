@@ -40,6 +40,7 @@ from memsvc.ids import new_id, parse_id
 from memsvc.models import Assembly, AssemblyHit, Memory
 from memsvc.repositories import assembly_queries as q
 from memsvc.repositories.base import Repository
+from memsvc.repositories.embedding_space import EmbeddingSpace
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_include
@@ -162,9 +163,17 @@ class AssemblyRepository(Repository):
     """Named groups of memories with exact member counts and centroids."""
 
     def __init__(
-        self, pool: asyncpg.Pool, settings: Settings, *, reads: ReadRouter | None = None
+        self,
+        pool: asyncpg.Pool,
+        settings: Settings,
+        *,
+        reads: ReadRouter | None = None,
+        space: EmbeddingSpace | None = None,
     ) -> None:
         super().__init__(pool, settings, reads=reads)
+        # Centroids are in the memories' embedding space: their dimension
+        # follows an embedding-model migration's switch.
+        self._space = space
         schema = self._schema
         self._insert_sql = q.insert_assembly(schema)
         self._lock_memories_sql = q.lock_memories(schema)
@@ -177,8 +186,9 @@ class AssemblyRepository(Repository):
 
     def _vector(self, value: object, field: str) -> Vector:
         settings = self._settings
+        dim = settings.embedding_dim if self._space is None else self._space.dim
         return validate_embedding(
-            value, settings.embedding_dim, settings.vector_type, field, distance=settings.distance
+            value, dim, settings.vector_type, field, distance=settings.distance
         )
 
     def _description(self, value: object) -> str:

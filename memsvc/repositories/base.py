@@ -281,6 +281,10 @@ class Repository:
                 await asyncio.sleep(min(0.5, 0.01 * 2**tries) * random.random())
             except StorageError as exc:
                 unsent = isinstance(exc.__cause__, asyncpg.InternalClientError)
+                # A statement prepared before a schema change (the switch of an
+                # embedding-model migration) ran in a transaction, so the
+                # driver could not re-prepare it: the whole attempt can.
+                unsent = unsent or isinstance(exc.__cause__, asyncpg.InvalidCachedStatementError)
                 # A timeout used the call's deadline up: it is reported, not retried.
                 timed_out = isinstance(exc.__cause__, TimeoutError)
                 broken = idempotent and connection_is_broken(exc) and not timed_out
