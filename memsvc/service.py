@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 TENANT_TABLES = (
     "memories",
     "memory_events",
+    "entity_events",
     "assemblies",
     "assembly_members",
     "session_checkpoints",
