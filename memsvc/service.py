@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator
+from collections.abc import AsyncIterator, Generator
 from types import TracebackType
 from typing import Any
 
@@ -16,12 +16,14 @@ from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, create_pool, find_vector_schema
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError, SchemaError
+from memsvc.models import Change
 from memsvc.ops.maintenance import Maintenance
 from memsvc.repositories.assemblies import AssemblyRepository
+from memsvc.repositories.changes import ChangeFeed
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.repositories.ranking import Reranker
-from memsvc.scope import Scope
+from memsvc.scope import Include, Scope
 from memsvc.settings import Settings
 from memsvc.telemetry import unwatch, watch
 from memsvc.working import WorkingMemory, WorkingStore, open_working_store
@@ -94,6 +96,7 @@ class MemoryService:
             before_delete=self.assemblies.detach_memories,
             embeddings_changed=self.assemblies.embeddings_changed,
         )
+        self._feed = ChangeFeed(pool, settings, dsn=dsn)
         self.maintenance = Maintenance(
             pool,
             settings,
@@ -158,6 +161,32 @@ class MemoryService:
             embedded=embedded,
             working_store=working_store,
         )
+
+    def changes(
+        self,
+        scope: Scope | None = None,
+        *,
+        include: Include = "descendants",
+        since: str | None = None,
+        with_values: bool = False,
+    ) -> AsyncIterator[Change]:
+        """Follow every committed change to memories, assemblies and checkpoints.
+
+        An async iterator of :class:`memsvc.Change`, oldest first, that waits
+        for new changes once it has caught up (it never ends by itself)::
+
+            async for change in svc.changes(scope, since=saved_cursor):
+                handle(change)
+                saved_cursor = change.cursor
+
+        Resuming from the cursor of the last change processed delivers every
+        committed change exactly once, each entity's in version order.
+        ``since``: a ``Change.cursor``, ``"now"``, or None (the oldest change
+        still retained). ``include``: ``"descendants"`` (default), ``"exact"``
+        or ``"ancestors"``. Raises CursorExpiredError when gc removed changes
+        after ``since``. See the README section "Change feed".
+        """
+        return self._feed.changes(scope, include=include, since=since, with_values=with_values)
 
     def working(self, scope: Scope) -> WorkingMemory:
         """The working memory of a session (``scope`` must name a session).

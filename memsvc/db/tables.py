@@ -37,7 +37,6 @@ from sqlalchemy.dialects.postgresql import (
     TSVECTOR,
     UUID,
 )
-
 from sqlalchemy.dialects.postgresql.base import ischema_names
 from sqlalchemy.types import UserDefinedType
 
