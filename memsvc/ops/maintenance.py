@@ -109,7 +109,9 @@ class Maintenance:
         max_batches: int | None = None,
         progress: ProgressReporter = NO_PROGRESS,
     ) -> GcReport:
-        """Delete expired memories, prune checkpoints past retention, remove idle sessions.
+        """Delete expired memories, prune checkpoints past retention, remove idle sessions,
+        and remove change events (memory history included) older than
+        ``Settings.change_retention_days`` when it is set.
 
         Safe to run from several workers at once (rows are taken ``FOR
         UPDATE SKIP LOCKED``); see :mod:`memsvc.ops.gc`.

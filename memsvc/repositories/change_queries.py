@@ -16,6 +16,7 @@ from __future__ import annotations
 # Sources, in feed order when two events share a change key.
 MEMORY_SOURCE = 0
 ENTITY_SOURCE = 1
+SOURCES = {"memory_events": MEMORY_SOURCE, "entity_events": ENTITY_SOURCE}
 
 HORIZON_KEY = "change_feed_horizon"
 
@@ -120,27 +121,30 @@ def set_horizon(schema: str) -> str:
     return f"UPDATE {schema}.schema_info SET value = $1 WHERE key = '{HORIZON_KEY}'"
 
 
-def delete_expired(schema: str, table: str) -> str:
-    """Delete up to ``$2`` events older than ``$1`` and below the watermark, oldest key first.
-
-    Returns the feed position (change key as text, event id) of each row
-    deleted, so the caller can raise the horizon past them.
-    """
+def feed_head(schema: str) -> str:
+    """The first ``$4`` events after a position (``$1``-``$3`` as in :func:`read_batch`),
+    below the watermark, in feed order: gc removes a prefix of the feed."""
+    arms = []
+    for source, table, bound in (
+        (MEMORY_SOURCE, "memory_events", "$2"),
+        (ENTITY_SOURCE, "entity_events", "$3"),
+    ):
+        arms.append(f"""
+    (SELECT change_key, {source} AS source, event_id, tenant_id, at FROM {schema}.{table}
+     WHERE (change_key, event_id) > ($1::text::xid8, {bound}::bigint)
+       AND change_key < {WATERMARK}
+     ORDER BY change_key, event_id
+     LIMIT $4)""")
+    union = "UNION ALL".join(arms)
     return f"""
-WITH doomed AS (
-    SELECT tenant_id, event_id FROM {schema}.{table}
-    WHERE at < $1 AND change_key < {WATERMARK}
-    ORDER BY change_key, event_id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM {schema}.{table} AS e USING doomed AS d
-    WHERE e.tenant_id = d.tenant_id AND e.event_id = d.event_id
-    RETURNING e.change_key, e.event_id
-)
-SELECT (SELECT count(*) FROM gone) AS deleted, top.change_key, top.event_id
-FROM (SELECT 1) AS one LEFT JOIN (
-    SELECT change_key::text AS change_key, event_id FROM gone
-    ORDER BY gone.change_key DESC, event_id DESC
-    LIMIT 1
-) AS top ON true"""
+SELECT change_key::text AS change_key, source, event_id, tenant_id, at FROM ({union}
+) AS head
+ORDER BY head.change_key, source, event_id
+LIMIT $4"""
+
+
+def delete_events(schema: str, table: str) -> str:
+    """Delete events given as tenant / event id arrays (``$1``, ``$2``)."""
+    return f"""
+DELETE FROM {schema}.{table} AS e USING unnest($1::text[], $2::bigint[]) AS d(tenant_id, event_id)
+WHERE e.tenant_id = d.tenant_id AND e.event_id = d.event_id"""

@@ -55,3 +55,29 @@ def assert_exactly_once_in_order(
     for entity, entity_id, version, _ in got:
         assert version >= last.get((entity, entity_id), 0), (entity, entity_id, version)
         last[(entity, entity_id)] = version
+
+
+async def write_workload(service: Any, scope: Any, seed: int, ops: int) -> None:
+    """Adds, updates, deletes and checkpoints, some inside transactions held open a
+    little while other writers commit (so commits come out of start order)."""
+    import random
+
+    from memsvc import NotFoundError
+
+    rng = random.Random(seed)
+    live: list[uuid.UUID] = []
+    for i in range(ops):
+        r = rng.random()
+        if r < 0.2:
+            async with service.pool.acquire() as conn, conn.transaction():
+                live.append((await service.memories.add(scope, f"slow {seed}-{i}", conn=conn)).id)
+                await asyncio.sleep(rng.uniform(0.005, 0.04))
+        elif r < 0.55 or not live:
+            live.append((await service.memories.add(scope, f"fact {seed}-{i}")).id)
+        elif r < 0.8:
+            with contextlib.suppress(NotFoundError):
+                await service.memories.update(rng.choice(live), content=f"edit {seed}-{i}")
+        elif r < 0.9:
+            await service.memories.delete(live.pop(rng.randrange(len(live))))
+        else:
+            await service.checkpoints.create(scope, {"i": i}, description=f"cp {seed}-{i}")
