@@ -166,8 +166,12 @@ class ChangeFeed(Repository):
                 if head["held_back"]:
                     timeout = min(timeout, wait)
                     wait = min(wait * 2, self._settings.change_poll_interval_s)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can
+                # swallow a cancellation that lands as the wake-up arrives,
+                # and a cancelled consumer would then follow the feed for ever.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await wake.wait()
         finally:
             if listener is not None:
                 await _close_quietly(listener)
@@ -224,7 +228,8 @@ async def _close_quietly(conn: asyncpg.Connection) -> None:
     # Closing politely needs the loop; when the consumer's task is being
     # torn down, dropping the socket is enough.
     try:
-        await asyncio.wait_for(conn.close(), 5)
+        async with asyncio.timeout(5):
+            await conn.close()
     except Exception:
         conn.terminate()
     except BaseException:

@@ -130,17 +130,17 @@ async def test_a_consumer_cancelled_at_random_points_resumes_exactly_once(
                 cursor[0] = change.cursor
 
     writers = asyncio.gather(
-        *(write_workload(service, scope, seed, 40) for seed in range(3))
+        *(write_workload(service, scope, seed, 25) for seed in range(3))
     )
     stops = 0
     while not writers.done() or stops < 10:
         task = asyncio.create_task(consume())
-        await asyncio.sleep(rng.uniform(0.0, 0.08))
+        # Stop it anywhere: before its first read, mid-batch, or while it waits.
+        await asyncio.wait([task], timeout=rng.uniform(0.0, 0.3))
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         stops += 1
-        print("stop", stops, len(processed), writers.done(), flush=True)
     await writers
     expected = await committed_events(service.dsn)
     task = asyncio.create_task(consume())
