@@ -31,6 +31,7 @@ from memsvc.models import Change
 from memsvc.repositories import change_queries as q
 from memsvc.repositories.base import Repository
 from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.repositories.tenancy import current_tenant
 from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
 
@@ -129,24 +130,27 @@ class ChangeFeed(Repository):
             raise ValidationError("batch_size", "must be an integer")
         if not 1 <= batch_size <= MAX_BATCH:
             raise ValidationError("batch_size", f"must be between 1 and {MAX_BATCH}")
+        tenant = scope.tenant if scope is not None else current_tenant.get()
+        if self._settings.row_level_security and tenant is None:
+            raise ValidationError("scope", "row_level_security is on: pass the scope to follow")
         params = Params("0", -1, -1)
         scope_sql = "true" if scope is None else scope_condition(scope, include, params, "e")
         sql = q.read_batch(
             self._schema, scope_sql, with_values=with_values, limit_param=params.add(batch_size)
         )
-        return self._follow(sql, params.values, start, now=since == "now")
+        return self._follow(sql, params.values, start, now=since == "now", tenant=tenant)
 
     async def _follow(
-        self, sql: str, args: list[Any], start: Position | None, *, now: bool
+        self, sql: str, args: list[Any], start: Position | None, *, now: bool, tenant: str | None
     ) -> AsyncIterator[Change]:
         wake = asyncio.Event()
         listener = await self._listen(wake)
         try:
-            position = await self._start_position(start, now=now)
+            position = await self._start_position(start, now=now, tenant=tenant)
             wait = HELD_BACK_WAIT_S
             while True:
                 wake.clear()
-                rows = await self._read_batch(sql, args, position)
+                rows = await self._read_batch(sql, args, position, tenant)
                 head = rows[0]
                 if head["horizon"] and Position.parse(head["horizon"], "horizon") > position:
                     raise CursorExpiredError(
@@ -176,18 +180,26 @@ class ChangeFeed(Repository):
             if listener is not None:
                 await _close_quietly(listener)
 
-    async def _start_position(self, start: Position | None, *, now: bool) -> Position:
-        async with self._connection() as conn:
-            if now:
-                return Position(int(await conn.fetchval(q.watermark())), -1, 0)
-            horizon_text = await conn.fetchval(q.horizon(self._schema))
+    async def _start_position(
+        self, start: Position | None, *, now: bool, tenant: str | None
+    ) -> Position:
+        # The tenant is set around each read, never across a yield: the
+        # consumer's own context must not change between its steps.
+        token = current_tenant.set(tenant)
+        try:
+            async with self._connection() as conn:
+                if now:
+                    return Position(int(await conn.fetchval(q.watermark())), -1, 0)
+                horizon_text = await conn.fetchval(q.horizon(self._schema))
+        finally:
+            current_tenant.reset(token)
         horizon = Position.parse(horizon_text, "horizon") if horizon_text else None
         if start is None:
             return horizon or START
         return start
 
     async def _read_batch(
-        self, sql: str, args: list[Any], position: Position
+        self, sql: str, args: list[Any], position: Position, tenant: str | None
     ) -> list[asyncpg.Record]:
         values = [
             str(position.key),
@@ -195,8 +207,12 @@ class ChangeFeed(Repository):
             position.bound(q.ENTITY_SOURCE),
             *args[3:],
         ]
-        async with self._connection() as conn:
-            rows: list[asyncpg.Record] = await conn.fetch(sql, *values)
+        token = current_tenant.set(tenant)
+        try:
+            async with self._connection() as conn:
+                rows: list[asyncpg.Record] = await conn.fetch(sql, *values)
+        finally:
+            current_tenant.reset(token)
         return rows
 
     async def _listen(self, wake: asyncio.Event) -> asyncpg.Connection | None:
