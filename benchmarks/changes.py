@@ -9,9 +9,7 @@ one consumer following ``svc.changes(since="now")`` on its own service (its
 own pool and LISTEN connection), so drift on a shared machine hits both alike.
 Reported: writes/s without and with the consumer (target: ratio >= 0.9), and
 p50/p99 from a write's commit (the moment ``add`` returned) to its delivery
-by the feed. A third kind of round runs with the ``notify_changes`` triggers
-disabled, to show what the wake-up costs writers whether or not anyone
-listens. Absolute numbers on a shared machine are noise; the ratio and
+by the feed. Absolute numbers on a shared machine are noise; the ratio and
 the latency's order of magnitude are what count.
 """
 
@@ -25,8 +23,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-
-import asyncpg
 
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.embedded import EmbeddedPostgres
@@ -117,8 +113,7 @@ async def main() -> None:
     reader = await MemoryService.open(settings.model_copy(update={"pool_max_size": 2}))
     without: list[float] = []
     with_consumer: list[float] = []
-    silent: list[float] = []
-    admin = await asyncpg.connect(dsn)
+
     latencies: list[float] = []
     try:
         await write_for(writers, 1.0, {})  # warm up pools and caches
@@ -128,14 +123,7 @@ async def main() -> None:
             rate, lat = await one_round(writers, reader, args.seconds)
             with_consumer.append(rate)
             latencies.extend(lat)
-            await _notify_triggers(admin, settings.db_schema, enabled=False)
-            try:
-                rate, _ = await one_round(writers, None, args.seconds)
-            finally:
-                await _notify_triggers(admin, settings.db_schema, enabled=True)
-            silent.append(rate)
     finally:
-        await admin.close()
         await reader.close()
         await writers.close()
         if embedded is not None:
@@ -147,20 +135,11 @@ async def main() -> None:
     print(f"  writes/s without a consumer : {base:8.0f}  (rounds: {_fmt(without)})")
     print(f"  writes/s with a consumer    : {followed:8.0f}  (rounds: {_fmt(with_consumer)})")
     print(f"  ratio                       : {followed / base:8.2f}  (target >= 0.9)")
-    quiet = statistics.median(silent)
-    print(f"  writes/s, NOTIFY disabled   : {quiet:8.0f}  (rounds: {_fmt(silent)})")
-    print(f"  with NOTIFY / without       : {base / quiet:8.2f}  (no consumer either way)")
     if latencies:
         print(
             f"  commit -> delivery          : p50 {percentile(latencies, 0.5) * 1000:.1f} ms, "
             f"p99 {percentile(latencies, 0.99) * 1000:.1f} ms over {len(latencies)} changes"
         )
-
-
-async def _notify_triggers(admin: asyncpg.Connection, schema: str, *, enabled: bool) -> None:
-    action = "ENABLE" if enabled else "DISABLE"
-    for table in ("memory_events", "entity_events"):
-        await admin.execute(f"ALTER TABLE {schema}.{table} {action} TRIGGER notify_changes")
 
 
 def _fmt(values: list[float]) -> str:

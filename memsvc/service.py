@@ -19,6 +19,7 @@ from memsvc.errors import MemsvcError, SchemaError
 from memsvc.models import Change
 from memsvc.ops.maintenance import Maintenance
 from memsvc.repositories.assemblies import AssemblyRepository
+from memsvc.repositories.change_signal import ChangeNotifier
 from memsvc.repositories.changes import ChangeFeed
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
@@ -97,6 +98,8 @@ class MemoryService:
             embeddings_changed=self.assemblies.embeddings_changed,
         )
         self._feed = ChangeFeed(pool, settings, dsn=dsn)
+        self._notifier = ChangeNotifier(dsn, settings)
+        self._notifier.attach(self.memories, self.assemblies, self.checkpoints)
         self.maintenance = Maintenance(
             pool,
             settings,
@@ -217,6 +220,7 @@ class MemoryService:
             return
         self._closed = True
         unwatch(self)
+        await self._notifier.close()
         await self.maintenance.close()
         await self.working_store.close()
         await self._pool.close()

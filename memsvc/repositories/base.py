@@ -39,6 +39,9 @@ class Repository:
     atomicity inside it.
     """
 
+    # Called after a write method returns (see memsvc.repositories.change_signal).
+    _change_listener: Callable[[], None] | None = None
+
     def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         self._pool = pool
         self._settings = settings

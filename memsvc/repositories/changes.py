@@ -30,6 +30,7 @@ from memsvc.errors import CursorExpiredError, MemsvcError, ValidationError
 from memsvc.models import Change
 from memsvc.repositories import change_queries as q
 from memsvc.repositories.base import Repository
+from memsvc.repositories.change_signal import CHANNEL
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import current_tenant
 from memsvc.scope import Include, Scope, validate_include
@@ -37,7 +38,6 @@ from memsvc.settings import Settings
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "memsvc_changes"
 DEFAULT_BATCH = 500
 MAX_BATCH = 10_000
 # While events wait behind a running transaction, look again this soon: the

@@ -24,6 +24,7 @@ from memsvc.models import Memory, MemoryEvent, SearchHit, real_value
 from memsvc.repositories import memory_queries as q
 from memsvc.repositories import ranking
 from memsvc.repositories.base import Repository
+from memsvc.repositories.change_signal import signals_changes
 from memsvc.repositories.filters import compile_where
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
@@ -93,6 +94,9 @@ class _SearchStatement:
 
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
 @tenant_scoped
+@signals_changes(
+    "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked", "delete_scope"
+)
 class MemoryRepository(Repository):
     """Store, fetch, change and search long-term memories.
 

@@ -10,8 +10,6 @@
   memory or from ``prior``.
 - entity_events: content-free created/updated/deleted events of assemblies
   and checkpoints, written by triggers in the statement of each change.
-- A statement trigger on both ledgers sends ``NOTIFY memsvc_changes`` (a
-  wake-up for consumers; delivered at commit).
 
 Existing rows get key 1 (added with a constant default, no table rewrite);
 new rows the writing transaction's id.
@@ -43,7 +41,6 @@ KEYED_TABLES = {
     "session_checkpoints": "the checkpoint's write",
     "memory_events": "the event",
 }
-CHANNEL = "memsvc_changes"
 
 
 def _comment(what: str) -> str:
@@ -236,23 +233,10 @@ END $$""")
 CREATE TRIGGER record_updated AFTER UPDATE ON {schema}.assemblies
 REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
 FOR EACH STATEMENT EXECUTE FUNCTION {schema}.record_assembly_updated()""")
-    # One wake-up per writing statement; PostgreSQL folds a transaction's
-    # identical notifications into one and delivers it at commit.
-    op.execute(f"""
-CREATE FUNCTION {schema}.notify_changes() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('{CHANNEL}', '{schema}');
-    RETURN NULL;
-END $$""")
-    for table in ("memory_events", "entity_events"):
-        op.execute(f"""
-CREATE TRIGGER notify_changes AFTER INSERT ON {schema}.{table}
-FOR EACH STATEMENT EXECUTE FUNCTION {schema}.notify_changes()""")
 
 
 def downgrade() -> None:
     schema = settings_for_migration().db_schema
-    op.execute(f"DROP TRIGGER notify_changes ON {schema}.memory_events")
     for table in ("assemblies", "session_checkpoints"):
         op.execute(f"DROP TRIGGER record_created ON {schema}.{table}")
         op.execute(f"DROP TRIGGER record_deleted ON {schema}.{table}")
@@ -260,7 +244,6 @@ def downgrade() -> None:
     op.execute(f"DROP TRIGGER bump_change_key ON {schema}.assemblies")
     op.drop_table("entity_events", schema=schema)
     for function in (
-        "notify_changes",
         "record_assembly_updated",
         "record_assembly_created",
         "record_assembly_deleted",
