@@ -5,8 +5,8 @@
 
 Ten writer tasks add memories at full speed (``svc.memories.add``, one
 transaction each) for ``--seconds``; rounds alternate between no consumer and
-one consumer following ``svc.changes(since="now")`` on its own service (its
-own pool and LISTEN connection), so drift on a shared machine hits both alike.
+one consumer following ``svc.changes(since="now")`` in a process of its own
+(its own pool and LISTEN connection), so drift on a shared machine hits both alike.
 Reported: writes/s without and with the consumer (target: ratio >= 0.9), and
 p50/p99 from a write's commit (the moment ``add`` returned) to its delivery
 by the feed. Absolute numbers on a shared machine are noise; the ratio and
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -33,13 +33,13 @@ SCOPE = Scope("bench", "feed", "writer")
 
 async def write_for(svc: MemoryService, seconds: float, committed: dict[uuid.UUID, float]) -> int:
     """Ten writers adding memories until the deadline; returns how many were written."""
-    deadline = time.perf_counter() + seconds
+    deadline = time.monotonic() + seconds
     counts = [0] * WRITERS
 
     async def writer(slot: int) -> None:
-        while time.perf_counter() < deadline:
+        while time.monotonic() < deadline:
             m = await svc.memories.add(SCOPE, f"writer {slot} fact {uuid.uuid4().hex}")
-            committed[m.id] = time.perf_counter()
+            committed[m.id] = time.monotonic()
             counts[slot] += 1
 
     await asyncio.gather(*(writer(slot) for slot in range(WRITERS)))
@@ -47,39 +47,47 @@ async def write_for(svc: MemoryService, seconds: float, committed: dict[uuid.UUI
 
 
 async def one_round(
-    writers: MemoryService, reader: MemoryService | None, seconds: float
+    writers: MemoryService, dsn: str | None, seconds: float
 ) -> tuple[float, list[float]]:
-    """Writes/s of one round, and the commit-to-delivery latencies (s) when a consumer ran."""
+    """Writes/s of one round, and the commit-to-delivery latencies (s) when a consumer ran.
+
+    The consumer (``dsn`` given) is a process of its own, as a cache or an
+    indexer following the feed would be; both sides stamp times with the
+    system-wide monotonic clock.
+    """
     committed: dict[uuid.UUID, float] = {}
     delivered: dict[uuid.UUID, float] = {}
-    consumer = None
-    if reader is not None:
-        ready = asyncio.Event()
+    process = None
+    reading = None
+    if dsn is not None:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "benchmarks.changes",
+            "--consume",
+            dsn,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert process.stdout is not None
+        await process.stdout.readline()  # "ready": it has fixed "now" and listens
 
-        async def consume() -> None:
-            feed = reader.changes(SCOPE, since="now")
-            async with contextlib.aclosing(feed) as changes:  # type: ignore[type-var]
-                first = asyncio.ensure_future(anext(changes))
-                ready.set()
-                change = await first
-                delivered[change.memory_id] = time.perf_counter()
-                async for change in changes:
-                    delivered[change.memory_id] = time.perf_counter()
+        async def read(stream: asyncio.StreamReader) -> None:
+            async for line in stream:
+                memory_id, at = line.split()
+                delivered[uuid.UUID(memory_id.decode())] = float(at)
 
-        consumer = asyncio.create_task(consume())
-        await ready.wait()
-        await asyncio.sleep(0.2)  # the consumer has fixed "now" and is listening
-    started = time.perf_counter()
+        reading = asyncio.create_task(read(process.stdout))
+    started = time.monotonic()
     written = await write_for(writers, seconds, committed)
-    rate = written / (time.perf_counter() - started)
+    rate = written / (time.monotonic() - started)
     latencies: list[float] = []
-    if consumer is not None:
-        deadline = time.perf_counter() + 30
-        while len(delivered) < written and time.perf_counter() < deadline:
+    if process is not None and reading is not None:
+        deadline = time.monotonic() + 30
+        while len(delivered) < written and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        consumer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await consumer
+        process.terminate()
+        await process.wait()
+        await reading
         missing = written - sum(1 for memory_id in committed if memory_id in delivered)
         if missing:
             print(f"  !! {missing} writes not delivered within 30 s")
@@ -89,6 +97,32 @@ async def one_round(
             if memory_id in delivered
         ]
     return rate, latencies
+
+
+async def consume(dsn: str) -> None:
+    """The consumer process: one line per change, ``memory_id monotonic_time``."""
+    settings = Settings(database_url=dsn, pool_max_size=2)
+    async with MemoryService.open(settings) as reader:
+        feed = reader.changes(SCOPE, since="now")
+        first = asyncio.ensure_future(anext(feed))
+        await asyncio.sleep(0.3)  # the first step has fixed "now" and is listening
+        print("ready", flush=True)
+        change = await first
+        out = [f"{change.memory_id} {time.monotonic()}"]
+        async for change in feed:
+            out.append(f"{change.memory_id} {time.monotonic()}")
+            if len(out) >= 50:
+                print("\n".join(out), flush=True)
+                out.clear()
+            # Flush the tail of a burst too, without a write per change.
+            elif len(out) == 1:
+                asyncio.get_running_loop().call_later(0.01, _flush, out)
+
+
+def _flush(out: list[str]) -> None:
+    if out:
+        print("\n".join(out), flush=True)
+        out.clear()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -101,7 +135,11 @@ async def main() -> None:
     parser.add_argument("--database-url", help="PostgreSQL with pgvector (default: embedded)")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of one round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each kind")
+    parser.add_argument("--consume", metavar="DSN", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.consume:
+        await consume(args.consume)
+        return
 
     embedded = None
     dsn = args.database_url
@@ -110,7 +148,6 @@ async def main() -> None:
         dsn = embedded.start()
     settings = Settings(database_url=dsn, auto_migrate=True, pool_max_size=WRITERS)
     writers = await MemoryService.open(settings)
-    reader = await MemoryService.open(settings.model_copy(update={"pool_max_size": 2}))
     without: list[float] = []
     with_consumer: list[float] = []
 
@@ -120,11 +157,10 @@ async def main() -> None:
         for _ in range(args.rounds):
             rate, _ = await one_round(writers, None, args.seconds)
             without.append(rate)
-            rate, lat = await one_round(writers, reader, args.seconds)
+            rate, lat = await one_round(writers, dsn, args.seconds)
             with_consumer.append(rate)
             latencies.extend(lat)
     finally:
-        await reader.close()
         await writers.close()
         if embedded is not None:
             embedded.close()
