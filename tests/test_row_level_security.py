@@ -168,3 +168,27 @@ async def test_open_refuses_rls_setting_on_a_schema_without_enforcement(
 
     with pytest.raises(SchemaError, match="do not enforce it"):
         await MemoryService.open(settings_for_tests(memsvc_database_url, row_level_security=True))
+
+
+async def test_the_change_feed_shows_a_tenant_only_its_own_changes(
+    rls_database: tuple[str, str],
+) -> None:
+    from tests.changes.helpers import take
+
+    _, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    async with MemoryService.open(settings) as svc:
+        ids = {}
+        for tenant in ("alpha", "beta"):
+            scope = Scope(tenant, "p", "a", "s")
+            m = await svc.memories.add(scope, f"{tenant} secret")
+            cp = await svc.checkpoints.create(scope, {"tenant": tenant})
+            ids[tenant] = {m.id, cp.id}
+        # The feed reads as the scope's tenant (set in each read's
+        # transaction); without a scope it has no tenant and is refused.
+        changes = await take(svc.changes(Scope("alpha")), 2)
+        assert {c.entity_id for c in changes} == ids["alpha"]
+        assert {c.scope.tenant for c in changes} == {"alpha"}
+        with pytest.raises(ValidationError) as raised:
+            svc.changes()
+        assert raised.value.field == "scope"
