@@ -42,6 +42,7 @@ def _count_gc(report: GcReport) -> None:
             "idle_memories": report.idle_memories_deleted,
             "idle_assemblies": report.idle_assemblies_deleted,
             "idle_checkpoints": report.idle_checkpoints_deleted,
+            "change_events": report.change_events_removed,
         }
     )
 

@@ -104,6 +104,12 @@ async def test_with_values_gives_the_values_after_each_change(
     assert changes[2].values is not None and changes[2].values["metadata"] == {"n": 3}
     plain = await take(service.changes(), 1)
     assert plain[0].values is None
+    asm = await service.assemblies.create(scope, "group", description="what it is for")
+    cp = await service.checkpoints.create(scope, {"step": 2})
+    later = await take(service.changes(since=changes[-1].cursor, with_values=True), 2)
+    assert [c.entity_id for c in later] == [asm.id, cp.id]
+    assert later[0].values is not None and later[0].values["description"] == "what it is for"
+    assert later[1].values is not None and later[1].values["data"] == {"step": 2}
 
 
 async def test_a_write_wakes_the_consumer_without_polling(settings: Settings, scope: Scope) -> None:
