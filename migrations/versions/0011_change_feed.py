@@ -188,6 +188,23 @@ END $$""")
     op.execute(f"""
 CREATE TRIGGER bump_change_key BEFORE UPDATE ON {schema}.assemblies
 FOR EACH ROW EXECUTE FUNCTION {schema}.bump_change_key()""")
+    # A memory id used again after a delete: the new 'created' event must not
+    # sort before the 'deleted' one, which a transaction that took its id
+    # early and waited for the deleter would otherwise do. A query in a
+    # volatile function takes a fresh snapshot (READ COMMITTED), so it sees
+    # the deleter that committed while this insert waited.
+    op.execute(f"""
+CREATE FUNCTION {schema}.follow_previous_events() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.change_key := greatest(NEW.change_key, (
+        SELECT max(change_key) FROM {schema}.memory_events
+        WHERE tenant_id = NEW.tenant_id AND memory_id = NEW.memory_id));
+    RETURN NEW;
+END $$""")
+    op.execute(f"""
+CREATE TRIGGER follow_previous_events BEFORE INSERT ON {schema}.memory_events
+FOR EACH ROW WHEN (NEW.kind = 'created')
+EXECUTE FUNCTION {schema}.follow_previous_events()""")
     for table, entity, version in (
         ("assemblies", "assembly", "version"),
         ("session_checkpoints", "checkpoint", "1"),
@@ -242,6 +259,7 @@ def downgrade() -> None:
         op.execute(f"DROP TRIGGER record_deleted ON {schema}.{table}")
     op.execute(f"DROP TRIGGER record_updated ON {schema}.assemblies")
     op.execute(f"DROP TRIGGER bump_change_key ON {schema}.assemblies")
+    op.execute(f"DROP TRIGGER follow_previous_events ON {schema}.memory_events")
     op.drop_table("entity_events", schema=schema)
     for function in (
         "record_assembly_updated",
@@ -250,6 +268,7 @@ def downgrade() -> None:
         "record_checkpoint_created",
         "record_checkpoint_deleted",
         "bump_change_key",
+        "follow_previous_events",
     ):
         op.execute(f"DROP FUNCTION {schema}.{function}()")
     op.drop_index("ix_memory_events_at", table_name="memory_events", schema=schema)

@@ -244,3 +244,29 @@ async def test_memory_events_record_the_scope(service: MemoryService, scope: Sco
         await conn.close()
     assert tuple(row) == (scope.project, scope.agent, scope.session)
     assert isinstance(m.id, uuid.UUID)
+
+
+async def test_a_memory_id_used_again_after_a_delete_is_created_after_it_was_deleted(
+    service: MemoryService, scope: Scope
+) -> None:
+    """T1 takes its transaction id first; T2 deletes the memory and commits; then T1
+    adds a memory with the same id. Ordered by transaction id alone, T1's
+    'created' would come before T2's 'deleted', and a consumer would end up
+    believing the memory gone."""
+    m = await service.memories.add(scope, "first life")
+    async with service.pool.acquire() as c1:
+        t1 = c1.transaction()
+        await t1.start()
+        await service.memories.add(scope, "gives T1 its id", conn=c1)
+        xid1 = int(await c1.fetchval("SELECT pg_current_xact_id()::text"))
+        assert await service.memories.delete(m.id)
+        await service.memories.add(scope, "second life", id=m.id, conn=c1)
+        await t1.commit()
+    deleter = await service.pool.fetchval(
+        "SELECT xmin::text FROM memsvc.memory_events WHERE memory_id = $1 AND kind = 'deleted'",
+        m.id,
+    )
+    assert xid1 < int(deleter)  # the re-creating transaction has the older id
+    changes = await take(service.changes(), 4)
+    assert [c.kind for c in changes if c.memory_id == m.id] == ["created", "deleted", "created"]
+    assert (await service.memories.get(m.id)).content == "second life"
