@@ -31,6 +31,7 @@ from memsvc.models import (
     SearchHit,
     TaskState,
 )
+from memsvc.ops.erasure import ErasureReceipt
 from memsvc.scope import Scope
 from memsvc.service import MemoryService
 from memsvc.settings import Settings
@@ -45,6 +46,7 @@ __all__ = [
     "CursorExpiredError",
     "Embedder",
     "EmbeddingError",
+    "ErasureReceipt",
     "HashingEmbedder",
     "Memory",
     "MemoryEvent",

@@ -14,10 +14,14 @@ from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, create_pool, find_vector_schema
+from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError, SchemaError
 from memsvc.models import Change
+from memsvc.ops.erasure import DEFAULT_BATCH as ERASE_BATCH
+from memsvc.ops.erasure import Erasure, ErasureReceipt
 from memsvc.ops.maintenance import Maintenance
+from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.change_signal import ChangeNotifier
 from memsvc.repositories.changes import ChangeFeed
@@ -73,6 +77,7 @@ class MemoryService:
         reranker: Reranker | None = None,
         embedded: EmbeddedPostgres | None = None,
         working_store: WorkingStore,
+        reads: ReadRouter | None = None,
     ) -> None:
         self.settings = settings
         self.working_store = working_store
@@ -87,8 +92,9 @@ class MemoryService:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
-        self.assemblies = AssemblyRepository(pool, settings)
-        self.checkpoints = CheckpointRepository(pool, settings)
+        self._reads = reads or ReadRouter(pool, settings, [])
+        self.assemblies = AssemblyRepository(pool, settings, reads=self._reads)
+        self.checkpoints = CheckpointRepository(pool, settings, reads=self._reads)
         self.memories = MemoryRepository(
             pool,
             settings,
@@ -96,6 +102,7 @@ class MemoryService:
             reranker=reranker,
             before_delete=self.assemblies.detach_memories,
             embeddings_changed=self.assemblies.embeddings_changed,
+            reads=self._reads,
         )
         self._feed = ChangeFeed(pool, settings, dsn=dsn)
         self._notifier = ChangeNotifier(dsn, settings)
@@ -107,6 +114,10 @@ class MemoryService:
             assemblies=self.assemblies,
             checkpoints=self.checkpoints,
             memories=self.memories,
+            reads=self._reads,
+        )
+        self._erasure = Erasure(
+            pool, settings, assemblies=self.assemblies, working_store=working_store
         )
         watch(self, schema=settings.db_schema)
 
@@ -149,8 +160,16 @@ class MemoryService:
                 await asyncio.to_thread(embedded.close)
             raise
         try:
+            reads = await ReadRouter.open(pool, settings, vector_schema)
+        except BaseException:
+            await pool.close()
+            if embedded is not None:
+                await asyncio.to_thread(embedded.close)
+            raise
+        try:
             working_store, _ = await open_working_store(settings)
         except BaseException:
+            await reads.close()
             await pool.close()
             if embedded is not None:
                 await asyncio.to_thread(embedded.close)
@@ -163,6 +182,7 @@ class MemoryService:
             reranker=reranker,
             embedded=embedded,
             working_store=working_store,
+            reads=reads,
         )
 
     def changes(
@@ -198,10 +218,50 @@ class MemoryService:
         """
         return WorkingMemory(scope, self.working_store, self.settings, self.checkpoints)
 
+    async def erase(
+        self,
+        scope: Scope,
+        *,
+        include: Include = "descendants",
+        batch_size: int = ERASE_BATCH,
+        progress: ProgressReporter = NO_PROGRESS,
+    ) -> ErasureReceipt:
+        """Erase everything memsvc holds for ``scope``, leaving no content behind.
+
+        Unlike ``memories.delete_scope`` (which keeps each memory's content in
+        its history, for audit), this removes the scope's memories with their
+        whole history (one content-free ``erased`` event stays per memory),
+        assembly memberships (surviving assemblies recomputed), the scope's
+        assemblies and session checkpoints, LangGraph checkpoints and store
+        items when ``scope`` is a whole tenant, and the working memory of every
+        session under it. Batched, idempotent, safe to run again after a crash.
+        The receipt says what went and whether a check afterwards found nothing
+        left (``verified``). See :mod:`memsvc.ops.erasure`.
+        """
+        try:
+            return await self._erasure.erase(
+                scope, include=include, batch_size=batch_size, progress=progress
+            )
+        finally:
+            # Reads after an erasure must not find what it removed on a
+            # replica that has not replayed it yet (erasure writes through
+            # its own connections, so the position is the primary's current one).
+            if self._reads.tracks_writes:
+                self._reads.wrote_elsewhere()
+
     @property
     def pool(self) -> asyncpg.Pool:
         """The asyncpg pool, for apps that run their own statements alongside memsvc's."""
         return self._pool
+
+    @property
+    def reads(self) -> ReadRouter:
+        """Where reads run: ``async with svc.reads.connection() as conn`` gives a
+        connection to read from (a healthy replica that has replayed this
+        service's writes, else the primary); ``svc.reads.status()`` tells
+        each replica's state. Without ``replica_urls`` it is always the primary.
+        """
+        return self._reads
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -223,6 +283,7 @@ class MemoryService:
         await self._notifier.close()
         await self.maintenance.close()
         await self.working_store.close()
+        await self._reads.close()
         await self._pool.close()
         if self._embedded is not None:
             await asyncio.to_thread(self._embedded.close)

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError
 from memsvc.models import Change
+from memsvc.ops.erasure import ErasureReceipt
 from memsvc.repositories.ranking import Reranker
 from memsvc.scope import Include, Scope
 from memsvc.service import MemoryService
@@ -122,7 +123,8 @@ class SyncMemoryService:
     """:class:`memsvc.MemoryService` for synchronous code.
 
     ``memories``, ``assemblies`` and ``checkpoints`` have the async API's
-    methods, blocking; ``working(scope)`` returns a blocking WorkingMemory.
+    methods, blocking; ``working(scope)`` returns a blocking WorkingMemory;
+    ``erase(scope)`` blocks until the erasure's receipt is ready.
     """
 
     def __init__(self, service: MemoryService, runner: _LoopThread) -> None:
@@ -182,6 +184,10 @@ class SyncMemoryService:
     def working(self, scope: Scope) -> Any:
         """The blocking working memory of a session."""
         return _Blocking(self._service.working(scope), self._runner)
+
+    def erase(self, scope: Scope, **options: Any) -> ErasureReceipt:
+        """:meth:`memsvc.MemoryService.erase`, blocking (same keyword options)."""
+        return self._runner.run(self._service.erase(scope, **options))
 
     def close(self) -> None:
         """Close the service and stop the background loop."""

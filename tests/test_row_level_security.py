@@ -192,3 +192,37 @@ async def test_the_change_feed_shows_a_tenant_only_its_own_changes(
         with pytest.raises(ValidationError) as raised:
             svc.changes()
         assert raised.value.field == "scope"
+
+
+async def test_erase_works_for_the_runtime_role_and_only_in_its_tenant(
+    rls_database: tuple[str, str],
+) -> None:
+    owner_dsn, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    async with MemoryService.open(settings) as svc:
+        ids = {}
+        for tenant in ("alpha", "beta"):
+            scope = Scope(tenant, "p", "a", "s")
+            memory = await svc.memories.add(scope, "identical secret words")
+            await svc.memories.update(memory.id, content="identical revised words", tenant=tenant)
+            await svc.checkpoints.create(scope, {"note": "identical secret words"})
+            ids[tenant] = memory.id
+        receipt = await svc.erase(Scope("alpha", "p"))
+        assert receipt.verified, receipt.remaining
+        assert receipt.removed["memories"] == 1 and receipt.removed["session_checkpoints"] == 1
+        events = await svc.memories.history(ids["alpha"], tenant="alpha")
+        assert [(e.kind, e.prior) for e in events] == [("erased", None)]
+        beta = await svc.memories.get(ids["beta"], tenant="beta")
+        assert beta.content == "identical revised words"
+        assert [e.kind for e in await svc.memories.history(ids["beta"], tenant="beta")] == [
+            "created", "updated",
+        ]
+    conn = await asyncpg.connect(owner_dsn)  # a superuser: the policies do not bind it
+    try:
+        rows = await conn.fetch(
+            "SELECT tenant_id, count(*) FROM memsvc.memory_events "
+            "WHERE prior::text LIKE '%identical secret%' GROUP BY tenant_id"
+        )
+        assert [(r["tenant_id"], r["count"]) for r in rows] == [("beta", 1)]
+    finally:
+        await conn.close()

@@ -298,13 +298,15 @@ def build_metadata(settings: Settings) -> MetaData:
             comment="Increasing event number.",
         ),
         Column("memory_id", UUID(as_uuid=True), nullable=False, comment="The memory changed."),
-        Column("kind", Text, nullable=False, comment="created, updated or deleted."),
+        Column(
+            "kind", Text, nullable=False, comment="created, updated, deleted or erased."
+        ),
         Column("version", Integer, nullable=False, comment="The memory's version after the event."),
         Column(
             "prior",
             JSONB,
             nullable=True,
-            comment="The values before the change (NULL for created).",
+            comment="The values before the change (NULL for created and erased).",
         ),
         Column(
             "at",
@@ -318,7 +320,7 @@ def build_metadata(settings: Settings) -> MetaData:
         Column("session_id", Text, nullable=True, comment="Session of the memory."),
         change_key_column("the event"),
         PrimaryKeyConstraint("tenant_id", "event_id"),
-        CheckConstraint("kind IN ('created', 'updated', 'deleted')", name="kind"),
+        CheckConstraint("kind IN ('created', 'updated', 'deleted', 'erased')", name="kind"),
         comment="Append-only history of memories, written in the same transaction as each change.",
     )
     Index("ix_memory_events_memory", events.c.tenant_id, events.c.memory_id, events.c.event_id)

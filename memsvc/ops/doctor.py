@@ -18,7 +18,11 @@ Checked, in order (later checks need the earlier ones to pass):
 7. ``history``: memories that vanished without a ``deleted`` event, or exist
    without any event (rows changed behind memsvc's back; reported only);
 8. ``gc backlog``: expired memories and sessions over checkpoint retention
-   (reported; ``memsvc gc`` deletes them).
+   (reported; ``memsvc gc`` deletes them);
+9. ``replica <name>``, for each of ``replica_urls``: reachable, a standby,
+   at the same migration, and how far its replay lags (reads skip a replica
+   that fails any of these, so none of it loses a read; see
+   :mod:`memsvc.db.replicas`).
 
 With ``repair``, each fix runs in its own transaction and is reported:
 assemblies are recomputed by :meth:`AssemblyRepository.recompute` (which
@@ -38,9 +42,10 @@ from typing import Literal
 
 import asyncpg
 
-from memsvc.db import migrate
+from memsvc.db import migrate, replica_queries
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect
+from memsvc.db.replicas import replica_name
 from memsvc.db.tables import OPCLASSES
 from memsvc.errors import MemsvcError
 from memsvc.ops import bulk_queries
@@ -146,6 +151,10 @@ class Doctor:
                 progress.start("doctor: checking history and gc backlog")
                 await self._check_history(conn, report)
                 await self._check_backlog(conn, report)
+                if self._settings.replica_urls:
+                    progress.start("doctor: checking replicas")
+                    for url in self._settings.replica_urls:
+                        await self._check_replica(url, report)
                 progress.done()
         finally:
             await conn.close()
@@ -203,6 +212,36 @@ class Doctor:
             f"{expected_type}, distance {self._settings.distance} (as recorded in schema_info)",
         )
         return True
+
+    # ------------------------------------------------------------ replicas
+
+    async def _check_replica(self, url: str, report: DoctorReport) -> None:
+        name = f"replica {replica_name(url)}"
+        try:
+            conn = await connect(url, self._settings)
+        except MemsvcError as exc:
+            report.add(name, "warning", f"unreachable, reads go elsewhere: {exc}")
+            return
+        try:
+            with translate_errors():
+                state = await conn.fetchrow(replica_queries.REPLICA_STATE)
+                revision = await migrate.current_revision(conn, self._schema)
+        finally:
+            await conn.close()
+        head = migrate.head_revision()
+        if not state["standby"]:
+            report.add(name, "problem", "not a standby (promoted?): it is never read from")
+        elif revision != head:
+            report.add(name, "problem", f"schema at {revision or 'no revision'}, head is {head}")
+        elif state["lag_s"] > self._settings.replica_max_lag_s:
+            report.add(
+                name,
+                "warning",
+                f"replay lags {state['lag_s']:.1f} s (over replica_max_lag_s="
+                f"{self._settings.replica_max_lag_s:g}): skipped until it catches up",
+            )
+        else:
+            report.add(name, "ok", f"streaming standby, replay lag {state['lag_s']:.1f} s")
 
     # ------------------------------------------------------------ indexes
 

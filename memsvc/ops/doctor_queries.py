@@ -70,12 +70,12 @@ LIMIT $2"""
 
 
 def orphaned_history(schema: str) -> str:
-    """Memories with history but no row and no ``deleted`` event (removed behind memsvc's back)."""
+    """Memories with history but no row and no ``deleted``/``erased`` event (removed by hand)."""
     return f"""
 SELECT count(*) FROM (
     SELECT e.tenant_id, e.memory_id FROM {schema}.memory_events AS e
     GROUP BY e.tenant_id, e.memory_id
-    HAVING bool_and(e.kind <> 'deleted')
+    HAVING bool_and(e.kind NOT IN ('deleted', 'erased'))
 ) AS g
 WHERE NOT EXISTS (
     SELECT 1 FROM {schema}.memories AS m WHERE m.tenant_id = g.tenant_id AND m.id = g.memory_id

@@ -10,6 +10,7 @@ from typing import IO
 
 import asyncpg
 
+from memsvc.db.replicas import ReadRouter
 from memsvc.ops.doctor import Doctor, DoctorReport
 from memsvc.ops.export import ExportReport, IndexMode, count_export, export_jsonl, import_jsonl
 from memsvc.ops.gc import DEFAULT_BATCH, GarbageCollector, GcReport
@@ -91,8 +92,11 @@ class Maintenance:
         assemblies: AssemblyRepository,
         checkpoints: CheckpointRepository,
         memories: MemoryRepository,
+        reads: ReadRouter | None = None,
     ) -> None:
         self._pool = pool
+        # Reads after maintenance writes wait for them on replicas too.
+        self._reads = reads
         self._settings = settings
         self._dsn = dsn
         self._assemblies = assemblies
@@ -123,12 +127,15 @@ class Maintenance:
             max_batches: Cap on expired-memory batches this run.
             progress: Told each pass and what it deletes (see :mod:`memsvc.progress`).
         """
-        return await self._gc.run(
-            batch_size=batch_size,
-            idle_session_days=idle_session_days,
-            max_batches=max_batches,
-            progress=progress,
-        )
+        try:
+            return await self._gc.run(
+                batch_size=batch_size,
+                idle_session_days=idle_session_days,
+                max_batches=max_batches,
+                progress=progress,
+            )
+        finally:
+            self._wrote()
 
     def start_background_gc(
         self,
@@ -249,16 +256,19 @@ class Maintenance:
 
         ``progress`` is told the bytes read, and the index check and rebuild steps.
         """
-        async with self._pool.acquire() as conn:
-            return await import_jsonl(
-                conn,
-                self._dsn,
-                self._settings,
-                self._assemblies,
-                Path(path),
-                index_mode=index_mode,
-                progress=progress,
-            )
+        try:
+            async with self._pool.acquire() as conn:
+                return await import_jsonl(
+                    conn,
+                    self._dsn,
+                    self._settings,
+                    self._assemblies,
+                    Path(path),
+                    index_mode=index_mode,
+                    progress=progress,
+                )
+        finally:
+            self._wrote()
 
     async def import_legacy(
         self,
@@ -274,16 +284,23 @@ class Maintenance:
 
         ``progress`` is told the records read, and the index rebuild step.
         """
-        async with self._pool.acquire() as conn:
-            return await import_legacy(
-                conn,
-                self._dsn,
-                self._settings,
-                self._assemblies,
-                Path(path),
-                tenant=tenant,
-                dry_run=dry_run,
-                index_mode=index_mode,
-                strip_nul=strip_nul,
-                progress=progress,
-            )
+        try:
+            async with self._pool.acquire() as conn:
+                return await import_legacy(
+                    conn,
+                    self._dsn,
+                    self._settings,
+                    self._assemblies,
+                    Path(path),
+                    tenant=tenant,
+                    dry_run=dry_run,
+                    index_mode=index_mode,
+                    strip_nul=strip_nul,
+                    progress=progress,
+                )
+        finally:
+            self._wrote()
+
+    def _wrote(self) -> None:
+        if self._reads is not None and self._reads.tracks_writes:
+            self._reads.wrote_elsewhere()

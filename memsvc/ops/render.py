@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memsvc.ops.doctor import DoctorReport
+from memsvc.ops.erasure import ErasureReceipt
 from memsvc.ops.export import ExportReport
 from memsvc.ops.gc import GcReport
 from memsvc.ops.legacy import LegacyReport
@@ -126,6 +127,27 @@ def gc_lines(report: GcReport) -> list[str]:
     if report.change_events_removed:
         lines.append(f"change events removed past retention: {report.change_events_removed}")
     lines.append(f"{report.batches} batches in {report.seconds:.1f} s")
+    return lines
+
+
+def erasure_lines(receipt: ErasureReceipt) -> list[str]:
+    """``memsvc erase``: the receipt."""
+    what = "and everything under it" if receipt.include == "descendants" else "exactly"
+    lines = [f"erased: {scope_text(receipt.scope)} ({what})"]
+    rows = [(name, count) for name, count in sorted(receipt.removed.items())]
+    lines += table(["removed", "rows"], rows) if rows else ["nothing to remove"]
+    if not receipt.langgraph:
+        lines.append("LangGraph checkpoints and store items: kept (erased with whole tenants only)")
+    finished = receipt.finished.isoformat() if receipt.finished else "-"
+    lines.append(f"started {receipt.started.isoformat()}, finished {finished}")
+    if receipt.written_during:
+        kept = ", ".join(f"{n} {name}" for name, n in sorted(receipt.written_during.items()))
+        lines.append(f"written during the erasure and kept whole: {kept}")
+    if receipt.verified:
+        lines.append("verified: nothing of the scope written before the erasure remains")
+    else:
+        lines.append("NOT verified; still present (written during the erasure? run it again):")
+        lines += [f"  {name}: {count}" for name, count in sorted(receipt.remaining.items())]
     return lines
 
 

@@ -17,6 +17,7 @@ import asyncpg
 import numpy as np
 
 from memsvc.db.codecs import vector_bytes
+from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder
 from memsvc.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.ids import new_id, parse_id
@@ -116,8 +117,9 @@ class MemoryRepository(Repository):
         reranker: ranking.Reranker | None = None,
         before_delete: DeleteHook | None = None,
         embeddings_changed: DeleteHook | None = None,
+        reads: ReadRouter | None = None,
     ) -> None:
-        super().__init__(pool, settings)
+        super().__init__(pool, settings, reads=reads)
         self._embedder = embedder
         self._reranker = reranker
         self._before_delete = before_delete
@@ -200,7 +202,9 @@ class MemoryRepository(Repository):
             # below would return it: embedding the text again would be wasted.
             # Only a shortcut: the insert's conflict handling stays the truth.
             stored = await self._read(
-                conn, lambda active: self._find_duplicate(active, scope, memory_id, digest)
+                conn,
+                lambda active: self._find_duplicate(active, scope, memory_id, digest),
+                routed=False,
             )
             if stored is not None:
                 return stored
@@ -413,7 +417,9 @@ class MemoryRepository(Repository):
         wanted = sorted({digests[i] for i in missing})
         params = Params(wanted)
         sql = q.stored_embeddings(self._schema, scope_condition(scope, "exact", params))
-        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        rows = await self._read(
+            conn, lambda active: active.fetch(sql, *params.values), routed=False
+        )
         known = {row["content_hash"]: self._vector(row["embedding"]) for row in rows}
         first: dict[str, int] = {}  # digest -> the first item needing it embedded
         for i in missing:
@@ -509,7 +515,7 @@ class MemoryRepository(Repository):
             vector = self._vector(embedding)
         elif text is not None and self._embedder is not None:
             vector = (await self._embed([text], "embedding"))[0]
-        sql = q.update_memory(self._schema)
+        sql = q.update_memory(self._schema, tenant is not None)
         args = (
             memory_id, tenant, expected_version,
             text is not None, text, digest,
@@ -552,7 +558,7 @@ class MemoryRepository(Repository):
         if not isinstance(patch, Mapping):
             raise ValidationError("patch", "must be a mapping")
         patch_json = validate_metadata(patch, self._settings.max_metadata_bytes, "patch")
-        sql = q.patch_metadata(self._schema)
+        sql = q.patch_metadata(self._schema, tenant is not None)
         args = [memory_id, patch_json, tenant, self._settings.max_metadata_bytes]
 
         async def attempt() -> Any:
