@@ -270,3 +270,18 @@ async def test_a_memory_id_used_again_after_a_delete_is_created_after_it_was_del
     changes = await take(service.changes(), 4)
     assert [c.kind for c in changes if c.memory_id == m.id] == ["created", "deleted", "created"]
     assert (await service.memories.get(m.id)).content == "second life"
+
+
+async def test_an_erasure_reaches_scoped_consumers_as_erased_changes(
+    service: MemoryService, scope: Scope
+) -> None:
+    project = Scope(scope.tenant, scope.project)
+    m = await service.memories.add(scope, "to be erased")
+    await service.memories.update(m.id, content="to be erased, edited")
+    seen = await take(service.changes(project), 2)
+    receipt = await service.erase(project)
+    assert receipt.verified
+    after = await take(service.changes(project, since=seen[-1].cursor), 1)
+    assert [(c.kind, c.memory_id, c.version, c.scope) for c in after] == [
+        ("erased", m.id, 2, scope)
+    ]
