@@ -52,8 +52,9 @@ def read_batch(schema: str, scope_sql: str, *, with_values: bool, limit_param: s
     event id already passed in memory_events / entity_events at that key
     (the caller derives them from the cursor's source). ``scope_sql`` is a
     scope predicate on alias ``e`` (``true`` for every scope). Also returns
-    the watermark, and whether events at or above it exist (held back
-    behind a transaction still running), so the caller knows to look again
+    the watermark, and whether events of the scope at or above it exist
+    (held back behind a transaction still running; the range scan covers
+    only events not yet deliverable), so the caller knows to look again
     soon even if no notification comes; and the gc horizon, read in the same
     snapshot as the events, so a consumer can tell when gc removed events it
     had not read yet.
@@ -86,10 +87,10 @@ SELECT b.change_key::text AS change_key, b.source, b.event_id, b.entity, b.entit
        b.version, b.at, b.tenant_id, b.project_id, b.agent_id, b.session_id, b.values,
        (SELECT xmin FROM w)::text AS watermark,
        (SELECT value FROM {schema}.schema_info WHERE key = '{HORIZON_KEY}') AS horizon,
-       (SELECT greatest(
-            (SELECT max(change_key) FROM {schema}.memory_events),
-            (SELECT max(change_key) FROM {schema}.entity_events)) >= (SELECT xmin FROM w)
-       ) AS held_back
+       (EXISTS (SELECT 1 FROM {schema}.memory_events AS e, w
+                WHERE e.change_key >= w.xmin AND {scope_sql})
+        OR EXISTS (SELECT 1 FROM {schema}.entity_events AS e, w
+                   WHERE e.change_key >= w.xmin AND {scope_sql})) AS held_back
 FROM (SELECT 1) AS one
 LEFT JOIN (SELECT * FROM batch ORDER BY change_key, source, event_id LIMIT {limit_param}) AS b
     ON true
