@@ -197,7 +197,7 @@ class ChangeFeed(Repository):
         # consumer's own context must not change between its steps.
         token = current_tenant.set(tenant)
         try:
-            async with self._connection() as conn:
+            async with self._connection(writes=False) as conn:
                 if now:
                     return Position(int(await conn.fetchval(q.watermark())), -1, 0)
                 horizon_text = await conn.fetchval(q.horizon(self._schema))
@@ -219,7 +219,7 @@ class ChangeFeed(Repository):
         ]
         token = current_tenant.set(tenant)
         try:
-            async with self._connection() as conn:
+            async with self._connection(writes=False) as conn:
                 rows: list[asyncpg.Record] = await conn.fetch(sql, *values)
         finally:
             current_tenant.reset(token)
