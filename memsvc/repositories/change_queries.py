@@ -87,12 +87,14 @@ SELECT b.change_key::text AS change_key, b.source, b.event_id, b.entity, b.entit
        b.version, b.at, b.tenant_id, b.project_id, b.agent_id, b.session_id, b.values,
        (SELECT xmin FROM w)::text AS watermark,
        (SELECT value FROM {schema}.schema_info WHERE key = '{HORIZON_KEY}') AS horizon,
-       -- (SELECT xmin FROM w) is a parameter of the scan, so the change_key
-       -- index bounds it: only events not yet deliverable are read.
+       -- Bounded by the position like the batch (an index range): only
+       -- the events after it are read, this batch's and the held-back ones.
        (EXISTS (SELECT 1 FROM {schema}.memory_events AS e
-                WHERE e.change_key >= (SELECT xmin FROM w) AND {scope_sql})
+                WHERE (e.change_key, e.event_id) > ($1::text::xid8, $2::bigint)
+                  AND e.change_key >= (SELECT xmin FROM w) AND {scope_sql})
         OR EXISTS (SELECT 1 FROM {schema}.entity_events AS e
-                   WHERE e.change_key >= (SELECT xmin FROM w) AND {scope_sql})) AS held_back
+                   WHERE (e.change_key, e.event_id) > ($1::text::xid8, $3::bigint)
+                     AND e.change_key >= (SELECT xmin FROM w) AND {scope_sql})) AS held_back
 FROM (SELECT 1) AS one
 LEFT JOIN (SELECT * FROM batch ORDER BY change_key, source, event_id LIMIT {limit_param}) AS b
     ON true
