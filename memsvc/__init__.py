@@ -12,6 +12,7 @@ from memsvc.embedding import (
 from memsvc.errors import (
     ConcurrencyError,
     ConflictError,
+    CursorExpiredError,
     EmbeddingError,
     MemsvcError,
     NotFoundError,
@@ -23,6 +24,7 @@ from memsvc.errors import (
 from memsvc.models import (
     Assembly,
     AssemblyHit,
+    Change,
     Checkpoint,
     Memory,
     MemoryEvent,
@@ -37,9 +39,11 @@ from memsvc.settings import Settings
 __all__ = [
     "Assembly",
     "AssemblyHit",
+    "Change",
     "Checkpoint",
     "ConcurrencyError",
     "ConflictError",
+    "CursorExpiredError",
     "Embedder",
     "EmbeddingError",
     "ErasureReceipt",

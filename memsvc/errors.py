@@ -49,6 +49,15 @@ class StorageError(MemsvcError):
         super().__init__(message)
 
 
+class CursorExpiredError(MemsvcError):
+    """The change feed cursor is older than the events gc kept.
+
+    Changes after it were removed (``Settings.change_retention_days``), so
+    resuming from it would silently skip them. Rebuild the consumer's state
+    from the current data, then follow ``svc.changes(since="now")``.
+    """
+
+
 class SchemaError(MemsvcError):
     """The database schema is missing, not migrated, or does not match the settings."""
 

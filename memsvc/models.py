@@ -145,6 +145,35 @@ class MemoryEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Change:
+    """One committed change from the change feed (``svc.changes``).
+
+    ``entity`` is ``"memory"``, ``"assembly"`` or ``"checkpoint"`` and
+    ``entity_id`` its id; ``memory_id`` is the same id (the memory's, for
+    memory changes). ``kind`` is ``created``, ``updated``, ``deleted`` or
+    ``erased``; ``version`` the row's version after the change (checkpoints
+    have no versions: 1). ``values`` holds the values after the change when
+    asked for with ``with_values=True`` (None for deletions, and when the row
+    has changed again since: a later change carries them). ``cursor`` is an
+    opaque string: pass the last one processed as ``since`` to resume.
+    """
+
+    cursor: str
+    kind: str
+    memory_id: uuid.UUID
+    scope: Scope
+    version: int
+    at: datetime
+    entity: str = "memory"
+    values: dict[str, Any] | None = None
+
+    @property
+    def entity_id(self) -> uuid.UUID:
+        """The id of the memory, assembly or checkpoint changed."""
+        return self.memory_id
+
+
+@dataclass(frozen=True, slots=True)
 class Assembly:
     """A named group of memories with a centroid of their embeddings."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator
+from collections.abc import AsyncIterator, Generator
 from types import TracebackType
 from typing import Any
 
@@ -17,11 +17,14 @@ from memsvc.db.pool import connect, create_pool, find_vector_schema
 from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError, SchemaError
+from memsvc.models import Change
 from memsvc.ops.erasure import DEFAULT_BATCH as ERASE_BATCH
 from memsvc.ops.erasure import Erasure, ErasureReceipt
 from memsvc.ops.maintenance import Maintenance
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
+from memsvc.repositories.change_signal import ChangeNotifier
+from memsvc.repositories.changes import ChangeFeed
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.embedding_space import EmbeddingSpace
 from memsvc.repositories.memories import MemoryRepository
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 TENANT_TABLES = (
     "memories",
     "memory_events",
+    "entity_events",
     "assemblies",
     "assembly_members",
     "session_checkpoints",
@@ -107,6 +111,9 @@ class MemoryService:
             reads=self._reads,
             space=self.embedding_space,
         )
+        self._feed = ChangeFeed(pool, settings, dsn=dsn)
+        self._notifier = ChangeNotifier(dsn, settings)
+        self._notifier.attach(self.memories, self.assemblies, self.checkpoints)
         self.maintenance = Maintenance(
             pool,
             settings,
@@ -202,6 +209,32 @@ class MemoryService:
             raise
         return service
 
+    def changes(
+        self,
+        scope: Scope | None = None,
+        *,
+        include: Include = "descendants",
+        since: str | None = None,
+        with_values: bool = False,
+    ) -> AsyncIterator[Change]:
+        """Follow every committed change to memories, assemblies and checkpoints.
+
+        An async iterator of :class:`memsvc.Change`, oldest first, that waits
+        for new changes once it has caught up (it never ends by itself)::
+
+            async for change in svc.changes(scope, since=saved_cursor):
+                handle(change)
+                saved_cursor = change.cursor
+
+        Resuming from the cursor of the last change processed delivers every
+        committed change exactly once, each entity's in version order.
+        ``since``: a ``Change.cursor``, ``"now"``, or None (the oldest change
+        still retained). ``include``: ``"descendants"`` (default), ``"exact"``
+        or ``"ancestors"``. Raises CursorExpiredError when gc removed changes
+        after ``since``. See the README section "Change feed".
+        """
+        return self._feed.changes(scope, include=include, since=since, with_values=with_values)
+
     def working(self, scope: Scope) -> WorkingMemory:
         """The working memory of a session (``scope`` must name a session).
 
@@ -271,6 +304,7 @@ class MemoryService:
             return
         self._closed = True
         unwatch(self)
+        await self._notifier.close()
         await self.maintenance.close()
         await self.working_store.close()
         await self._reads.close()

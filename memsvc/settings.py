@@ -66,6 +66,23 @@ class Settings(BaseSettings):
         description="Transaction-pooling mode: no prepared statements, no session state.",
     )
     row_level_security: bool = Field(default=False)
+    listen_url: str | None = Field(
+        default=None,
+        description="postgresql:// DSN of a direct connection (not through pgbouncer in "
+        "transaction mode) on which the change feed LISTENs for wake-ups. Unset: "
+        "database_url, or polling only when pgbouncer is on.",
+    )
+    change_poll_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="Change feed: longest wait between reads when no notification arrives.",
+    )
+    change_retention_days: float | None = Field(
+        default=None,
+        gt=0,
+        description="gc removes change events (memory history included) older than this; "
+        "a feed cursor older than what gc removed raises CursorExpiredError. Unset: keep all.",
+    )
 
     # --- read replicas ------------------------------------------------------
     replica_urls: Annotated[list[str], NoDecode] = Field(

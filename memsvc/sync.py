@@ -21,15 +21,16 @@ import asyncio
 import functools
 import inspect
 import threading
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError
+from memsvc.models import Change
 from memsvc.ops.erasure import ErasureReceipt
 from memsvc.repositories.ranking import Reranker
-from memsvc.scope import Scope
+from memsvc.scope import Include, Scope
 from memsvc.service import MemoryService
 from memsvc.settings import Settings
 
@@ -78,6 +79,44 @@ class _Blocking:
 
     def __repr__(self) -> str:
         return f"<blocking {self._target!r}>"
+
+
+class BlockingChanges:
+    """A blocking iterator over the async change feed, run on the client's loop."""
+
+    def __init__(self, feed: AsyncIterator[Change], runner: _LoopThread) -> None:
+        self._feed = feed
+        self._runner = runner
+
+    def __iter__(self) -> Iterator[Change]:
+        return self
+
+    def __next__(self) -> Change:
+        try:
+            return self._runner.run(_next(self._feed))
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def close(self) -> None:
+        """Stop following (closes the feed's listening connection)."""
+        aclose = getattr(self._feed, "aclose", None)
+        if aclose is not None:
+            self._runner.run(aclose())
+
+    def __enter__(self) -> BlockingChanges:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+async def _next(feed: AsyncIterator[Change]) -> Change:
+    return await anext(feed)
 
 
 class SyncMemoryService:
@@ -129,6 +168,22 @@ class SyncMemoryService:
     def loop(self) -> asyncio.AbstractEventLoop:
         """The background event loop that owns the service's connections."""
         return self._runner.loop
+
+    def changes(
+        self,
+        scope: Scope | None = None,
+        *,
+        include: Include = "descendants",
+        since: str | None = None,
+        with_values: bool = False,
+    ) -> BlockingChanges:
+        """The change feed (see :meth:`memsvc.MemoryService.changes`) as a blocking iterator.
+
+        ``for change in svc.changes(scope, since=cursor): ...``; close it (or use
+        it as a context manager) to stop following.
+        """
+        feed = self._service.changes(scope, include=include, since=since, with_values=with_values)
+        return BlockingChanges(feed, self._runner)
 
     def working(self, scope: Scope) -> Any:
         """The blocking working memory of a session."""

@@ -47,6 +47,7 @@ from memsvc.ops.citus import ANCHOR, citus_sql
 from memsvc.repositories import langgraph_store_queries
 from memsvc.service import TENANT_TABLES
 from memsvc.testing.postgres import run_in_own_loop, settings_for_tests, with_database
+from tests.changes.helpers import take
 from tests.citus_checks import (
     key_problems,
     policy_problems,
@@ -394,6 +395,7 @@ async def _workload(svc: MemoryService, workdir: Path) -> None:
         await _memories_and_assemblies(svc, scope)
         await _checkpoints_and_working_memory(svc, scope)
         await _langgraph(svc, tenant)
+        await take(svc.changes(scope, with_values=True), 1)  # the change feed's reads
     await _operations(svc, Scope(tenant="acme", project="bridge", agent="planner",
                                  session="s-42"), workdir)
 

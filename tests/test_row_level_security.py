@@ -191,6 +191,30 @@ async def test_as_of_reads_stay_within_the_tenant(rls_database: tuple[str, str])
         assert await svc.memories.count(Scope("alpha"), include="descendants", as_of=then) == 1
 
 
+async def test_the_change_feed_shows_a_tenant_only_its_own_changes(
+    rls_database: tuple[str, str],
+) -> None:
+    from tests.changes.helpers import take
+
+    _, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    async with MemoryService.open(settings) as svc:
+        ids = {}
+        for tenant in ("alpha", "beta"):
+            scope = Scope(tenant, "p", "a", "s")
+            m = await svc.memories.add(scope, f"{tenant} secret")
+            cp = await svc.checkpoints.create(scope, {"tenant": tenant})
+            ids[tenant] = {m.id, cp.id}
+        # The feed reads as the scope's tenant (set in each read's
+        # transaction); without a scope it has no tenant and is refused.
+        changes = await take(svc.changes(Scope("alpha")), 2)
+        assert {c.entity_id for c in changes} == ids["alpha"]
+        assert {c.scope.tenant for c in changes} == {"alpha"}
+        with pytest.raises(ValidationError) as raised:
+            svc.changes()
+        assert raised.value.field == "scope"
+
+
 async def test_erase_works_for_the_runtime_role_and_only_in_its_tenant(
     rls_database: tuple[str, str],
 ) -> None:

@@ -37,6 +37,8 @@ from sqlalchemy.dialects.postgresql import (
     TSVECTOR,
     UUID,
 )
+from sqlalchemy.dialects.postgresql.base import ischema_names
+from sqlalchemy.types import UserDefinedType
 
 from memsvc.settings import Settings
 
@@ -47,6 +49,37 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+
+class XID8(UserDefinedType[Any]):
+    """PostgreSQL's 64-bit transaction id (``xid8``), which orders the change feed."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "XID8"
+
+
+# Reflection (alembic's comparison with the database) knows the type by name.
+ischema_names["xid8"] = XID8
+
+# The writing transaction's id, the change feed's ordering key (see
+# memsvc.repositories.change_queries).
+CURRENT_XID = "pg_current_xact_id()"
+
+
+def change_key_column(what: str) -> Column[Any]:
+    """The ``change_key`` column: the feed's ordering key of a row's latest write."""
+    return Column(
+        "change_key",
+        XID8(),
+        nullable=False,
+        server_default=text(CURRENT_XID),
+        comment=f"Change-feed ordering key of {what}: the writing transaction's id, "
+        "never below the key of the row's previous write.",
+    )
+
 
 # HNSW operator class for each (vector type, distance) pair.
 OPCLASSES = {
@@ -243,6 +276,7 @@ def build_metadata(settings: Settings) -> MetaData:
             Computed(content_tsv_expression(settings.text_search_config), persisted=True),
             comment="Text search vector of content, kept by the database.",
         ),
+        change_key_column("the memory's latest write"),
         PrimaryKeyConstraint("tenant_id", "id"),
         CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
         CheckConstraint("content_hash LIKE 'sha256:%'", name="content_hash_format"),
@@ -324,6 +358,10 @@ def build_metadata(settings: Settings) -> MetaData:
             nullable=True,
             comment=COMMITTED_AT_COMMENT,
         ),
+        Column("project_id", Text, nullable=True, comment="Project of the memory."),
+        Column("agent_id", Text, nullable=True, comment="Agent of the memory."),
+        Column("session_id", Text, nullable=True, comment="Session of the memory."),
+        change_key_column("the event"),
         PrimaryKeyConstraint("tenant_id", "event_id"),
         CheckConstraint("kind IN ('created', 'updated', 'deleted', 'erased')", name="kind"),
         comment="Append-only history of memories, written in the same transaction as each change.",
@@ -338,6 +376,40 @@ def build_metadata(settings: Settings) -> MetaData:
         events.c.tenant_id,
         postgresql_where=events.c.committed_at.is_(None),
     )
+    Index("ix_memory_events_change_key", events.c.change_key, events.c.event_id)
+    Index("ix_memory_events_at", events.c.at)
+
+    entity_events = Table(
+        "entity_events",
+        metadata,
+        *_scope_columns(),
+        Column(
+            "event_id",
+            BigInteger,
+            Identity(always=False),
+            nullable=False,
+            comment="Increasing event number.",
+        ),
+        Column("entity", Text, nullable=False, comment="assembly or checkpoint."),
+        Column("entity_id", UUID(as_uuid=True), nullable=False, comment="The row changed."),
+        Column("kind", Text, nullable=False, comment="created, updated or deleted."),
+        Column("version", Integer, nullable=False, comment="The row's version after the event."),
+        Column(
+            "at",
+            DateTime(timezone=True),
+            nullable=False,
+            server_default=text("now()"),
+            comment="When the change committed its statement.",
+        ),
+        change_key_column("the event"),
+        PrimaryKeyConstraint("tenant_id", "event_id"),
+        CheckConstraint("entity IN ('assembly', 'checkpoint')", name="entity"),
+        CheckConstraint("kind IN ('created', 'updated', 'deleted')", name="kind"),
+        comment="Content-free change ledger of assemblies and session checkpoints, written "
+        "by triggers in the same statement as each change (the change feed reads it).",
+    )
+    Index("ix_entity_events_change_key", entity_events.c.change_key, entity_events.c.event_id)
+    Index("ix_entity_events_at", entity_events.c.at)
 
     _add_assembly_tables(metadata, settings, opclass, hnsw_with)
     _add_checkpoint_table(metadata)
@@ -417,6 +489,7 @@ def _add_assembly_tables(
             server_default=text("now()"),
             comment="When the assembly or its membership last changed.",
         ),
+        change_key_column("the assembly's latest write"),
         PrimaryKeyConstraint("tenant_id", "id"),
         CheckConstraint("member_count >= 0", name="member_count_nonnegative"),
         CheckConstraint(
@@ -491,6 +564,7 @@ def _add_checkpoint_table(metadata: MetaData) -> None:
             server_default=text("clock_timestamp()"),
             comment="When it was taken.",
         ),
+        change_key_column("the checkpoint's write"),
         PrimaryKeyConstraint("tenant_id", "id"),
         comment="Durable snapshots of session state; the newest N per session are kept.",
     )

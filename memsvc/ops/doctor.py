@@ -40,6 +40,7 @@ would be a duplicate: it is reported, not repaired).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import asyncpg
@@ -404,7 +405,9 @@ class Doctor:
 
     async def _check_history(self, conn: asyncpg.Connection, report: DoctorReport) -> None:
         orphaned = await conn.fetchval(q.orphaned_history(self._schema))
-        silent = await conn.fetchval(q.memories_without_history(self._schema))
+        retention = self._settings.change_retention_days
+        kept_since = None if retention is None else datetime.now(UTC) - timedelta(days=retention)
+        silent = await conn.fetchval(q.memories_without_history(self._schema), kept_since)
         if orphaned or silent:
             report.add(
                 "history",

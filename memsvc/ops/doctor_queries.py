@@ -83,10 +83,15 @@ WHERE NOT EXISTS (
 
 
 def memories_without_history(schema: str) -> str:
-    """Memories with no event at all (inserted behind memsvc's back)."""
+    """Memories with no event at all (inserted behind memsvc's back).
+
+    ``$1``: with change retention on, the oldest time gc keeps events from
+    (NULL otherwise); memories last written before it may have lost theirs.
+    """
     return f"""
 SELECT count(*) FROM {schema}.memories AS m
-WHERE NOT EXISTS (
+WHERE ($1::timestamptz IS NULL OR m.updated_at >= $1::timestamptz)
+  AND NOT EXISTS (
     SELECT 1 FROM {schema}.memory_events AS e
     WHERE e.tenant_id = m.tenant_id AND e.memory_id = m.id
 )"""

@@ -98,14 +98,20 @@ WITH doomed AS (
 ), gone AS (
     DELETE FROM {schema}.memories AS m USING doomed AS d
     WHERE m.tenant_id = d.tenant_id AND m.id = d.id
-    RETURNING m.tenant_id, m.id, m.version
+    RETURNING m.tenant_id, m.project_id, m.agent_id, m.session_id, m.id, m.version,
+              m.change_key
 ), history AS (
     DELETE FROM {schema}.memory_events AS e USING doomed AS d
     WHERE e.tenant_id = d.tenant_id AND e.memory_id = d.id
     RETURNING 1
 ), tombstones AS (
-    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version)
-    SELECT tenant_id, id, 'erased', version FROM gone
+    -- The tombstone keeps the memory's scope and follows its last write in
+    -- the change feed (see memsvc.repositories.change_queries).
+    INSERT INTO {schema}.memory_events
+        (tenant_id, project_id, agent_id, session_id, memory_id, kind, version, change_key)
+    SELECT tenant_id, project_id, agent_id, session_id, id, 'erased', version,
+           greatest(pg_current_xact_id(), change_key)
+    FROM gone
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone) AS memories, (SELECT count(*) FROM history) AS events,
@@ -152,13 +158,20 @@ WITH doomed AS (
 ), history AS (
     DELETE FROM {schema}.memory_events AS e USING doomed AS d
     WHERE e.tenant_id = d.tenant_id AND e.memory_id = d.id AND e.kind <> 'erased'
-    RETURNING e.tenant_id, e.memory_id, e.version, e.prior ->> 'content' AS content
+    RETURNING e.tenant_id, e.project_id, e.agent_id, e.session_id, e.memory_id, e.version,
+              e.change_key, e.prior ->> 'content' AS content
 ), last AS (
-    SELECT tenant_id, memory_id, max(version) AS version FROM history
+    SELECT tenant_id, memory_id, max(version) AS version, max(change_key) AS change_key,
+           min(project_id) AS project_id, min(agent_id) AS agent_id,
+           min(session_id) AS session_id
+    FROM history
     GROUP BY tenant_id, memory_id
 ), tombstones AS (
-    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version)
-    SELECT l.tenant_id, l.memory_id, 'erased', l.version FROM last AS l
+    INSERT INTO {schema}.memory_events
+        (tenant_id, project_id, agent_id, session_id, memory_id, kind, version, change_key)
+    SELECT l.tenant_id, l.project_id, l.agent_id, l.session_id, l.memory_id, 'erased',
+           l.version, greatest(pg_current_xact_id(), l.change_key)
+    FROM last AS l
     WHERE NOT EXISTS (
         SELECT 1 FROM {schema}.memory_events AS e
         WHERE e.tenant_id = l.tenant_id AND e.memory_id = l.memory_id AND e.kind = 'erased'

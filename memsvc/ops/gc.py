@@ -1,4 +1,5 @@
-"""Garbage collection: expired memories, checkpoints past retention, idle sessions.
+"""Garbage collection: expired memories, checkpoints past retention, idle sessions,
+change events past ``Settings.change_retention_days``.
 
 gc also persists the commit time of history events (``committed_at``, read
 by as-of reads) before the server forgets it; it never deletes history.
@@ -20,6 +21,7 @@ them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,7 +34,9 @@ from memsvc.db.errors import translate_errors
 from memsvc.errors import ConcurrencyError, ValidationError
 from memsvc.ops import gc_queries as q
 from memsvc.progress import NO_PROGRESS, ProgressReporter
+from memsvc.repositories import change_queries as feed_q
 from memsvc.repositories import langgraph_store_queries as store_q
+from memsvc.repositories.changes import START, Position
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.repositories.scope_sql import Params, scope_condition
@@ -60,6 +64,7 @@ class GcReport:
     idle_assemblies_deleted: int = 0
     idle_checkpoints_deleted: int = 0
     commit_times_persisted: int = 0
+    change_events_removed: int = 0
     batches: int = 0
     seconds: float = 0.0
 
@@ -73,6 +78,7 @@ class GcReport:
             + self.idle_memories_deleted
             + self.idle_assemblies_deleted
             + self.idle_checkpoints_deleted
+            + self.change_events_removed
         )
 
 
@@ -144,6 +150,17 @@ class GarbageCollector:
         if idle_session_days is not None:
             cutoff = datetime.now(UTC) - timedelta(days=idle_session_days)
             await self._remove_idle_sessions(cutoff, batch_size, report, progress)
+        if self._settings.change_retention_days is not None:
+            cutoff = datetime.now(UTC) - timedelta(days=self._settings.change_retention_days)
+            progress.start("gc: removing change events past retention")
+            remove = functools.partial(self._remove_old_events, cutoff, batch_size)
+            while True:
+                removed = await self._retrying(remove)
+                report.batches += 1
+                report.change_events_removed += removed
+                progress.advance(removed)
+                if removed < batch_size:
+                    break
         progress.done()
         report.seconds = time.perf_counter() - started
         return report
@@ -203,6 +220,50 @@ class GarbageCollector:
                     store_q.sweep_expired(self._schema, None), batch_size
                 )
                 return deleted
+
+    async def _remove_old_events(self, cutoff: datetime, batch_size: int) -> int:
+        """Remove the oldest events of the feed, up to the first one newer than the cutoff.
+
+        gc removes a prefix of the feed (in its order), so the horizon it
+        records, the last position removed, divides the feed exactly: all
+        before it is gone, all after it kept. It is written in the same
+        transaction as the deletion, and a feed reads both in one snapshot,
+        so a consumer behind it gets CursorExpiredError, never a silent gap.
+        Batches run one at a time (they lock the horizon).
+        """
+        with translate_errors():
+            async with self._pool.acquire() as conn, conn.transaction():
+                text = await conn.fetchval(feed_q.lock_horizon(self._schema))
+                horizon = Position.parse(text, "horizon") if text else START
+                head = await conn.fetch(
+                    feed_q.feed_head(self._schema),
+                    str(horizon.key),
+                    horizon.bound(feed_q.MEMORY_SOURCE),
+                    horizon.bound(feed_q.ENTITY_SOURCE),
+                    batch_size,
+                )
+                doomed: dict[int, tuple[list[str], list[int]]] = {
+                    feed_q.MEMORY_SOURCE: ([], []),
+                    feed_q.ENTITY_SOURCE: ([], []),
+                }
+                last = None
+                for row in head:
+                    if row["at"] >= cutoff:
+                        break
+                    tenants, event_ids = doomed[row["source"]]
+                    tenants.append(row["tenant_id"])
+                    event_ids.append(row["event_id"])
+                    last = Position(int(row["change_key"]), row["source"], row["event_id"])
+                if last is None:
+                    return 0
+                for table, source in feed_q.SOURCES.items():
+                    tenants, event_ids = doomed[source]
+                    if event_ids:
+                        await conn.execute(
+                            feed_q.delete_events(self._schema, table), tenants, event_ids
+                        )
+                await conn.execute(feed_q.set_horizon(self._schema), last.cursor())
+                return sum(len(ids) for _, ids in doomed.values())
 
     async def _prune_checkpoints(self, progress: ProgressReporter) -> int:
         keep = self._settings.checkpoint_keep_last

@@ -107,10 +107,11 @@ WITH ins AS (
            access_count, last_accessed_at
     FROM {STAGING}
     ON CONFLICT DO NOTHING
-    RETURNING m.tenant_id, m.id, m.version
+    RETURNING m.tenant_id, m.project_id, m.agent_id, m.session_id, m.id, m.version
 ), ev AS (
-    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version)
-    SELECT tenant_id, id, 'created', version FROM ins
+    INSERT INTO {schema}.memory_events
+        (tenant_id, project_id, agent_id, session_id, memory_id, kind, version)
+    SELECT tenant_id, project_id, agent_id, session_id, id, 'created', version FROM ins
 )
 -- Two staged rows with one id: the first (staged, hence inserted, first) went in.
 SELECT DISTINCT ON (s.tenant_id, s.id) s.ord

@@ -46,6 +46,7 @@ def _count_gc(report: GcReport) -> None:
             "idle_memories": report.idle_memories_deleted,
             "idle_assemblies": report.idle_assemblies_deleted,
             "idle_checkpoints": report.idle_checkpoints_deleted,
+            "change_events": report.change_events_removed,
         }
     )
 
@@ -116,7 +117,9 @@ class Maintenance:
         max_batches: int | None = None,
         progress: ProgressReporter = NO_PROGRESS,
     ) -> GcReport:
-        """Delete expired memories, prune checkpoints past retention, remove idle sessions.
+        """Delete expired memories, prune checkpoints past retention, remove idle sessions,
+        and remove change events (memory history included) older than
+        ``Settings.change_retention_days`` when it is set.
 
         Safe to run from several workers at once (rows are taken ``FOR
         UPDATE SKIP LOCKED``); see :mod:`memsvc.ops.gc`.

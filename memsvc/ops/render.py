@@ -126,6 +126,8 @@ def gc_lines(report: GcReport) -> list[str]:
             f"({report.idle_memories_deleted} memories, {report.idle_assemblies_deleted} "
             f"assemblies, {report.idle_checkpoints_deleted} checkpoints)"
         ]
+    if report.change_events_removed:
+        lines.append(f"change events removed past retention: {report.change_events_removed}")
     lines.append(f"{report.batches} batches in {report.seconds:.1f} s")
     return lines
 

@@ -40,6 +40,7 @@ from memsvc.ids import new_id, parse_id
 from memsvc.models import Assembly, AssemblyHit, Memory
 from memsvc.repositories import assembly_queries as q
 from memsvc.repositories.base import Repository
+from memsvc.repositories.change_signal import signals_changes
 from memsvc.repositories.embedding_space import EmbeddingSpace
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
@@ -159,6 +160,7 @@ class _Aggregates:
     "memsvc.assemblies", exclude=["detach_memories", "embeddings_changed", "erase_memberships"]
 )
 @tenant_scoped
+@signals_changes("create", "add_members", "remove_members", "recompute", "update", "delete")
 class AssemblyRepository(Repository):
     """Named groups of memories with exact member counts and centroids."""
 

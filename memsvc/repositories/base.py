@@ -45,6 +45,9 @@ class Repository:
     position it reached, for read-your-writes.
     """
 
+    # Called after a write method returns (see memsvc.repositories.change_signal).
+    _change_listener: Callable[[], None] | None = None
+
     def __init__(
         self, pool: asyncpg.Pool, settings: Settings, *, reads: ReadRouter | None = None
     ) -> None:

@@ -30,6 +30,7 @@ from memsvc.ids import new_id, parse_id
 from memsvc.models import Checkpoint, scope_from_row
 from memsvc.repositories import checkpoint_queries as q
 from memsvc.repositories.base import Repository
+from memsvc.repositories.change_signal import signals_changes
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Scope
@@ -73,6 +74,7 @@ def _from_row(row: Any) -> Checkpoint:
 
 @traced_operations("memsvc.checkpoints")
 @tenant_scoped
+@signals_changes("create", "delete", "prune")
 class CheckpointRepository(Repository):
     """Durable snapshots of session state, newest N kept per session."""
 

@@ -26,6 +26,7 @@ from memsvc.repositories import memory_asof_queries as asof_q
 from memsvc.repositories import memory_queries as q
 from memsvc.repositories import ranking
 from memsvc.repositories.base import Repository
+from memsvc.repositories.change_signal import signals_changes
 from memsvc.repositories.embedding_space import EmbeddingSpace
 from memsvc.repositories.filters import compile_where
 from memsvc.repositories.memory_asof import AsOfReads, validate_as_of
@@ -98,6 +99,9 @@ class _SearchStatement:
 
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
 @tenant_scoped
+@signals_changes(
+    "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked", "delete_scope"
+)
 class MemoryRepository(Repository):
     """Store, fetch, change and search long-term memories.
 

@@ -51,6 +51,17 @@ PRIOR = (
     "old.agent_id, old.session_id))"
 )
 
+# The memory's scope, as memory_events records it.
+EVENT_SCOPE = "tenant_id, project_id, agent_id, session_id"
+
+# The change-feed key of a write replacing (or deleting) ``row``: this
+# transaction's id, but never below the key of the row's previous write. The
+# row is the latest committed version, locked by this writer, so a
+# transaction that took its id early and then waited for the lock cannot put
+# its event behind the earlier writer's in the feed.
+NEXT_CHANGE_KEY = "greatest(pg_current_xact_id(), {row}.change_key)"
+
+
 def qualified(columns: str, alias: str) -> str:
     """A column list (``"a, b"``) with each column prefixed by a table alias."""
     return ", ".join(f"{alias}.{column.strip()}" for column in columns.split(","))
@@ -82,8 +93,9 @@ WITH ins AS (
     ON CONFLICT DO NOTHING
     RETURNING tenant_id, id, version, created_at, updated_at, expires_at
 ), ev AS (
-    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version)
-    SELECT tenant_id, id, 'created', version FROM ins
+    INSERT INTO {schema}.memory_events
+        (tenant_id, project_id, agent_id, session_id, memory_id, kind, version)
+    SELECT tenant_id, $2, $3, $4, id, 'created', version FROM ins
 )
 SELECT * FROM ins"""
 
@@ -115,8 +127,9 @@ WITH batch AS (
     ON CONFLICT DO NOTHING
     RETURNING {MEMORY_COLUMNS}
 ), ev AS (
-    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version)
-    SELECT tenant_id, id, 'created', version FROM ins
+    INSERT INTO {schema}.memory_events
+        (tenant_id, project_id, agent_id, session_id, memory_id, kind, version)
+    SELECT tenant_id, project_id, agent_id, session_id, id, 'created', version FROM ins
 )
 SELECT * FROM ins"""
 
@@ -167,15 +180,18 @@ WITH old AS (
                   importance = EXCLUDED.importance,
                   expires_at = EXCLUDED.expires_at,
                   version = m.version + 1,
-                  updated_at = now()
-    RETURNING {MEMORY_COLUMNS}, (xmax = 0) AS inserted
+                  updated_at = now(),
+                  change_key = {NEXT_CHANGE_KEY.format(row="m")}
+    RETURNING {MEMORY_COLUMNS}, (xmax = 0) AS inserted, change_key
 ), ev AS (
-    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version, prior)
-    SELECT up.tenant_id, up.id, CASE WHEN up.inserted THEN 'created' ELSE 'updated' END,
-           up.version, (SELECT {PRIOR} FROM old)
+    INSERT INTO {schema}.memory_events
+        ({EVENT_SCOPE}, memory_id, kind, version, prior, change_key)
+    SELECT {qualified(EVENT_SCOPE, "up")}, up.id,
+           CASE WHEN up.inserted THEN 'created' ELSE 'updated' END,
+           up.version, (SELECT {PRIOR} FROM old), up.change_key
     FROM up
 )
-SELECT up.*, EXISTS (
+SELECT {qualified(MEMORY_COLUMNS, "up")}, up.inserted, EXISTS (
     SELECT 1 FROM {schema}.assembly_members am
     WHERE am.tenant_id = up.tenant_id AND am.memory_id = up.id
 ) AS in_assembly
@@ -228,7 +244,7 @@ def update_memory(schema: str, tenant_filter: bool) -> str:
     """
     return f"""
 WITH old AS (
-    SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+    SELECT {MEMORY_COLUMNS}, change_key FROM {schema}.memories
     WHERE id = $1 AND {_tenant_or_any("$2", tenant_filter)} AND {NOT_EXPIRED}
     FOR UPDATE
 ), upd AS (
@@ -239,14 +255,17 @@ WITH old AS (
         importance = CASE WHEN $9::bool THEN $10::real ELSE m.importance END,
         embedding = CASE WHEN $11::bool THEN $12 ELSE m.embedding END,
         version = m.version + 1,
-        updated_at = now()
+        updated_at = now(),
+        change_key = {NEXT_CHANGE_KEY.format(row="m")}
     FROM old
     WHERE m.tenant_id = old.tenant_id AND m.id = old.id
       AND ($3::int IS NULL OR old.version = $3::int)
     RETURNING {qualified(MEMORY_COLUMNS, "m")}
 ), ev AS (
-    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version, prior)
-    SELECT upd.tenant_id, upd.id, 'updated', upd.version, {PRIOR}
+    INSERT INTO {schema}.memory_events
+        ({EVENT_SCOPE}, memory_id, kind, version, prior, change_key)
+    SELECT {qualified(EVENT_SCOPE, "upd")}, upd.id, 'updated', upd.version, {PRIOR},
+           {NEXT_CHANGE_KEY.format(row="old")}
     FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
 )
 SELECT upd.*, (SELECT version FROM old) AS prior_version,
@@ -262,19 +281,22 @@ def patch_metadata(schema: str, tenant_filter: bool) -> str:
     """
     return f"""
 WITH old AS (
-    SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+    SELECT {MEMORY_COLUMNS}, change_key FROM {schema}.memories
     WHERE id = $1 AND {_tenant_or_any("$3", tenant_filter)} AND {NOT_EXPIRED}
     FOR UPDATE
 ), upd AS (
     UPDATE {schema}.memories AS m
-    SET metadata = m.metadata || $2::jsonb, version = m.version + 1, updated_at = now()
+    SET metadata = m.metadata || $2::jsonb, version = m.version + 1, updated_at = now(),
+        change_key = {NEXT_CHANGE_KEY.format(row="m")}
     FROM old
     WHERE m.tenant_id = old.tenant_id AND m.id = old.id
       AND octet_length((m.metadata || $2::jsonb)::text) <= $4
     RETURNING {qualified(MEMORY_COLUMNS, "m")}
 ), ev AS (
-    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version, prior)
-    SELECT upd.tenant_id, upd.id, 'updated', upd.version, {PRIOR}
+    INSERT INTO {schema}.memory_events
+        ({EVENT_SCOPE}, memory_id, kind, version, prior, change_key)
+    SELECT {qualified(EVENT_SCOPE, "upd")}, upd.id, 'updated', upd.version, {PRIOR},
+           {NEXT_CHANGE_KEY.format(row="old")}
     FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
 )
 SELECT upd.*, (SELECT count(*) FROM old) AS found
@@ -310,8 +332,11 @@ WITH gone AS (
     WHERE old.tenant_id = d.tenant_id AND old.id = d.id
     RETURNING old.*
 ), ev AS (
-    INSERT INTO {schema}.memory_events (tenant_id, memory_id, kind, version, prior)
-    SELECT old.tenant_id, old.id, 'deleted', old.version, {PRIOR} FROM gone AS old
+    INSERT INTO {schema}.memory_events
+        ({EVENT_SCOPE}, memory_id, kind, version, prior, change_key)
+    SELECT {qualified(EVENT_SCOPE, "old")}, old.id, 'deleted', old.version, {PRIOR},
+           {NEXT_CHANGE_KEY.format(row="old")}
+    FROM gone AS old
 )
 SELECT count(*) FROM gone"""
 

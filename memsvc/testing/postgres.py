@@ -52,6 +52,7 @@ TABLES = (
     "assembly_members",
     "assemblies",
     "memory_events",
+    "entity_events",
     "memories",
     "session_checkpoints",
     "langgraph_checkpoints",

@@ -5,7 +5,7 @@ values), so change feeds and audits still see that something was erased, and
 when, without keeping any of what was said.
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Create Date: 2026-11-23
 """
 
@@ -20,9 +20,9 @@ from alembic import context, op
 from memsvc.db.migrate import settings_for_migration
 
 revision: str = "0012"
-# 0011 (change feed) is built alongside: re-chain to it on merge. The kinds are read
+# Follows 0011 (change feed). The kinds are read
 # from the constraint, so kinds an earlier revision added are kept.
-down_revision: str | None = "0010"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -8,6 +8,12 @@ server forgets it (commit timestamps of frozen transactions are truncated
 with the commit log). Two indexes find the events committed after a moment:
 one on the persisted times, a partial one on the rows not yet persisted.
 
+Events that exist when this runs get their ``at`` (their transaction's start)
+as commit time: their real one was never tracked, and their ``xmin`` may be
+an earlier migration's (0011 rewrote every event), whose commit time would
+place all old history at the upgrade. History from before the upgrade is
+therefore exact to its transactions' starts, later history to the commit.
+
 Revision ID: 0013
 Revises: 0012
 Create Date: 2026-11-23
@@ -53,6 +59,9 @@ def upgrade() -> None:
             comment=COMMITTED_AT_COMMENT,
         ),
         schema=schema,
+    )
+    op.execute(
+        f"UPDATE {schema}.memory_events SET committed_at = at WHERE committed_at IS NULL"
     )
     op.create_index(
         "ix_memory_events_committed",

@@ -1,0 +1,278 @@
+"""The change feed: every committed change to memories, assemblies and checkpoints.
+
+Events come from the ledgers the writes fill in their own statements
+(``memory_events``; ``entity_events`` by trigger), read in the order of
+their ``change_key`` and only below the oldest transaction still running
+(see :mod:`memsvc.repositories.change_queries`). A position read past can
+never gain an event later, so a consumer resuming from the cursor of the
+last change it processed sees every committed change exactly once, however
+transactions interleave and in whatever order they commit.
+
+New events wake consumers through ``LISTEN memsvc_changes`` on a direct
+connection (``Settings.listen_url``, else the database URL unless it goes
+through pgbouncer in transaction mode); the ledgers are the truth, and the
+feed also reads every ``change_poll_interval_s`` without a wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator
+from typing import Any, NamedTuple
+
+import asyncpg
+
+from memsvc.db.errors import translate_errors
+from memsvc.errors import CursorExpiredError, MemsvcError, ValidationError
+from memsvc.models import Change
+from memsvc.repositories import change_queries as q
+from memsvc.repositories.base import Repository
+from memsvc.repositories.change_signal import CHANNEL
+from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.repositories.tenancy import current_tenant
+from memsvc.scope import Include, Scope, validate_include
+from memsvc.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH = 500
+MAX_BATCH = 10_000
+# While events wait behind a running transaction, look again this soon: the
+# transaction holding them back may end without writing (hence without a
+# notification). The wait doubles up to change_poll_interval_s.
+HELD_BACK_WAIT_S = 0.02
+# Reads start at least this far apart: under a stream of writes, each read
+# then takes what several wake-ups announced (fewer round trips for the
+# consumer, a few milliseconds more latency).
+MIN_READ_INTERVAL_S = 0.01
+_CURSOR = re.compile(r"^c1\.(\d{1,20})\.(-1|0|1)\.(\d{1,19})$")
+_BIGINT_MAX = 2**63 - 1
+
+
+class Position(NamedTuple):
+    """A place in the feed, between events: (change key, source, event id).
+
+    Source -1 stands before every event of its key (``since="now"``).
+    """
+
+    key: int
+    source: int
+    event_id: int
+
+    def cursor(self) -> str:
+        """The opaque cursor string of this position."""
+        return f"c1.{self.key}.{self.source}.{self.event_id}"
+
+    def bound(self, source: int) -> int:
+        """The last event id of ``source`` at this key that lies at or before the position."""
+        if source > self.source:
+            return -1
+        if source == self.source:
+            return self.event_id
+        return _BIGINT_MAX
+
+    @classmethod
+    def parse(cls, text: str, field: str = "since") -> Position:
+        """Read a cursor string back (ValidationError naming ``field`` when malformed)."""
+        match = _CURSOR.match(text)
+        if match is None:
+            raise ValidationError(
+                field, 'must be a cursor from Change.cursor, "now", or None (the oldest retained)'
+            )
+        return cls(int(match[1]), int(match[2]), int(match[3]))
+
+
+START = Position(0, -1, 0)
+
+
+class ChangeFeed(Repository):
+    """Reads the change feed; see the module docstring."""
+
+    def __init__(self, pool: asyncpg.Pool, settings: Settings, *, dsn: str) -> None:
+        super().__init__(pool, settings)
+        self._dsn = dsn
+
+    def changes(
+        self,
+        scope: Scope | None = None,
+        *,
+        include: Include = "descendants",
+        since: str | None = None,
+        with_values: bool = False,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> AsyncIterator[Change]:
+        """Every committed change in ``scope``, oldest first, then new ones as they commit.
+
+        Args:
+            scope: Whose changes (None: every scope).
+            include: ``"descendants"`` (the scope and everything under it),
+                ``"exact"`` or ``"ancestors"``.
+            since: A ``Change.cursor`` (resume after that change), ``"now"``
+                (changes committing after the iterator is first advanced; one
+                committed a moment before may be included, none is skipped),
+                or None (from the oldest change still retained).
+            with_values: Also fetch the values after each change (``Change.values``).
+            batch_size: Changes read per round trip (1-10000).
+
+        The iterator never ends on its own; stop iterating (or cancel the
+        task) when done. Each memory's (assembly's) changes arrive in version
+        order. Raises CursorExpiredError when gc removed changes after
+        ``since`` (see ``Settings.change_retention_days``).
+        """
+        if scope is not None and not isinstance(scope, Scope):
+            raise ValidationError("scope", "must be a Scope or None")
+        include = validate_include(include)
+        if since is not None and not isinstance(since, str):
+            raise ValidationError("since", 'must be a cursor string, "now" or None')
+        start = None if since is None or since == "now" else Position.parse(since)
+        if not isinstance(with_values, bool):
+            raise ValidationError("with_values", "must be a bool")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise ValidationError("batch_size", "must be an integer")
+        if not 1 <= batch_size <= MAX_BATCH:
+            raise ValidationError("batch_size", f"must be between 1 and {MAX_BATCH}")
+        tenant = scope.tenant if scope is not None else current_tenant.get()
+        if self._settings.row_level_security and tenant is None:
+            raise ValidationError("scope", "row_level_security is on: pass the scope to follow")
+        params = Params("0", -1, -1)
+        scope_sql = "true" if scope is None else scope_condition(scope, include, params, "e")
+        sql = q.read_batch(
+            self._schema, scope_sql, with_values=with_values, limit_param=params.add(batch_size)
+        )
+        return self._follow(sql, params.values, start, now=since == "now", tenant=tenant)
+
+    async def _follow(
+        self, sql: str, args: list[Any], start: Position | None, *, now: bool, tenant: str | None
+    ) -> AsyncIterator[Change]:
+        wake = asyncio.Event()
+        listener = await self._listen(wake)
+        try:
+            position = await self._start_position(start, now=now, tenant=tenant)
+            wait = HELD_BACK_WAIT_S
+            loop = asyncio.get_running_loop()
+            last_read = 0.0
+            while True:
+                pause = last_read + MIN_READ_INTERVAL_S - loop.time()
+                if pause > 0:
+                    await asyncio.sleep(pause)
+                wake.clear()
+                last_read = loop.time()
+                rows = await self._read_batch(sql, args, position, tenant)
+                head = rows[0]
+                if head["horizon"] and Position.parse(head["horizon"], "horizon") > position:
+                    raise CursorExpiredError(
+                        f"changes after cursor {position.cursor()} were removed by gc "
+                        f"(it kept changes after {head['horizon']}): rebuild the consumer's "
+                        'state from the current data, then follow changes(since="now")'
+                    )
+                found = [row for row in rows if row["event_id"] is not None]
+                for row in found:
+                    position = Position(int(row["change_key"]), row["source"], row["event_id"])
+                    yield _change(row, position)
+                if len(found) == args[-1]:
+                    continue  # a full batch: more may be waiting
+                if found:
+                    wait = HELD_BACK_WAIT_S
+                timeout = self._settings.change_poll_interval_s
+                if head["held_back"]:
+                    timeout = min(timeout, wait)
+                    wait = min(wait * 2, self._settings.change_poll_interval_s)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can
+                # swallow a cancellation that lands as the wake-up arrives,
+                # and a cancelled consumer would then follow the feed for ever.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await wake.wait()
+        finally:
+            if listener is not None:
+                await _close_quietly(listener)
+
+    async def _start_position(
+        self, start: Position | None, *, now: bool, tenant: str | None
+    ) -> Position:
+        # The tenant is set around each read, never across a yield: the
+        # consumer's own context must not change between its steps.
+        token = current_tenant.set(tenant)
+        try:
+            async with self._connection(writes=False) as conn:
+                if now:
+                    return Position(int(await conn.fetchval(q.watermark())), -1, 0)
+                horizon_text = await conn.fetchval(q.horizon(self._schema))
+        finally:
+            current_tenant.reset(token)
+        horizon = Position.parse(horizon_text, "horizon") if horizon_text else None
+        if start is None:
+            return horizon or START
+        return start
+
+    async def _read_batch(
+        self, sql: str, args: list[Any], position: Position, tenant: str | None
+    ) -> list[asyncpg.Record]:
+        values = [
+            str(position.key),
+            position.bound(q.MEMORY_SOURCE),
+            position.bound(q.ENTITY_SOURCE),
+            *args[3:],
+        ]
+        token = current_tenant.set(tenant)
+        try:
+            async with self._connection(writes=False) as conn:
+                rows: list[asyncpg.Record] = await conn.fetch(sql, *values)
+        finally:
+            current_tenant.reset(token)
+        return rows
+
+    async def _listen(self, wake: asyncio.Event) -> asyncpg.Connection | None:
+        """A connection LISTENing for wake-ups, or None (then the feed polls)."""
+        dsn = self._settings.listen_url
+        if dsn is None:
+            if self._settings.pgbouncer:
+                return None  # LISTEN does not survive transaction pooling
+            dsn = self._dsn
+
+        def notified(*_: object) -> None:
+            wake.set()
+
+        try:
+            with translate_errors():
+                conn: asyncpg.Connection = await asyncpg.connect(
+                    dsn,
+                    timeout=self._settings.connect_timeout_s,
+                    statement_cache_size=0,
+                )
+                await conn.add_listener(CHANNEL, notified)
+        except MemsvcError as exc:
+            log.warning("change feed: cannot LISTEN (%s); polling instead", exc)
+            return None
+        return conn
+
+
+async def _close_quietly(conn: asyncpg.Connection) -> None:
+    # Closing politely needs the loop; when the consumer's task is being
+    # torn down, dropping the socket is enough.
+    try:
+        async with asyncio.timeout(5):
+            await conn.close()
+    except Exception:
+        conn.terminate()
+    except BaseException:
+        conn.terminate()
+        raise
+
+
+def _change(row: asyncpg.Record, position: Position) -> Change:
+    return Change(
+        cursor=position.cursor(),
+        kind=row["kind"],
+        memory_id=row["entity_id"],
+        scope=Scope.trusted(
+            row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"]
+        ),
+        version=row["version"],
+        at=row["at"],
+        entity=row["entity"],
+        values=row["values"],
+    )

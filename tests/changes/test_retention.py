@@ -1,0 +1,64 @@
+"""Retention of the change feed: gc removes old events in batches; a cursor behind what
+gc removed raises CursorExpiredError, never a silent gap."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from memsvc import CursorExpiredError, MemoryService, Scope, Settings
+from tests.changes.helpers import take
+
+
+async def _age_events(dsn: str, count: int) -> None:
+    """Make the oldest ``count`` events of each ledger three days old."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        for table in ("memory_events", "entity_events"):
+            await conn.execute(
+                f"UPDATE memsvc.{table} SET at = now() - interval '3 days' WHERE event_id IN "
+                f"(SELECT event_id FROM memsvc.{table} ORDER BY event_id LIMIT $1)",
+                count,
+            )
+    finally:
+        await conn.close()
+
+
+async def test_gc_removes_old_events_and_an_old_cursor_gets_a_clear_error(
+    settings: Settings, scope: Scope
+) -> None:
+    keeping = settings.model_copy(update={"change_retention_days": 1.0})
+    async with MemoryService.open(keeping) as svc:
+        memories = [await svc.memories.add(scope, f"fact {i}") for i in range(6)]
+        for _ in range(2):
+            await svc.checkpoints.create(scope, {"n": 1})
+        await svc.memories.update(memories[0].id, content="fact 0, edited")
+        before = await take(svc.changes(), 9)
+        await _age_events(svc.dsn, 4)
+
+        report = await svc.maintenance.gc(batch_size=2)
+
+        # gc removes the feed's oldest events up to the first one it keeps:
+        # the four aged memory events, not the aged checkpoint events behind
+        # the kept ones (they go once everything before them is old enough).
+        assert report.change_events_removed == 4
+        # The edit survived but the memory's creation is gone from its history.
+        assert [e.kind for e in await svc.memories.history(memories[0].id)] == ["updated"]
+        with pytest.raises(CursorExpiredError, match="since=\"now\""):
+            await take(svc.changes(since=before[0].cursor), 1)
+        # From the oldest retained: exactly what gc kept, in order.
+        kept = await take(svc.changes(), 5)
+        assert [c.cursor for c in kept] == [c.cursor for c in before[4:]]
+        # A cursor at or after what gc removed still resumes.
+        after = await take(svc.changes(since=kept[0].cursor), 4)
+        assert [c.cursor for c in after] == [c.cursor for c in kept[1:]]
+
+
+async def test_gc_keeps_every_event_without_a_retention_setting(
+    service: MemoryService, scope: Scope
+) -> None:
+    await service.memories.add(scope, "kept forever")
+    await _age_events(service.dsn, 10)
+    report = await service.maintenance.gc()
+    assert report.change_events_removed == 0
+    assert len(await take(service.changes(), 1)) == 1
