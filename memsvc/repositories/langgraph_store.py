@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +28,7 @@ from memsvc.repositories import langgraph_store_queries as q
 from memsvc.repositories.base import Repository
 from memsvc.repositories.scope_sql import Params
 from memsvc.repositories.tenancy import tenant_scoped
+from memsvc.settings import Settings
 
 # How many vectors a query search reads per wanted item at first (an item has
 # one vector per indexed field); it reads further when fields crowd the scan.
@@ -35,6 +37,22 @@ from memsvc.repositories.tenancy import tenant_scoped
 # 0.97 vs 0.978 for ~1.3x less time; 1 fell to 0.947-0.954).
 SCAN_FACTOR = 1.5
 MAX_SCAN = 100_000
+# Unfiltered searches in a namespace of more than EXACT_UP_TO and at most
+# QUANTIZED_UP_TO vectors, holding at most QUANTIZED_SHARE of the table's,
+# rank the namespace's sign bits instead of walking the HNSW graph (which
+# steps over every other namespace's vectors to find the few of this one);
+# the nearest RERANK_FACTOR per wanted item (at least RERANK_MIN) are then
+# ranked exactly. Figures: see the README's store section.
+QUANTIZED_UP_TO = 50_000
+QUANTIZED_SHARE = 0.5
+RERANK_FACTOR = 20
+RERANK_MIN = 200
+# Sign bits stand for the angle between vectors; l2 searches always walk the graph.
+QUANTIZED_DISTANCES = frozenset({"cosine", "ip"})
+# A namespace's size is counted again after this many seconds (a stale size
+# only picks the slower of two correct plans), and at most this many are kept.
+SIZE_SECONDS = 30.0
+SIZES_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -88,6 +106,11 @@ def _row(row: Any, score: float | None = None) -> StoreRow:
 @tenant_scoped
 class LangGraphStoreRepository(Repository):
     """Items of LangGraph stores, per tenant (see the module docstring)."""
+
+    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+        super().__init__(pool, settings)
+        # (tenant, prefix) -> (when counted, vectors in the namespace, in the table)
+        self._sizes: dict[tuple[str, str | None], tuple[float, int, float]] = {}
 
     async def write(
         self,
@@ -200,6 +223,76 @@ class LangGraphStoreRepository(Repository):
         """
         distance = self._settings.distance
         vector = vector_bytes(query, self._settings.vector_type)
+        if not conditions and await self._quantized_fits(tenant, prefix, conn):
+            rows = await self._search_quantized(tenant, prefix, vector, limit, offset, conn)
+        else:
+            rows = await self._search_graph(tenant, prefix, conditions, vector, limit, offset, conn)
+        found = [_row(row, _score(distance, row["distance"])) for row in rows if row["key"]]
+        await self._refresh_found(tenant, found, refresh, conn)
+        return found
+
+    async def _quantized_fits(
+        self, tenant: str, prefix: str | None, conn: asyncpg.Connection | None
+    ) -> bool:
+        """Whether the namespace's size (as counted lately) suits a search by sign bits."""
+        if self._settings.distance not in QUANTIZED_DISTANCES:
+            return False
+        where = (tenant, prefix)
+        now = time.monotonic()
+        known = self._sizes.get(where)
+        if known is None or now - known[0] > SIZE_SECONDS:
+            sql = q.namespace_size(
+                self._schema, q.namespace_range_condition(prefix), QUANTIZED_UP_TO + 1
+            )
+            row = await self._read(conn, lambda active: active.fetchrow(sql, tenant))
+            if len(self._sizes) >= SIZES_KEPT:
+                self._sizes.clear()
+            known = self._sizes[where] = (now, int(row["vectors"]), float(row["table_vectors"]))
+        _, vectors, table = known
+        return q.EXACT_UP_TO < vectors <= QUANTIZED_UP_TO and vectors <= QUANTIZED_SHARE * table
+
+    async def _search_quantized(
+        self,
+        tenant: str,
+        prefix: str | None,
+        vector: bytes,
+        limit: int,
+        offset: int,
+        conn: asyncpg.Connection | None,
+    ) -> Any:
+        wanted = offset + limit
+        candidates = max(wanted * RERANK_FACTOR, RERANK_MIN)
+        while True:
+            params = Params(tenant)
+            sql = q.search_items_quantized(
+                self._schema,
+                q.namespace_range_condition(prefix),
+                self._settings.distance,
+                params.add(vector),
+                self._settings.vector_type,
+                self._settings.embedding_dim,
+                candidates,
+                params.add(limit),
+                params.add(offset),
+            )
+            rows = await self._read(conn, functools.partial(self._fetch, sql, params.values))
+            head = rows[0]
+            # Expired items or fields of the same items filled the candidates: read further.
+            if head["scanned"] < candidates or head["found"] >= wanted or candidates >= MAX_SCAN:
+                return rows
+            candidates = min(candidates * 4, MAX_SCAN)
+
+    async def _search_graph(
+        self,
+        tenant: str,
+        prefix: str | None,
+        conditions: Sequence[Condition],
+        vector: bytes,
+        limit: int,
+        offset: int,
+        conn: asyncpg.Connection | None,
+    ) -> Any:
+        distance = self._settings.distance
         # The index holds half-precision copies of full-precision vectors.
         half_dims = self._settings.embedding_dim if self._settings.vector_type == "vector" else None
         wanted = offset + limit
@@ -223,11 +316,8 @@ class LangGraphStoreRepository(Repository):
             head = rows[0]
             # Fields of the same items filled the scan: read further.
             if head["scanned"] < scan or head["found"] >= wanted or scan >= MAX_SCAN:
-                break
+                return rows
             scan = min(scan * 4, MAX_SCAN)
-        found = [_row(row, _score(distance, row["distance"])) for row in rows if row["key"]]
-        await self._refresh_found(tenant, found, refresh, conn)
-        return found
 
     async def _refresh_found(
         self,

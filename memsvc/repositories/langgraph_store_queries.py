@@ -212,7 +212,18 @@ WITH counted AS (
        AND (SELECT vectors FROM counted) > {EXACT_UP_TO}
      ORDER BY {walk}
      LIMIT {int(scan)})
-), best AS (
+){_ranked_page(schema, "hits", limit, offset)}"""
+
+
+def _ranked_page(schema: str, scanned: str, limit: str, offset: str) -> str:
+    """The end of a query search: ``hits`` (prefix, key, distance) ranked into a page.
+
+    Each item counts once, by its nearest field. The first row also reports
+    how many rows ``scanned`` holds and how many distinct items ``hits``
+    found (the page columns are NULL when the page is empty).
+    """
+    return f"""
+, best AS (
     SELECT prefix, key, min(distance) AS distance FROM hits GROUP BY prefix, key
 ), page AS (
     SELECT {ITEM_COLUMNS}, b.distance
@@ -222,9 +233,83 @@ WITH counted AS (
     ORDER BY b.distance, b.prefix, b.key
     LIMIT {limit} OFFSET {offset}
 )
-SELECT (SELECT count(*) FROM hits) AS scanned, (SELECT count(*) FROM best) AS found, page.*
+SELECT (SELECT count(*) FROM {scanned}) AS scanned, (SELECT count(*) FROM best) AS found, page.*
 FROM (SELECT 1) AS one LEFT JOIN page ON true
 ORDER BY page.distance, page.prefix, page.key"""
+
+
+def namespace_range_condition(prefix: str | None, alias: str = "v") -> str:
+    """:func:`namespace_literal_condition` as one key range plus a recheck.
+
+    ``[p, p || '/')`` holds the namespace ``p``, everything under it, and
+    names that continue ``p`` with a character before '.', which the recheck
+    drops. One range (no OR) lets an index-only scan serve it.
+    """
+    if prefix is None:
+        return "true"
+    exact, low, high = literal(prefix), literal(prefix + "."), literal(prefix + "/")
+    return (
+        f"({alias}.prefix >= {exact} AND {alias}.prefix < {high} "
+        f"AND ({alias}.prefix = {exact} OR {alias}.prefix >= {low}))"
+    )
+
+
+def namespace_size(schema: str, namespace_sql: str, cap: int) -> str:
+    """How many vectors the namespace holds (counted up to ``cap``), and the table's estimate.
+
+    ``namespace_sql`` is a :func:`namespace_range_condition` on ``v``. The
+    table's count is the planner's estimate (``reltuples``): free to read,
+    and close enough to weigh a namespace's share of the HNSW graph.
+    """
+    return f"""
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM {schema}.langgraph_store_vectors AS v
+            WHERE v.tenant_id = $1 AND {namespace_sql}
+            LIMIT {int(cap)}
+        ) AS c) AS vectors,
+       (SELECT greatest(c.reltuples, 0)::float8 FROM pg_class AS c
+        WHERE c.oid = '{schema}.langgraph_store_vectors'::regclass) AS table_vectors"""
+
+
+def search_items_quantized(
+    schema: str,
+    namespace_sql: str,
+    distance: str,
+    query: str,
+    vector_type: str,
+    dims: int,
+    candidates: int,
+    limit: str,
+    offset: str,
+) -> str:
+    """A page of live items nearest a query vector, from a namespace's sign bits.
+
+    ``near`` ranks the namespace's vectors by the Hamming distance between
+    their sign bits and the query's, read by an index-only scan of the
+    (tenant, namespace) covering index (migration 0015), and keeps the
+    ``candidates`` nearest; those are re-ranked by their exact distance, so
+    scores are the stored vectors'. ``namespace_sql`` is a
+    :func:`namespace_range_condition` on ``v``. Expired items drop out after
+    the bits are ranked; the caller reads more candidates when too few remain
+    (``scanned`` counts the candidates, ``found`` the live items among them).
+    """
+    operator = DISTANCE[distance]
+    bits = f"binary_quantize({query}::{vector_type})::bit({int(dims)})"
+    return f"""
+WITH near AS (
+    SELECT v.prefix, v.key, v.field FROM {schema}.langgraph_store_vectors AS v
+    WHERE v.tenant_id = $1 AND {namespace_sql}
+    ORDER BY v.embedding_bits <~> {bits}
+    LIMIT {int(candidates)}
+), hits AS (
+    SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance
+    FROM near AS n
+    JOIN {schema}.langgraph_store_vectors AS v
+      ON v.tenant_id = $1 AND v.prefix = n.prefix AND v.key = n.key AND v.field = n.field
+    JOIN {schema}.langgraph_store_items AS i
+      ON i.tenant_id = $1 AND i.prefix = v.prefix AND i.key = v.key
+    WHERE {LIVE}
+){_ranked_page(schema, "near", limit, offset)}"""
 
 
 def list_namespaces(
