@@ -99,6 +99,19 @@ ON CONFLICT (tenant_id, prefix, key) DO UPDATE SET
     ttl_minutes = EXCLUDED.ttl_minutes"""
 
 
+def put_items(schema: str, vector_type: str) -> str:
+    """:func:`upsert_items`, :func:`delete_vectors` and :func:`insert_vectors` in one call.
+
+    The function of migration 0015: $1 tenant, items' $2 prefixes, $3 keys,
+    $4 values, $5 TTLs; their vectors' $6 prefixes, $7 keys, $8 fields, $9
+    embeddings. One round trip; its statements each take a fresh snapshot.
+    """
+    return (
+        f"SELECT {schema}.langgraph_store_put($1, $2::text[], $3::text[], $4::jsonb[], "
+        f"$5::float8[], $6::text[], $7::text[], $8::text[], $9::{vector_type}[])"
+    )
+
+
 def delete_vectors(schema: str) -> str:
     """Drop the vectors of items about to be re-embedded ($2 prefixes, $3 keys)."""
     return f"""
@@ -226,12 +239,13 @@ def _ranked_page(schema: str, scanned: str, limit: str, offset: str) -> str:
 , best AS (
     SELECT prefix, key, min(distance) AS distance FROM hits GROUP BY prefix, key
 ), page AS (
+    -- Only the page's items are read (hits has already dropped expired ones).
     SELECT {ITEM_COLUMNS}, b.distance
-    FROM best AS b
+    FROM (
+        SELECT * FROM best ORDER BY distance, prefix, key LIMIT {limit} OFFSET {offset}
+    ) AS b
     JOIN {schema}.langgraph_store_items AS i
       ON i.tenant_id = $1 AND i.prefix = b.prefix AND i.key = b.key
-    ORDER BY b.distance, b.prefix, b.key
-    LIMIT {limit} OFFSET {offset}
 )
 SELECT (SELECT count(*) FROM {scanned}) AS scanned, (SELECT count(*) FROM best) AS found, page.*
 FROM (SELECT 1) AS one LEFT JOIN page ON true
@@ -243,14 +257,17 @@ def namespace_range_condition(prefix: str | None, alias: str = "v") -> str:
 
     ``[p, p || '/')`` holds the namespace ``p``, everything under it, and
     names that continue ``p`` with a character before '.', which the recheck
-    drops. One range (no OR) lets an index-only scan serve it.
+    drops. One range lets an index-only scan serve it; the recheck is no
+    indexable OR, so the planner cannot turn it into a bitmap scan of the
+    heap (which reads a page per vector).
     """
     if prefix is None:
         return "true"
-    exact, low, high = literal(prefix), literal(prefix + "."), literal(prefix + "/")
+    exact, under, high = literal(prefix), literal(prefix + "."), literal(prefix + "/")
+    head = f"substr({alias}.prefix, 1, {len(prefix) + 1})"
     return (
         f"({alias}.prefix >= {exact} AND {alias}.prefix < {high} "
-        f"AND ({alias}.prefix = {exact} OR {alias}.prefix >= {low}))"
+        f"AND {head} IN ({exact}, {under}))"
     )
 
 
