@@ -172,10 +172,18 @@ class LangGraphStoreRepository(Repository):
                     [w.value for w in puts],
                     [w.ttl_minutes for w in puts],
                 )
-                await active.execute(q.delete_vectors(schema), tenant, prefixes, keys)
+                await active.execute(
+                    q.delete_stale_vectors(schema),
+                    tenant,
+                    prefixes,
+                    keys,
+                    [v.prefix for v in vectors],
+                    [v.key for v in vectors],
+                    [v.field for v in vectors],
+                )
                 if vectors:
                     await active.execute(
-                        q.insert_vectors(schema, vector_type),
+                        q.upsert_vectors(schema, vector_type),
                         tenant,
                         [v.prefix for v in vectors],
                         [v.key for v in vectors],

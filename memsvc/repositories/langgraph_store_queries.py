@@ -100,7 +100,7 @@ ON CONFLICT (tenant_id, prefix, key) DO UPDATE SET
 
 
 def put_items(schema: str, vector_type: str) -> str:
-    """:func:`upsert_items`, :func:`delete_vectors` and :func:`insert_vectors` in one call.
+    """:func:`upsert_items`, :func:`delete_stale_vectors` and :func:`upsert_vectors` in one call.
 
     The function of migration 0015: $1 tenant, items' $2 prefixes, $3 keys,
     $4 values, $5 TTLs; their vectors' $6 prefixes, $7 keys, $8 fields, $9
@@ -112,20 +112,33 @@ def put_items(schema: str, vector_type: str) -> str:
     )
 
 
-def delete_vectors(schema: str) -> str:
-    """Drop the vectors of items about to be re-embedded ($2 prefixes, $3 keys)."""
+def delete_stale_vectors(schema: str) -> str:
+    """Drop vectors of put items ($2 prefixes, $3 keys) whose field the new value lacks.
+
+    $4 prefixes, $5 keys, $6 fields: the vectors the put brings.
+    """
     return f"""
 DELETE FROM {schema}.langgraph_store_vectors AS v
 USING unnest($2::text[], $3::text[]) AS u(p, k)
-WHERE v.tenant_id = $1 AND v.prefix = u.p AND v.key = u.k"""
+WHERE v.tenant_id = $1 AND v.prefix = u.p AND v.key = u.k
+  AND NOT EXISTS (
+      SELECT 1 FROM unnest($4::text[], $5::text[], $6::text[]) AS n(p, k, f)
+      WHERE n.p = v.prefix AND n.k = v.key AND n.f = v.field
+  )"""
 
 
-def insert_vectors(schema: str, vector_type: str) -> str:
-    """Vectors of items' fields ($2 prefixes, $3 keys, $4 fields, $5 embeddings)."""
+def upsert_vectors(schema: str, vector_type: str) -> str:
+    """Vectors of items' fields ($2 prefixes, $3 keys, $4 fields, $5 embeddings).
+
+    A field's vector is updated in place, and left alone when its embedding
+    is unchanged: no new row version, nothing inserted into the HNSW index.
+    """
     return f"""
-INSERT INTO {schema}.langgraph_store_vectors (tenant_id, prefix, key, field, embedding)
+INSERT INTO {schema}.langgraph_store_vectors AS v (tenant_id, prefix, key, field, embedding)
 SELECT $1, p, k, f, e FROM unnest($2::text[], $3::text[], $4::text[], $5::{vector_type}[])
-    AS u(p, k, f, e)"""
+    AS u(p, k, f, e)
+ON CONFLICT (tenant_id, prefix, key, field) DO UPDATE SET embedding = EXCLUDED.embedding
+WHERE v.embedding IS DISTINCT FROM EXCLUDED.embedding"""
 
 
 def delete_items(schema: str) -> str:

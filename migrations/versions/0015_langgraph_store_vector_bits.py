@@ -15,6 +15,9 @@ replaced) in one call, so a put is one round trip instead of five (begin,
 three statements, commit). Each statement in the function takes its own
 snapshot, as separate statements in a transaction do: a put that waited for
 a racing put of the same item sees that put's vectors and replaces them.
+Vectors of fields the new value no longer has go; the others are updated in
+place, and not at all when the embedding is unchanged (a put that changes
+only unindexed fields writes no vector and inserts nothing into HNSW).
 
 Revision ID: 0015
 Revises: 0010
@@ -59,9 +62,16 @@ BEGIN
         ttl_minutes = EXCLUDED.ttl_minutes;
     DELETE FROM {schema}.langgraph_store_vectors AS v
     USING unnest($2, $3) AS u(p, k)
-    WHERE v.tenant_id = $1 AND v.prefix = u.p AND v.key = u.k;
-    INSERT INTO {schema}.langgraph_store_vectors (tenant_id, prefix, key, field, embedding)
-    SELECT $1, p, k, f, e FROM unnest($6, $7, $8, $9) AS u(p, k, f, e);
+    WHERE v.tenant_id = $1 AND v.prefix = u.p AND v.key = u.k
+      AND NOT EXISTS (
+          SELECT 1 FROM unnest($6, $7, $8) AS n(p, k, f)
+          WHERE n.p = v.prefix AND n.k = v.key AND n.f = v.field
+      );
+    INSERT INTO {schema}.langgraph_store_vectors AS v
+        (tenant_id, prefix, key, field, embedding)
+    SELECT $1, p, k, f, e FROM unnest($6, $7, $8, $9) AS u(p, k, f, e)
+    ON CONFLICT (tenant_id, prefix, key, field) DO UPDATE SET embedding = EXCLUDED.embedding
+    WHERE v.embedding IS DISTINCT FROM EXCLUDED.embedding;
 END
 """
 
