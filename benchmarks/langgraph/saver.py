@@ -10,8 +10,10 @@ The peer is LangGraph's ``AsyncPostgresSaver`` (psycopg 3) on a psycopg pool
 of the same size as memsvc's. An ``AsyncPostgresSaver`` serializes its calls
 with a lock, so for the concurrent runs each task gets its own saver on the
 shared pool: the peer is measured at its best, not behind its own lock.
-Sides alternate (each going first in turn) over several rounds; the ratio
-printed is the median of the rounds' ratios, the rates the medians of each side.
+Within each round the sides take turns in slices of a tenth of the round
+(each going first in turn), so drift in a shared machine's load hits both;
+the ratio printed is the median of the rounds' ratios, the rates the medians
+of each side.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from memsvc import MemoryService, Settings
 from memsvc.integrations.langgraph import MemsvcSaver
 
 POOL_SIZE = 10
+# Alternating turns per side within one round (see run_saver).
+SLICES = 10
 MODES = {"1 task": 1, "10 tasks": 10}
 OPS = ("aput", "aput_writes", "aget_tuple", "alist 100")
 
@@ -169,13 +173,21 @@ async def run_saver(dsn: str, *, seconds: float = 1.0, rounds: int = 5) -> list[
                 peer_threads = await prepare(theirs, op, tasks)
                 await measure(mine_threads, op, seconds / 4)
                 await measure(peer_threads, op, seconds / 4)
-                for number in range(rounds):
-                    # alternate who goes first, so drift hits both sides alike
-                    if number % 2:
-                        peer.append(await measure(peer_threads, op, seconds))
-                    mine.append(await measure(mine_threads, op, seconds))
-                    if not number % 2:
-                        peer.append(await measure(peer_threads, op, seconds))
+                for _ in range(rounds):
+                    # Each side's second is cut into SLICES alternating turns
+                    # (who goes first alternates too), so a drift in the
+                    # machine's load (commit latency on a shared disk, other
+                    # jobs' CPU) hits both sides alike.
+                    mine_rates: list[float] = []
+                    peer_rates: list[float] = []
+                    for number in range(SLICES):
+                        if number % 2:
+                            peer_rates.append(await measure(peer_threads, op, seconds / SLICES))
+                        mine_rates.append(await measure(mine_threads, op, seconds / SLICES))
+                        if not number % 2:
+                            peer_rates.append(await measure(peer_threads, op, seconds / SLICES))
+                    mine.append(statistics.fmean(mine_rates))
+                    peer.append(statistics.fmean(peer_rates))
                 row = {
                     "op": op,
                     "mode": mode,

@@ -105,63 +105,97 @@ async def analyze(dsn: str) -> None:
         await conn.close()
 
 
-async def timed(calls: list[Callable[[], Awaitable[Any]]]) -> tuple[float, list[Any]]:
-    times, results = [], []
-    for call in calls:
-        started = time.perf_counter()
-        results.append(await call())
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), results
+async def timed(
+    stores: dict[str, Any], calls: list[Callable[[Any], Awaitable[Any]]]
+) -> dict[str, tuple[float, list[Any]]]:
+    """Each call on every store in turn (who goes first alternates): p50 and results per store.
+
+    Interleaving call by call, rather than timing one store's block of calls
+    and then the other's, lets both see the same load on a shared machine.
+    """
+    names = list(stores)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    results: dict[str, list[Any]] = {name: [] for name in names}
+    for number, call in enumerate(calls):
+        for name in names if number % 2 == 0 else names[::-1]:
+            started = time.perf_counter()
+            results[name].append(await call(stores[name]))
+            times[name].append(time.perf_counter() - started)
+    return {name: (statistics.median(times[name]), results[name]) for name in names}
 
 
 async def measure(
-    store: Any, vectors: np.ndarray, queries: np.ndarray, big: int, ops: int, seed: int = 7
-) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    stores: dict[str, Any],
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    big: int,
+    ops: int,
+    seed: int = 7,
+) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {name: {} for name in stores}
+
+    def record(key: str, timings: dict[str, tuple[float, list[Any]]]) -> None:
+        for name, (p50, _) in timings.items():
+            out[name][key] = p50
+
     rng = np.random.default_rng(seed)
     put_rows = rng.integers(0, big, ops)
-    out["aput"], _ = await timed(
-        [
-            lambda i=int(i): store.aput(
-                ("bench", "big"), f"k{i}", {"text": f"d{i}", "bucket": i % 10}
-            )
-            for i in put_rows
-        ]
+    record(
+        "aput",
+        await timed(
+            stores,
+            [
+                lambda s, i=int(i): s.aput(
+                    ("bench", "big"), f"k{i}", {"text": f"d{i}", "bucket": i % 10}
+                )
+                for i in put_rows
+            ],
+        ),
     )
-    out["aget"], _ = await timed(
-        [lambda i=int(i): store.aget(("bench", "big"), f"k{i}") for i in put_rows]
+    record(
+        "aget",
+        await timed(
+            stores, [lambda s, i=int(i): s.aget(("bench", "big"), f"k{i}") for i in put_rows]
+        ),
     )
     for name, namespace, rows in (
         ("big", ("bench", "big"), np.arange(big)),
         ("small", ("bench", "small"), np.arange(big, big + SMALL)),
     ):
-        # Untimed searches first: the store's index is in the buffers, not
-        # the other store's that was measured (or filled) last.
+        # Untimed searches first: connections and statement caches are warm.
         for j in rng.integers(0, len(queries), WARM_UP):
-            await store.asearch(namespace, query=f"q{j}", limit=K)
+            for store in stores.values():
+                await store.asearch(namespace, query=f"q{j}", limit=K)
         chosen = rng.integers(0, len(queries), min(ops, len(queries)))
-        p50, pages = await timed(
+        searched = await timed(
+            stores,
             [
-                lambda j=int(j), ns=namespace: store.asearch(ns, query=f"q{j}", limit=K)
+                lambda s, j=int(j), ns=namespace: s.asearch(ns, query=f"q{j}", limit=K)
                 for j in chosen
-            ]
+            ],
         )
+        record(f"search_{name}", searched)
         sims = vectors[rows] @ queries[chosen].T
-        recall = []
-        for column, page in enumerate(pages):
-            truth = {f"k{rows[r]}" for r in np.argsort(-sims[:, column])[:K]}
-            recall.append(len(truth & {item.key for item in page}) / K)
-        out[f"search_{name}"] = p50
-        out[f"recall_{name}"] = float(np.mean(recall))
-        _, filtered = await timed(
+        truths = [{f"k{rows[r]}" for r in np.argsort(-sims[:, c])[:K]} for c in range(len(chosen))]
+        filtered = await timed(
+            stores,
             [
-                lambda j=int(j), ns=namespace: store.asearch(
+                lambda s, j=int(j), ns=namespace: s.asearch(
                     ns, query=f"q{j}", filter={"bucket": {"$lt": 1}}, limit=K
                 )
                 for j in chosen[:50]
-            ]
+            ],
         )
-        out[f"short_{name}"] = sum(len(page) < K for page in filtered)
+        for store_name in stores:
+            pages = searched[store_name][1]
+            recall = [
+                len(truth & {item.key for item in page}) / K
+                for truth, page in zip(truths, pages, strict=True)
+            ]
+            out[store_name][f"recall_{name}"] = float(np.mean(recall))
+            out[store_name][f"short_{name}"] = sum(
+                len(page) < K for page in filtered[store_name][1]
+            )
     return out
 
 
@@ -175,8 +209,8 @@ async def run_store(
 ) -> list[dict[str, dict[str, Any]]]:
     """Measure both stores on ``dsn``: per round, their figures (seconds, recall, short pages).
 
-    The stores are filled once; each round draws other calls and queries and
-    alternates which store goes first.
+    The stores are filled once; each round draws other calls and queries, and
+    every call runs on both stores in turn (who goes first alternates).
     """
     from langgraph.store.postgres.aio import AsyncPostgresStore
 
@@ -194,15 +228,14 @@ async def run_store(
         await peer.setup()
         store = MemsvcStore(svc, index=index)  # type: ignore[arg-type]
         # Both stores fill at once (each on its own connection; inserting into
-        # HNSW is most of a run's time), then each is measured alone.
+        # HNSW is most of a run's time), then both are measured call by call in turn.
         await asyncio.gather(fill(store, total, big), fill(peer, total, big))
         await analyze(dsn)
         for round_ in range(rounds):
-            stores = [("memsvc", store), ("langgraph", peer)]
-            figures = {}
-            for name, measured in stores if round_ % 2 == 0 else stores[::-1]:
-                figures[name] = await measure(measured, vectors, queries, big, ops, 7 + round_)
-            results.append(figures)
+            stores = {"memsvc": store, "langgraph": peer}
+            if round_ % 2:
+                stores = {"langgraph": peer, "memsvc": store}
+            results.append(await measure(stores, vectors, queries, big, ops, 7 + round_))
     return results
 
 

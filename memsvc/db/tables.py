@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import (
     ARRAY,
+    BIT,
     BYTEA,
     DOUBLE_PRECISION,
     JSONB,
@@ -157,6 +158,16 @@ COMMITTED_AT_COMMENT = (
     "When the writing transaction committed (from pg_xact_commit_timestamp, "
     "persisted by gc; NULL until then)."
 )
+
+
+def store_vector_bits_expression(settings: Settings) -> str:
+    """The sign bits of a LangGraph store vector, one per dimension (kept by the database).
+
+    A search in a mid-sized namespace ranks the namespace's vectors by the
+    Hamming distance of these bits, read from a covering index, and re-ranks
+    the nearest few hundred by their exact distance.
+    """
+    return f"binary_quantize(embedding)::bit({int(settings.embedding_dim)})"
 
 
 def build_metadata(settings: Settings) -> MetaData:
@@ -746,6 +757,12 @@ def _add_langgraph_store_tables(
             comment="Path of the embedded text in the value ('$': the whole value).",
         ),
         Column("embedding", vector_type, nullable=False, comment="Embedding of that text."),
+        Column(
+            "embedding_bits",
+            BIT(settings.embedding_dim),
+            Computed(store_vector_bits_expression(settings), persisted=True),
+            comment="Sign bits of the embedding, kept by the database (quantized search).",
+        ),
         PrimaryKeyConstraint("tenant_id", "prefix", "key", "field"),
         ForeignKeyConstraint(
             ["tenant_id", "prefix", "key"],
@@ -764,4 +781,11 @@ def _add_langgraph_store_tables(
         postgresql_using="hnsw",
         postgresql_with=hnsw_with,
         postgresql_ops={"embedding": OPCLASSES[("halfvec", settings.distance)]},
+    )
+    # A namespace's keys and bits side by side: its quantized search reads only this index.
+    Index(
+        "ix_langgraph_store_vectors_namespace_bits",
+        vectors.c.tenant_id,
+        vectors.c.prefix,
+        postgresql_include=["key", "field", "embedding_bits"],
     )

@@ -99,20 +99,46 @@ ON CONFLICT (tenant_id, prefix, key) DO UPDATE SET
     ttl_minutes = EXCLUDED.ttl_minutes"""
 
 
-def delete_vectors(schema: str) -> str:
-    """Drop the vectors of items about to be re-embedded ($2 prefixes, $3 keys)."""
+def put_items(schema: str, vector_type: str) -> str:
+    """:func:`upsert_items`, :func:`delete_stale_vectors` and :func:`upsert_vectors` in one call.
+
+    The function of migration 0018: $1 tenant, items' $2 prefixes, $3 keys,
+    $4 values, $5 TTLs; their vectors' $6 prefixes, $7 keys, $8 fields, $9
+    embeddings. One round trip; its statements each take a fresh snapshot.
+    """
+    return (
+        f"SELECT {schema}.langgraph_store_put($1, $2::text[], $3::text[], $4::jsonb[], "
+        f"$5::float8[], $6::text[], $7::text[], $8::text[], $9::{vector_type}[])"
+    )
+
+
+def delete_stale_vectors(schema: str) -> str:
+    """Drop vectors of put items ($2 prefixes, $3 keys) whose field the new value lacks.
+
+    $4 prefixes, $5 keys, $6 fields: the vectors the put brings.
+    """
     return f"""
 DELETE FROM {schema}.langgraph_store_vectors AS v
 USING unnest($2::text[], $3::text[]) AS u(p, k)
-WHERE v.tenant_id = $1 AND v.prefix = u.p AND v.key = u.k"""
+WHERE v.tenant_id = $1 AND v.prefix = u.p AND v.key = u.k
+  AND NOT EXISTS (
+      SELECT 1 FROM unnest($4::text[], $5::text[], $6::text[]) AS n(p, k, f)
+      WHERE n.p = v.prefix AND n.k = v.key AND n.f = v.field
+  )"""
 
 
-def insert_vectors(schema: str, vector_type: str) -> str:
-    """Vectors of items' fields ($2 prefixes, $3 keys, $4 fields, $5 embeddings)."""
+def upsert_vectors(schema: str, vector_type: str) -> str:
+    """Vectors of items' fields ($2 prefixes, $3 keys, $4 fields, $5 embeddings).
+
+    A field's vector is updated in place, and left alone when its embedding
+    is unchanged: no new row version, nothing inserted into the HNSW index.
+    """
     return f"""
-INSERT INTO {schema}.langgraph_store_vectors (tenant_id, prefix, key, field, embedding)
+INSERT INTO {schema}.langgraph_store_vectors AS v (tenant_id, prefix, key, field, embedding)
 SELECT $1, p, k, f, e FROM unnest($2::text[], $3::text[], $4::text[], $5::{vector_type}[])
-    AS u(p, k, f, e)"""
+    AS u(p, k, f, e)
+ON CONFLICT (tenant_id, prefix, key, field) DO UPDATE SET embedding = EXCLUDED.embedding
+WHERE v.embedding IS DISTINCT FROM EXCLUDED.embedding"""
 
 
 def delete_items(schema: str) -> str:
@@ -212,19 +238,108 @@ WITH counted AS (
        AND (SELECT vectors FROM counted) > {EXACT_UP_TO}
      ORDER BY {walk}
      LIMIT {int(scan)})
-), best AS (
+){_ranked_page(schema, "hits", limit, offset)}"""
+
+
+def _ranked_page(schema: str, scanned: str, limit: str, offset: str) -> str:
+    """The end of a query search: ``hits`` (prefix, key, distance) ranked into a page.
+
+    Each item counts once, by its nearest field. The first row also reports
+    how many rows ``scanned`` holds and how many distinct items ``hits``
+    found (the page columns are NULL when the page is empty).
+    """
+    return f"""
+, best AS (
     SELECT prefix, key, min(distance) AS distance FROM hits GROUP BY prefix, key
 ), page AS (
+    -- Only the page's items are read (hits has already dropped expired ones).
     SELECT {ITEM_COLUMNS}, b.distance
-    FROM best AS b
+    FROM (
+        SELECT * FROM best ORDER BY distance, prefix, key LIMIT {limit} OFFSET {offset}
+    ) AS b
     JOIN {schema}.langgraph_store_items AS i
       ON i.tenant_id = $1 AND i.prefix = b.prefix AND i.key = b.key
-    ORDER BY b.distance, b.prefix, b.key
-    LIMIT {limit} OFFSET {offset}
 )
-SELECT (SELECT count(*) FROM hits) AS scanned, (SELECT count(*) FROM best) AS found, page.*
+SELECT (SELECT count(*) FROM {scanned}) AS scanned, (SELECT count(*) FROM best) AS found, page.*
 FROM (SELECT 1) AS one LEFT JOIN page ON true
 ORDER BY page.distance, page.prefix, page.key"""
+
+
+def namespace_range_condition(prefix: str | None, alias: str = "v") -> str:
+    """:func:`namespace_literal_condition` as one key range plus a recheck.
+
+    ``[p, p || '/')`` holds the namespace ``p``, everything under it, and
+    names that continue ``p`` with a character before '.', which the recheck
+    drops. One range lets an index-only scan serve it; the recheck is no
+    indexable OR, so the planner cannot turn it into a bitmap scan of the
+    heap (which reads a page per vector).
+    """
+    if prefix is None:
+        return "true"
+    exact, under, high = literal(prefix), literal(prefix + "."), literal(prefix + "/")
+    head = f"substr({alias}.prefix, 1, {len(prefix) + 1})"
+    return (
+        f"({alias}.prefix >= {exact} AND {alias}.prefix < {high} "
+        f"AND {head} IN ({exact}, {under}))"
+    )
+
+
+def namespace_size(schema: str, namespace_sql: str, cap: int) -> str:
+    """How many vectors the namespace holds (counted up to ``cap``), and the table's estimate.
+
+    ``namespace_sql`` is a :func:`namespace_range_condition` on ``v``. The
+    table's count is the planner's estimate (``reltuples``): free to read,
+    and close enough to weigh a namespace's share of the HNSW graph.
+    """
+    return f"""
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM {schema}.langgraph_store_vectors AS v
+            WHERE v.tenant_id = $1 AND {namespace_sql}
+            LIMIT {int(cap)}
+        ) AS c) AS vectors,
+       (SELECT greatest(c.reltuples, 0)::float8 FROM pg_class AS c
+        WHERE c.oid = '{schema}.langgraph_store_vectors'::regclass) AS table_vectors"""
+
+
+def search_items_quantized(
+    schema: str,
+    namespace_sql: str,
+    distance: str,
+    query: str,
+    vector_type: str,
+    dims: int,
+    candidates: int,
+    limit: str,
+    offset: str,
+) -> str:
+    """A page of live items nearest a query vector, from a namespace's sign bits.
+
+    ``near`` ranks the namespace's vectors by the Hamming distance between
+    their sign bits and the query's, read by an index-only scan of the
+    (tenant, namespace) covering index (migration 0018), and keeps the
+    ``candidates`` nearest; those are re-ranked by their exact distance, so
+    scores are the stored vectors'. ``namespace_sql`` is a
+    :func:`namespace_range_condition` on ``v``. Expired items drop out after
+    the bits are ranked; the caller reads more candidates when too few remain
+    (``scanned`` counts the candidates, ``found`` the live items among them).
+    """
+    operator = DISTANCE[distance]
+    bits = f"binary_quantize({query}::{vector_type})::bit({int(dims)})"
+    return f"""
+WITH near AS (
+    SELECT v.prefix, v.key, v.field FROM {schema}.langgraph_store_vectors AS v
+    WHERE v.tenant_id = $1 AND {namespace_sql}
+    ORDER BY v.embedding_bits <~> {bits}
+    LIMIT {int(candidates)}
+), hits AS (
+    SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance
+    FROM near AS n
+    JOIN {schema}.langgraph_store_vectors AS v
+      ON v.tenant_id = $1 AND v.prefix = n.prefix AND v.key = n.key AND v.field = n.field
+    JOIN {schema}.langgraph_store_items AS i
+      ON i.tenant_id = $1 AND i.prefix = v.prefix AND i.key = v.key
+    WHERE {LIVE}
+){_ranked_page(schema, "near", limit, offset)}"""
 
 
 def list_namespaces(

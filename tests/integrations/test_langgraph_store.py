@@ -220,6 +220,46 @@ async def test_concurrent_puts_to_one_key_leave_one_whole_item(store: MemsvcStor
     assert hits[0].score == pytest.approx(1.0, abs=1e-5)
 
 
+async def test_racing_puts_with_and_without_an_indexed_field_leave_matching_vectors(
+    store: MemsvcStore,
+) -> None:
+    # Every other writer's value lacks the indexed field (so has no vector): the
+    # item left must carry exactly the vectors of its own value, none of a loser's.
+    async def put(i: int) -> None:
+        value = {"text": f"writer {i}"} if i % 2 else {"note": f"writer {i}"}
+        await store.aput(("race",), "k", value)
+
+    for _ in range(3):
+        await asyncio.gather(*(put(i) for i in range(20)))
+        item = await store.aget(("race",), "k")
+        assert item is not None
+        async with store._svc.pool.acquire() as conn:
+            vectors = await conn.fetchval("SELECT count(*) FROM memsvc.langgraph_store_vectors")
+        assert vectors == (1 if "text" in item.value else 0)
+
+
+async def test_a_put_with_unchanged_text_leaves_the_vector_row_alone(store: MemsvcStore) -> None:
+    async def vector_versions() -> list[str]:
+        async with store._svc.pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT xmin::text AS version FROM memsvc.langgraph_store_vectors ORDER BY key"
+            )
+        return [row["version"] for row in rows]
+
+    await store.aput(("keep",), "k", {"text": "same words", "n": 1})
+    first = await vector_versions()
+    await store.aput(("keep",), "k", {"text": "same words", "n": 2})
+    assert await vector_versions() == first  # no new row version, nothing new in HNSW
+    assert (await store.aget(("keep",), "k")).value["n"] == 2  # type: ignore[union-attr]
+    await store.aput(("keep",), "k", {"text": "other words", "n": 3})
+    changed = await vector_versions()
+    assert len(changed) == 1 and changed != first
+    hits = await store.asearch(("keep",), query="other words")
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    await store.aput(("keep",), "k", {"note": "no indexed field"})
+    assert await vector_versions() == []
+
+
 async def test_concurrent_puts_to_distinct_keys_lose_nothing(store: MemsvcStore) -> None:
     await asyncio.gather(*(store.aput(("many",), f"k{i}", {"text": str(i)}) for i in range(50)))
     assert len(await store.asearch(("many",), limit=100)) == 50
