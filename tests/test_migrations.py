@@ -179,3 +179,36 @@ async def test_missing_pgvector_gives_a_clear_error() -> None:
         conn = await asyncpg.connect(SYSTEM_POSTGRES)
         await conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
         await conn.close()
+
+
+async def test_history_from_before_0013_keeps_its_times_for_as_of_reads(
+    empty_database: str,
+) -> None:
+    """Events older than commit-time tracking read at their ``at``, not at the upgrade."""
+    from datetime import UTC, datetime
+
+    from memsvc import Scope
+
+    settings = settings_for_tests(empty_database, auto_migrate=True)
+    scope = Scope("acme", "p")
+    async with MemoryService.open(settings) as svc:
+        memory = await svc.memories.add(scope, "first words")
+        await svc.memories.update(memory.id, content="second words")
+    await asyncio.to_thread(migrate.downgrade, settings, empty_database, "0012")
+    conn = await asyncpg.connect(empty_database)
+    try:
+        # History written before commit times were tracked, with known times
+        # (this rewrite gives the rows a new xmin, as 0011 does to old events).
+        await conn.execute(
+            "UPDATE memsvc.memory_events SET at = CASE version "
+            "WHEN 1 THEN '2020-01-01T00:00:00Z'::timestamptz "
+            "ELSE '2021-01-01T00:00:00Z'::timestamptz END WHERE memory_id = $1",
+            memory.id,
+        )
+    finally:
+        await conn.close()
+    await asyncio.to_thread(migrate.upgrade, settings, empty_database, "head")
+    async with MemoryService.open(settings) as svc:
+        then = await svc.memories.get(memory.id, as_of=datetime(2020, 6, 1, tzinfo=UTC))
+        assert then.content == "first words"
+        assert (await svc.memories.get(memory.id)).content == "second words"
