@@ -206,6 +206,44 @@ async def test_erase_leaves_nothing_of_the_scope_and_everything_of_the_others(
     assert all(count == 0 for count in again.removed.values())
 
 
+async def test_erase_leaves_one_deleted_event_per_assembly_and_checkpoint_in_the_feed(
+    service: MemoryService, settings: Settings
+) -> None:
+    """The feed's ledger of assemblies and checkpoints keeps, like a memory's
+    tombstone, only the content-free event saying each erased one is gone."""
+    secret = marker()
+    setup = await populate(service, secret)
+    target_assembly = setup["target_assembly"]
+    await service.assemblies.update(target_assembly.id, description=f"{secret} again")
+    sibling_events_before = await ledger(settings, SIBLING)
+
+    receipt = await service.erase(TARGET)
+
+    assert receipt.verified, receipt.remaining
+    assert receipt.removed["entity_events"] >= 3  # created and updated assembly, checkpoint
+    left = await ledger(settings, TARGET)
+    assert sorted(left) == [("assembly", "deleted"), ("checkpoint", "deleted")]
+    assert await ledger(settings, SIBLING) == sibling_events_before
+
+
+async def ledger(settings: Settings, scope: Scope) -> list[tuple[str, str]]:
+    """The (entity, kind) of the feed's assembly and checkpoint events under ``scope``."""
+    assert settings.database_url is not None
+    conn = await asyncpg.connect(settings.database_url)
+    try:
+        rows = await conn.fetch(
+            f"SELECT entity, kind FROM {settings.db_schema}.entity_events "
+            "WHERE tenant_id = $1 AND project_id = $2 AND ($3::text IS NULL OR agent_id = $3) "
+            "ORDER BY event_id",
+            scope.tenant,
+            scope.project,
+            scope.agent,
+        )
+    finally:
+        await conn.close()
+    return [(r["entity"], r["kind"]) for r in rows]
+
+
 async def test_delete_scope_keeps_content_in_history_and_the_scan_sees_it(
     service: MemoryService, settings: Settings
 ) -> None:

@@ -205,7 +205,11 @@ class Erasure(Repository):
             counts = await conn.fetchrow(
                 delete_sql, [r["tenant_id"] for r in rows], [r["id"] for r in rows]
             )
-            return {"assemblies": counts["assemblies"], "assembly_members": counts["members"]}
+            return {
+                "assemblies": counts["assemblies"],
+                "assembly_members": counts["members"],
+                "entity_events": counts["entity_events"],
+            }
 
         await self._batches(run, receipt, progress)
 
@@ -308,7 +312,11 @@ class Erasure(Repository):
         )
 
         async def run(conn: asyncpg.Connection) -> dict[str, int]:
-            return {"session_checkpoints": await conn.fetchval(sql, *params.values)}
+            counts = await conn.fetchrow(sql, *params.values)
+            return {
+                "session_checkpoints": counts["checkpoints"],
+                "entity_events": counts["entity_events"],
+            }
 
         await self._batches(run, receipt, progress)
 

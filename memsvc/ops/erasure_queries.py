@@ -64,8 +64,16 @@ WITH doomed AS (
     DELETE FROM {schema}.assemblies AS a USING doomed AS d
     WHERE a.tenant_id = d.tenant_id AND a.id = d.id
     RETURNING 1
+), ledger AS (
+    -- The feed's earlier events of these assemblies; the 'deleted' event the
+    -- trigger writes for this statement comes after it and stays, content-free,
+    -- like a memory's tombstone, so followers learn the assembly is gone.
+    DELETE FROM {schema}.entity_events AS e USING doomed AS d
+    WHERE e.tenant_id = d.tenant_id AND e.entity = 'assembly' AND e.entity_id = d.id
+    RETURNING 1
 )
-SELECT (SELECT count(*) FROM gone) AS assemblies, (SELECT count(*) FROM members) AS members"""
+SELECT (SELECT count(*) FROM gone) AS assemblies, (SELECT count(*) FROM members) AS members,
+       (SELECT count(*) FROM ledger) AS entity_events"""
 
 
 def lock_memories_batch(schema: str, scope_sql: str, started: str, limit: str) -> str:
@@ -187,7 +195,7 @@ SELECT (SELECT count(*) FROM history) AS events,
 
 
 def delete_checkpoints_batch(schema: str, scope_sql: str, started: str, limit: str) -> str:
-    """Delete the next batch of the scope's session checkpoints; returns the count."""
+    """Delete the next batch of the scope's session checkpoints and their earlier ledger events."""
     return f"""
 WITH gone AS (
     DELETE FROM {schema}.session_checkpoints
@@ -197,9 +205,14 @@ WITH gone AS (
         LIMIT {limit}
         FOR UPDATE SKIP LOCKED
     )
+    RETURNING tenant_id, id
+), ledger AS (
+    -- As for assemblies: the trigger's 'deleted' event stays, the rest goes.
+    DELETE FROM {schema}.entity_events AS e USING gone AS d
+    WHERE e.tenant_id = d.tenant_id AND e.entity = 'checkpoint' AND e.entity_id = d.id
     RETURNING 1
 )
-SELECT count(*) FROM gone"""
+SELECT (SELECT count(*) FROM gone) AS checkpoints, (SELECT count(*) FROM ledger) AS entity_events"""
 
 
 def delete_store_items_batch(schema: str) -> str:
@@ -272,6 +285,8 @@ SELECT (SELECT count(*) FROM {schema}.memories
        (SELECT count(*) FROM {schema}.memory_events AS e
         JOIN {erased} ON e.tenant_id = d.tenant_id AND e.memory_id = d.id
         WHERE e.kind <> 'erased' OR e.prior IS NOT NULL) AS erased_history,
+       (SELECT count(*) FROM {schema}.entity_events
+        WHERE {scope_sql} AND kind <> 'deleted' AND at <= {started}) AS entity_events,
        (SELECT count(*) FROM {schema}.assembly_members AS am
         JOIN {erased} ON am.tenant_id = d.tenant_id AND am.memory_id = d.id)
            AS assembly_members{langgraph}"""
