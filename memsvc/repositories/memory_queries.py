@@ -354,6 +354,8 @@ def search(
     candidates_param: str | None,
     exact: bool,
     with_embeddings: bool = True,
+    required_param: str | None = None,
+    ranked_param: str | None = None,
 ) -> str:
     """The search statement of a mode (``vector``, ``text`` or ``hybrid``), in one statement.
 
@@ -367,7 +369,10 @@ def search(
     ``text``: rows whose ``content_tsv`` matches the query, by ``ts_rank_cd``.
 
     ``hybrid``: both arms, each limited to ``candidates_param`` rows under the
-    same scope and filters, fused with reciprocal rank fusion. Text and hybrid
+    same scope and filters, fused with reciprocal rank fusion. Its text arm
+    matches ``required_param`` and ranks by ``ranked_param`` (both
+    ``websearch_to_tsquery`` texts, see :mod:`memsvc.repositories.text_terms`;
+    default: ``text_param`` for both). Text and hybrid
     statements return at least one row: ``query_terms`` (0 when the text
     parses to nothing) with NULL memory columns when nothing matched.
     """
@@ -380,23 +385,27 @@ def search(
     assert text_param is not None
     tsquery = text_query(config, text_param)
     where = f"{scope_sql} AND {filter_sql} AND {NOT_EXPIRED}"
-    text_arm = f"""
-    SELECT tenant_id, id, ts_rank_cd(content_tsv, {tsquery}) AS text_score
-    FROM {schema}.memories
-    WHERE {where} AND content_tsv @@ {tsquery}
-    ORDER BY text_score DESC, id"""
     if mode == "text":
-        # Rows are read once, in the arm itself: no window, no join back.
+        # The tsquery is computed once, in FROM (in the select list and WHERE
+        # a generic plan would parse the parameter again for every row), and
+        # rows are read once, in the arm itself: no window, no join back.
         return f"""
-SELECT numnode({tsquery}) AS query_terms, hits.*
-FROM (SELECT 1) AS one LEFT JOIN (
-    SELECT {columns}, ts_rank_cd(content_tsv, {tsquery}) AS text_score
+SELECT numnode(q) AS query_terms, hits.*
+FROM {tsquery} AS q LEFT JOIN LATERAL (
+    SELECT {columns}, ts_rank_cd(content_tsv, q) AS text_score
     FROM {schema}.memories
-    WHERE {where} AND content_tsv @@ {tsquery}
+    WHERE {where} AND content_tsv @@ q
     ORDER BY text_score DESC, id
     LIMIT {k_param}
 ) AS hits ON true
 ORDER BY hits.text_score DESC, hits.id"""
+    required = text_query(config, required_param or text_param)
+    ranked = text_query(config, ranked_param or text_param)
+    text_arm = f"""
+    SELECT tenant_id, id, ts_rank_cd(content_tsv, rq) AS text_score
+    FROM {schema}.memories, {required} AS mq, {ranked} AS rq
+    WHERE {where} AND content_tsv @@ mq
+    ORDER BY text_score DESC, id"""
     assert query_param is not None and candidates_param is not None
     op = DISTANCE_OPERATORS[distance]
     order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {query_param}"
