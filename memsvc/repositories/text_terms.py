@@ -26,8 +26,9 @@ from dataclasses import dataclass
 _OPERATORS = re.compile(r'"|(?:^|\s)-\w|(?:^|\s)or(?:\s|$)', re.IGNORECASE)
 _EDGE_PUNCTUATION = "?!.,;:()[]{}'`-"
 # A token an embedding blurs: digits, snake_case, dotted.names, paths,
-# dashed-ids, camelCase. Plain words (even capitalised ones) are not.
-_RARE = re.compile(r"\d|\w_\w|\w\.\w|/\w|\w/|\w-\w|[a-z][A-Z]")
+# dashed-ids, camelCase. Plain words (even capitalised ones) are not, nor
+# are abbreviations such as "e.g." (a dotted name has a part of 2+ letters).
+_RARE = re.compile(r"\d|\w_\w|\w{2}\.\w|\w\.\w{2}|/\w|\w/|\w-\w|[a-z][A-Z]")
 
 
 @dataclass(frozen=True, slots=True)
