@@ -53,6 +53,7 @@ class RetrievalBench:
         self.admin = admin
         self.raw = raw
         self.row_of: dict[Any, int] = {}
+        self.scope_rows: dict[str, int] = {}
         self.results: dict[str, Any] = {}
         self.modes_available = False
         # Typed loosely: written against the search API issue 12 adds
@@ -86,6 +87,7 @@ class RetrievalBench:
                 )
                 for r, memory in zip(part, stored, strict=True):
                     self.row_of[memory.id] = r
+            self.scope_rows[scope] = len(rows)
         await self.admin.execute("SET maintenance_work_mem = '512MB'")
         await self.admin.execute(definition)
         await self.admin.execute("RESET maintenance_work_mem")
@@ -147,6 +149,9 @@ class RetrievalBench:
             groups.setdefault(query.get("kind") or "", []).append(i)
             where = "big scope" if query["scope"] == dataset.BIG_SCOPE else "other scopes"
             groups.setdefault(where, []).append(i)
+            # In a scope of at most 10 rows any full page is the whole scope.
+            small = self.scope_rows[query["scope"]] <= 10
+            groups.setdefault("scope <= 10" if small else "scope > 10", []).append(i)
         for group, members in sorted(groups.items()):
             if group:
                 by_mode = {m: statistics.mean(recalls[m][i] for i in members) for m in modes}
