@@ -123,7 +123,8 @@ def test_a_question_requires_its_rare_tokens_and_ranks_by_every_word() -> None:
     for rare in ("v2.3.1", "os.path.join", "maxRetries", "bpo-31949", "src/app.py", "x86_64"):
         assert hybrid_terms(f"notes on {rare}").required == rare, rare
     # Plain words and websearch syntax: the query as written, every word required.
-    plain = ("deploy budget review", "e.g. the U.S. office")
+    passage = "the deploy of v2.3.1 " + "went fine again " * 4  # a passage, not a question
+    plain = ("deploy budget review", "e.g. the U.S. office", passage)
     for written in (*plain, '"blue kettle" 4312', "ENG-4312 -draft", "a1 or b2"):
         assert hybrid_terms(written) == TextTerms(written, written), written
 

@@ -12,9 +12,11 @@ holding such tokens is split in two:
 - **ranked**: every word, ORed, for ``ts_rank_cd`` to order the matches
   (a match that also has the other words ranks higher).
 
-A question without rare-looking tokens, and any query using the websearch
-syntax (``"quotes"``, ``-word``, ``or``), is one ``websearch_to_tsquery``
-as written: every word required, as in text mode.
+A question without rare-looking tokens, a query longer than
+``QUESTION_WORDS`` words (a passage, searched for its meaning: a token in it
+is incidental, and requiring it pulls in memories that merely share it), and
+any query using the websearch syntax (``"quotes"``, ``-word``, ``or``) is one
+``websearch_to_tsquery`` as written: every word required, as in text mode.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ _EDGE_PUNCTUATION = "?!.,;:()[]{}'`-"
 _RARE = re.compile(r"\d|\w_\w|\w{2}\.\w|\w\.\w{2}|/\w|\w/|\w-\w|[a-z][A-Z]")
 
 
+# The longest query read as a question (see the module docstring).
+QUESTION_WORDS = 12
+
+
 @dataclass(frozen=True, slots=True)
 class TextTerms:
     """The two ``websearch_to_tsquery`` inputs of a hybrid search's text arm."""
@@ -45,6 +51,8 @@ def hybrid_terms(text: str) -> TextTerms:
         return TextTerms(text, text)
     words = [w.strip(_EDGE_PUNCTUATION) for w in text.split()]
     words = [w for w in words if w]
+    if len(words) > QUESTION_WORDS:
+        return TextTerms(text, text)
     rare = [w for w in words if _RARE.search(w)]
     if not rare:
         return TextTerms(text, text)
