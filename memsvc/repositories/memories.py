@@ -817,16 +817,23 @@ class MemoryRepository(Repository):
             with_embeddings,
         )
 
-        async def run(active: asyncpg.Connection) -> builtins.list[Any]:
+        async def run(active: asyncpg.Connection) -> tuple[builtins.list[Any], int | None]:
             rows = await self._run_search(active, statement.sql, statement.values)
             if statement.exact_sql is not None and self._short(statement, rows):
                 # The index ran out (max_scan_tuples) before filters let k rows
                 # through, or the scope is small: scan exactly to be sure.
                 rows = await self._run_search(active, statement.exact_sql, statement.values)
-            return rows
+            if statement.mode == "text":
+                # Text mode's statement has no row to carry the count: only
+                # an empty result asks whether the query had words at all.
+                terms = None if rows else await active.fetchval(
+                    q.query_terms(self._settings.text_search_config), statement.values[0]
+                )
+                return rows, terms
+            return rows, rows[0]["query_terms"] if statement.mode == "hybrid" else None
 
-        rows = await self._read(conn, run)
-        if statement.mode != "vector" and rows and rows[0]["query_terms"] == 0:
+        rows, terms = await self._read(conn, run)
+        if terms == 0:
             raise ValidationError(
                 "query",
                 "has no searchable words under the text search configuration "
