@@ -212,6 +212,10 @@ class RetrievalBench:
         """p50/p99 per mode in the big scope, with the raw SQL text peer, interleaved."""
         raw_sql = await self.raw_text_sql() if self.modes_available else None
         sides = [*(MODES if self.modes_available else ("vector",)), *(["raw"] if raw_sql else [])]
+        # The same raw statement on memsvc's own table: tells the table from the client path.
+        own_sql = raw_sql.replace("FROM bench_raw,", "FROM memsvc.memories,") if raw_sql else None
+        if own_sql:
+            sides.append("raw own")
         # For reference: memsvc's vector search against the same query in raw SQL.
         sides.append("raw vector")
         raw_vector_sql = (
@@ -229,6 +233,10 @@ class RetrievalBench:
                 t = time.perf_counter()
                 if side == "raw vector":
                     await self.raw.fetch(raw_vector_sql, vector_bytes(vector), TENANT, "big")
+                    lat[side].append(time.perf_counter() - t)
+                elif side == "raw own":
+                    assert own_sql is not None
+                    await self.raw.fetch(own_sql, JOINED.sub(" ", text), TENANT, dataset.BIG_SCOPE)
                     lat[side].append(time.perf_counter() - t)
                 elif side == "raw":
                     assert raw_sql is not None
@@ -252,7 +260,11 @@ class RetrievalBench:
         for side in sides:
             p50, p99 = ms(lat[side], 50), ms(lat[side], 99)
             figures[side] = {"p50_ms": round(p50, 3), "p99_ms": round(p99, 3)}
-            label = {"raw": "raw SQL text", "raw vector": "raw SQL vector"}.get(side, side)
+            label = {
+                "raw": "raw SQL text",
+                "raw own": "raw, memories",
+                "raw vector": "raw SQL vector",
+            }.get(side, side)
             print(f"    {label:<13} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms")
         self.results["latency"] = figures
 
