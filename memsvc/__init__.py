@@ -29,6 +29,7 @@ from memsvc.models import (
     SearchHit,
     TaskState,
 )
+from memsvc.ops.erasure import ErasureReceipt
 from memsvc.scope import Scope
 from memsvc.service import MemoryService
 from memsvc.settings import Settings
@@ -41,6 +42,7 @@ __all__ = [
     "ConflictError",
     "Embedder",
     "EmbeddingError",
+    "ErasureReceipt",
     "HashingEmbedder",
     "Memory",
     "MemoryEvent",

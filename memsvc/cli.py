@@ -16,20 +16,30 @@ import click
 
 from memsvc.db import migrate as migrations
 from memsvc.db.embedded import EmbeddedPostgres, psql_executable, running_postmaster_pid
+from memsvc.embedding import embedder_from_spec
 from memsvc.errors import MemsvcError, SchemaError
+from memsvc.ops.citus import citus_sql
 from memsvc.ops.doctor import Doctor, DoctorReport
+from memsvc.ops.erasure import MAX_BATCH as ERASE_MAX_BATCH
+from memsvc.ops.erasure import ErasureReceipt
 from memsvc.ops.export import ExportReport, check_import_header, open_output
 from memsvc.ops.gc import MAX_BATCH, GcReport
 from memsvc.ops.legacy import LegacyReport, import_legacy
 from memsvc.ops.loader import LoadReport
 from memsvc.ops.recall_audit import DEFAULT_SAMPLE, DEFAULT_THRESHOLD, MAX_SAMPLE, RecallReport
+from memsvc.ops.reembed import DEFAULT_BATCH as REEMBED_BATCH
+from memsvc.ops.reembed import MAX_BATCH as REEMBED_MAX_BATCH
+from memsvc.ops.reembed import ReembedReport
 from memsvc.ops.render import (
     doctor_lines,
+    erasure_lines,
     export_lines,
     gc_lines,
     legacy_lines,
     load_lines,
     recall_lines,
+    reembed_lines,
+    scope_text,
     stats_lines,
 )
 from memsvc.ops.roles import DEFAULT_MIGRATION_ROLE, DEFAULT_RUNTIME_ROLE, roles_sql
@@ -387,6 +397,81 @@ def gc(batch_size: int, idle_days: float | None, max_batches: int | None) -> Non
     _echo(gc_lines(report))
 
 
+@main.command()
+@click.option("--embedder", "spec", required=True,
+              help="The new model, as MEMSVC_EMBEDDER: hashing, openai:<model>, local:<path>.")
+@click.option("--dim", type=click.IntRange(1, 16_000), default=None,
+              help="Its dimension (default: the current MEMSVC_EMBEDDING_DIM).")
+@click.option("--batch-size", default=REEMBED_BATCH, show_default=True,
+              type=click.IntRange(1, REEMBED_MAX_BATCH), help="Rows embedded per transaction.")
+def reembed(spec: str, dim: int | None, batch_size: int) -> None:
+    """Move every memory to another embedding model while the service keeps running.
+
+    Fills a second embedding column in batches, builds its HNSW index
+    concurrently, then switches searches to it in one transaction and drops the
+    old column; returns after the switch. Run it from several processes or
+    hosts at once to share the work; run it again after a crash to resume.
+    Runs DDL: use the role that owns the memsvc tables (the migration role).
+    Services must be given the new embedder (next_embedder) before the switch.
+    """
+    settings = _settings()
+    new_dim = settings.embedding_dim if dim is None else dim
+    embedder = embedder_from_spec(spec, new_dim)  # a bad spec is an argument error
+
+    async def run(progress: ProgressReporter) -> ReembedReport:
+        async with _service(progress, settings) as svc:
+            return await svc.maintenance.reembed(
+                embedder, dim=new_dim, spec=spec.strip(), batch_size=batch_size,
+                progress=progress,
+            )
+
+    with _progress() as progress:
+        report = _run(run(progress))
+    _echo(reembed_lines(report))
+
+
+@main.command()
+@click.option("--tenant", required=True, help="The tenant to erase (or that holds the scope).")
+@click.option("--project", help="Only this project (and what is under it).")
+@click.option("--agent", help="Only this agent (and its sessions).")
+@click.option("--session", help="Only this session.")
+@click.option("--batch-size", default=500, show_default=True,
+              type=click.IntRange(1, ERASE_MAX_BATCH), help="Rows per transaction.")
+@click.option("--yes", is_flag=True, help="Really erase (required: erasure cannot be undone).")
+def erase(
+    tenant: str,
+    project: str | None,
+    agent: str | None,
+    session: str | None,
+    batch_size: int,
+    yes: bool,
+) -> None:
+    """Erase a scope and everything under it, leaving no content behind (cannot be undone).
+
+    Removes memories with their whole history (one content-free 'erased' event
+    stays per memory), assemblies, checkpoints, working memory, and LangGraph
+    checkpoints and store items when only --tenant is given; then checks that
+    nothing remains and prints the receipt. Exit code 1 when the check found
+    something (written during the erasure: run it again).
+    """
+    scope = _scope_option(tenant, project, agent, session)
+    assert scope is not None
+    if not yes:
+        raise click.UsageError(
+            "erasing cannot be undone: add --yes to erase " + scope_text(scope)
+        )
+
+    async def run(progress: ProgressReporter) -> ErasureReceipt:
+        async with _service(progress) as svc:
+            return await svc.erase(scope, batch_size=batch_size, progress=progress)
+
+    with _progress() as progress:
+        receipt = _run(run(progress))
+    _echo(erasure_lines(receipt))
+    if not receipt.verified:
+        sys.exit(1)
+
+
 @main.command(name="export")
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--tenant", help="Only this tenant.")
@@ -520,6 +605,22 @@ def roles(print_sql: bool, schema: str | None, migration_role: str, runtime_role
     except MemsvcError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(script, nl=False)
+
+
+@main.command()
+@click.option("--print-sql", is_flag=True, help="Print the SQL script (required).")
+@click.option("--schema", default=None, help="Schema (default: MEMSVC_DB_SCHEMA or memsvc).")
+def citus(print_sql: bool, schema: str | None) -> None:
+    """SQL distributing the tables with Citus: tenant tables by tenant_id, co-located.
+
+    Review it, then run it on the coordinator after `memsvc migrate` (psql -f).
+    memsvc never runs it itself.
+    """
+    if not print_sql:
+        raise click.ClickException("pass --print-sql: review the script, then run it with psql")
+    # Settings validate the schema name (it is interpolated into the script).
+    settings = _settings() if schema is None else Settings(db_schema=schema)
+    click.echo(citus_sql(settings), nl=False)
 
 
 if __name__ == "__main__":

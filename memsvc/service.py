@@ -14,14 +14,19 @@ from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, create_pool, find_vector_schema
+from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError, SchemaError
+from memsvc.ops.erasure import DEFAULT_BATCH as ERASE_BATCH
+from memsvc.ops.erasure import Erasure, ErasureReceipt
 from memsvc.ops.maintenance import Maintenance
+from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.checkpoints import CheckpointRepository
+from memsvc.repositories.embedding_space import EmbeddingSpace
 from memsvc.repositories.memories import MemoryRepository
 from memsvc.repositories.ranking import Reranker
-from memsvc.scope import Scope
+from memsvc.scope import Include, Scope
 from memsvc.settings import Settings
 from memsvc.telemetry import unwatch, watch
 from memsvc.working import WorkingMemory, WorkingStore, open_working_store
@@ -69,6 +74,8 @@ class MemoryService:
         reranker: Reranker | None = None,
         embedded: EmbeddedPostgres | None = None,
         working_store: WorkingStore,
+        reads: ReadRouter | None = None,
+        next_embedder: Embedder | None = None,
     ) -> None:
         self.settings = settings
         self.working_store = working_store
@@ -83,8 +90,13 @@ class MemoryService:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
-        self.assemblies = AssemblyRepository(pool, settings)
-        self.checkpoints = CheckpointRepository(pool, settings)
+        self._reads = reads or ReadRouter(pool, settings, [])
+        # Which model memories are embedded with, and a migration to another.
+        self.embedding_space = EmbeddingSpace(settings, embedder, next_embedder)
+        self.assemblies = AssemblyRepository(
+            pool, settings, reads=self._reads, space=self.embedding_space
+        )
+        self.checkpoints = CheckpointRepository(pool, settings, reads=self._reads)
         self.memories = MemoryRepository(
             pool,
             settings,
@@ -92,6 +104,8 @@ class MemoryService:
             reranker=reranker,
             before_delete=self.assemblies.detach_memories,
             embeddings_changed=self.assemblies.embeddings_changed,
+            reads=self._reads,
+            space=self.embedding_space,
         )
         self.maintenance = Maintenance(
             pool,
@@ -100,6 +114,10 @@ class MemoryService:
             assemblies=self.assemblies,
             checkpoints=self.checkpoints,
             memories=self.memories,
+            reads=self._reads,
+        )
+        self._erasure = Erasure(
+            pool, settings, assemblies=self.assemblies, working_store=working_store
         )
         watch(self, schema=settings.db_schema)
 
@@ -110,23 +128,32 @@ class MemoryService:
         *,
         embedder: Embedder | None = None,
         reranker: Reranker | None = None,
+        next_embedder: Embedder | None = None,
     ) -> _Opening:
         """Connect (starting the embedded PostgreSQL if no URL is set) and check the schema.
 
         ``embedder`` embeds text (memories without an embedding, text queries);
         ``reranker``, an async ``(query_text, [contents]) -> [scores]``, reorders
         the candidates of text queries before the top ``k`` are cut.
+        ``next_embedder`` is the model an embedding-model migration (``memsvc
+        reembed``) moves to: while one runs, writes are embedded with both,
+        and after its switch the service embeds with this one (see the
+        README's "Changing the embedding model").
 
         Use as ``async with MemoryService.open(...) as svc`` or
         ``svc = await MemoryService.open(...)``. Raises SchemaError when the
         database is not migrated (unless ``auto_migrate``) or was created with
         another embedding dimension, vector type or distance.
         """
-        return _Opening(settings or Settings(), embedder, reranker)
+        return _Opening(settings or Settings(), embedder, reranker, next_embedder)
 
     @classmethod
     async def _open(
-        cls, settings: Settings, embedder: Embedder | None, reranker: Reranker | None = None
+        cls,
+        settings: Settings,
+        embedder: Embedder | None,
+        reranker: Reranker | None = None,
+        next_embedder: Embedder | None = None,
     ) -> MemoryService:
         embedded: EmbeddedPostgres | None = None
         if settings.database_url is None:
@@ -142,13 +169,21 @@ class MemoryService:
                 await asyncio.to_thread(embedded.close)
             raise
         try:
-            working_store, _ = await open_working_store(settings)
+            reads = await ReadRouter.open(pool, settings, vector_schema)
         except BaseException:
             await pool.close()
             if embedded is not None:
                 await asyncio.to_thread(embedded.close)
             raise
-        return cls(
+        try:
+            working_store, _ = await open_working_store(settings)
+        except BaseException:
+            await reads.close()
+            await pool.close()
+            if embedded is not None:
+                await asyncio.to_thread(embedded.close)
+            raise
+        service = cls(
             settings,
             pool,
             dsn=dsn,
@@ -156,7 +191,16 @@ class MemoryService:
             reranker=reranker,
             embedded=embedded,
             working_store=working_store,
+            reads=reads,
+            next_embedder=next_embedder,
         )
+        try:
+            with translate_errors():
+                await service.embedding_space.refresh(pool)
+        except BaseException:
+            await service.close()
+            raise
+        return service
 
     def working(self, scope: Scope) -> WorkingMemory:
         """The working memory of a session (``scope`` must name a session).
@@ -165,10 +209,50 @@ class MemoryService:
         """
         return WorkingMemory(scope, self.working_store, self.settings, self.checkpoints)
 
+    async def erase(
+        self,
+        scope: Scope,
+        *,
+        include: Include = "descendants",
+        batch_size: int = ERASE_BATCH,
+        progress: ProgressReporter = NO_PROGRESS,
+    ) -> ErasureReceipt:
+        """Erase everything memsvc holds for ``scope``, leaving no content behind.
+
+        Unlike ``memories.delete_scope`` (which keeps each memory's content in
+        its history, for audit), this removes the scope's memories with their
+        whole history (one content-free ``erased`` event stays per memory),
+        assembly memberships (surviving assemblies recomputed), the scope's
+        assemblies and session checkpoints, LangGraph checkpoints and store
+        items when ``scope`` is a whole tenant, and the working memory of every
+        session under it. Batched, idempotent, safe to run again after a crash.
+        The receipt says what went and whether a check afterwards found nothing
+        left (``verified``). See :mod:`memsvc.ops.erasure`.
+        """
+        try:
+            return await self._erasure.erase(
+                scope, include=include, batch_size=batch_size, progress=progress
+            )
+        finally:
+            # Reads after an erasure must not find what it removed on a
+            # replica that has not replayed it yet (erasure writes through
+            # its own connections, so the position is the primary's current one).
+            if self._reads.tracks_writes:
+                self._reads.wrote_elsewhere()
+
     @property
     def pool(self) -> asyncpg.Pool:
         """The asyncpg pool, for apps that run their own statements alongside memsvc's."""
         return self._pool
+
+    @property
+    def reads(self) -> ReadRouter:
+        """Where reads run: ``async with svc.reads.connection() as conn`` gives a
+        connection to read from (a healthy replica that has replayed this
+        service's writes, else the primary); ``svc.reads.status()`` tells
+        each replica's state. Without ``replica_urls`` it is always the primary.
+        """
+        return self._reads
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -189,6 +273,7 @@ class MemoryService:
         unwatch(self)
         await self.maintenance.close()
         await self.working_store.close()
+        await self._reads.close()
         await self._pool.close()
         if self._embedded is not None:
             await asyncio.to_thread(self._embedded.close)
@@ -209,18 +294,27 @@ class _Opening:
     """What ``MemoryService.open()`` returns: awaitable, or an async context manager."""
 
     def __init__(
-        self, settings: Settings, embedder: Embedder | None, reranker: Reranker | None
+        self,
+        settings: Settings,
+        embedder: Embedder | None,
+        reranker: Reranker | None,
+        next_embedder: Embedder | None = None,
     ) -> None:
         self._settings = settings
         self._embedder = embedder
         self._reranker = reranker
+        self._next_embedder = next_embedder
         self._service: MemoryService | None = None
 
     def __await__(self) -> Generator[Any, None, MemoryService]:
-        return MemoryService._open(self._settings, self._embedder, self._reranker).__await__()
+        return MemoryService._open(
+            self._settings, self._embedder, self._reranker, self._next_embedder
+        ).__await__()
 
     async def __aenter__(self) -> MemoryService:
-        self._service = await MemoryService._open(self._settings, self._embedder, self._reranker)
+        self._service = await MemoryService._open(
+            self._settings, self._embedder, self._reranker, self._next_embedder
+        )
         return self._service
 
     async def __aexit__(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from memsvc.errors import ValidationError
 
@@ -66,6 +67,40 @@ class Settings(BaseSettings):
     )
     row_level_security: bool = Field(default=False)
 
+    # --- read replicas ------------------------------------------------------
+    replica_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="postgresql:// DSNs of streaming replicas of database_url; searches, "
+        "gets, lists, counts and history run there. Environment: comma-separated, or a "
+        'JSON list (MEMSVC_REPLICA_URLS=\'["postgresql://r1/db", "postgresql://r2/db"]\').',
+    )
+    read_your_writes: bool = Field(
+        default=True,
+        description="A read after this service's own write runs on a replica only once "
+        "the replica has replayed that write (else on the primary).",
+    )
+    replica_wait_s: float = Field(
+        default=0.1,
+        ge=0,
+        description="Longest a read waits for a replica to replay the service's writes "
+        "before it runs on the primary instead.",
+    )
+    replica_max_lag_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="A replica whose replay is further behind than this is skipped.",
+    )
+    replica_check_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often a replica's health (standby, replay lag) is checked.",
+    )
+    replica_retry_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How long a replica that could not be reached is skipped.",
+    )
+
     # --- vectors ------------------------------------------------------------
     embedding_dim: int = Field(default=384, ge=1, le=16_000)
     vector_type: VectorType = "vector"
@@ -78,6 +113,13 @@ class Settings(BaseSettings):
         default="hashing",
         description="Embedder where memsvc picks one (`memsvc mcp`, the demo): `hashing`, "
         "`openai:<model>` or `local:<model or path>` (see memsvc.embedding.embedder_from_spec).",
+    )
+    embedding_state_refresh_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="How often a service re-reads whether an embedding-model migration "
+        "(`memsvc reembed`) is in progress; the switch waits twice this long after the start.",
     )
     text_search_config: str = Field(
         default="english",
@@ -125,6 +167,26 @@ class Settings(BaseSettings):
         # lower-case identifier; anything else is refused here.
         if not _IDENTIFIER.match(value):
             raise ValueError("must be a lower-case identifier: [a-z_][a-z0-9_]{0,62}")
+        return value
+
+    @field_validator("replica_urls", mode="before")
+    @classmethod
+    def _split_replica_urls(cls, value: Any) -> Any:
+        # From the environment: a JSON list or comma-separated DSNs.
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("replica_urls")
+    @classmethod
+    def _replica_urls_are_postgres(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("postgresql://", "postgres://")):
+                # The URL itself is left out: it may hold a password.
+                raise ValueError("each replica URL must be a postgresql:// DSN")
         return value
 
     @field_validator("text_search_config")

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError
+from memsvc.ops.erasure import ErasureReceipt
 from memsvc.repositories.ranking import Reranker
 from memsvc.scope import Scope
 from memsvc.service import MemoryService
@@ -83,7 +84,8 @@ class SyncMemoryService:
     """:class:`memsvc.MemoryService` for synchronous code.
 
     ``memories``, ``assemblies`` and ``checkpoints`` have the async API's
-    methods, blocking; ``working(scope)`` returns a blocking WorkingMemory.
+    methods, blocking; ``working(scope)`` returns a blocking WorkingMemory;
+    ``erase(scope)`` blocks until the erasure's receipt is ready.
     """
 
     def __init__(self, service: MemoryService, runner: _LoopThread) -> None:
@@ -101,14 +103,18 @@ class SyncMemoryService:
         *,
         embedder: Embedder | None = None,
         reranker: Reranker | None = None,
+        next_embedder: Embedder | None = None,
     ) -> SyncMemoryService:
         """Open the service (see :meth:`memsvc.MemoryService.open`) on a background loop.
 
         ``reranker`` is an async callable; it runs on the background loop.
+        ``next_embedder``: the model an embedding-model migration moves to.
         """
         runner = _LoopThread()
         try:
-            service = runner.run(MemoryService._open(settings or Settings(), embedder, reranker))
+            service = runner.run(
+                MemoryService._open(settings or Settings(), embedder, reranker, next_embedder)
+            )
         except BaseException:
             runner.stop()
             raise
@@ -127,6 +133,10 @@ class SyncMemoryService:
     def working(self, scope: Scope) -> Any:
         """The blocking working memory of a session."""
         return _Blocking(self._service.working(scope), self._runner)
+
+    def erase(self, scope: Scope, **options: Any) -> ErasureReceipt:
+        """:meth:`memsvc.MemoryService.erase`, blocking (same keyword options)."""
+        return self._runner.run(self._service.erase(scope, **options))
 
     def close(self) -> None:
         """Close the service and stop the background loop."""

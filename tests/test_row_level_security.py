@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -168,3 +169,57 @@ async def test_open_refuses_rls_setting_on_a_schema_without_enforcement(
 
     with pytest.raises(SchemaError, match="do not enforce it"):
         await MemoryService.open(settings_for_tests(memsvc_database_url, row_level_security=True))
+
+
+async def test_as_of_reads_stay_within_the_tenant(rls_database: tuple[str, str]) -> None:
+    _, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    async with MemoryService.open(settings) as svc:
+        alpha, beta = Scope("alpha", "p", "a", "s"), Scope("beta", "p", "a", "s")
+        secret = await svc.memories.add(alpha, "alpha secret")
+        await svc.memories.add(beta, "beta note")
+        then = datetime.now(UTC)
+        await svc.memories.delete(secret.id, tenant="alpha")
+        # The deleted memory comes back from history for its tenant only.
+        assert (await svc.memories.get(secret.id, tenant="alpha", as_of=then)).content == (
+            "alpha secret"
+        )
+        with pytest.raises(NotFoundError):
+            await svc.memories.get(secret.id, tenant="beta", as_of=then)
+        seen = await svc.memories.list(Scope("beta"), include="descendants", as_of=then)
+        assert [m.content for m in seen] == ["beta note"]
+        assert await svc.memories.count(Scope("alpha"), include="descendants", as_of=then) == 1
+
+
+async def test_erase_works_for_the_runtime_role_and_only_in_its_tenant(
+    rls_database: tuple[str, str],
+) -> None:
+    owner_dsn, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    async with MemoryService.open(settings) as svc:
+        ids = {}
+        for tenant in ("alpha", "beta"):
+            scope = Scope(tenant, "p", "a", "s")
+            memory = await svc.memories.add(scope, "identical secret words")
+            await svc.memories.update(memory.id, content="identical revised words", tenant=tenant)
+            await svc.checkpoints.create(scope, {"note": "identical secret words"})
+            ids[tenant] = memory.id
+        receipt = await svc.erase(Scope("alpha", "p"))
+        assert receipt.verified, receipt.remaining
+        assert receipt.removed["memories"] == 1 and receipt.removed["session_checkpoints"] == 1
+        events = await svc.memories.history(ids["alpha"], tenant="alpha")
+        assert [(e.kind, e.prior) for e in events] == [("erased", None)]
+        beta = await svc.memories.get(ids["beta"], tenant="beta")
+        assert beta.content == "identical revised words"
+        assert [e.kind for e in await svc.memories.history(ids["beta"], tenant="beta")] == [
+            "created", "updated",
+        ]
+    conn = await asyncpg.connect(owner_dsn)  # a superuser: the policies do not bind it
+    try:
+        rows = await conn.fetch(
+            "SELECT tenant_id, count(*) FROM memsvc.memory_events "
+            "WHERE prior::text LIKE '%identical secret%' GROUP BY tenant_id"
+        )
+        assert [(r["tenant_id"], r["count"]) for r in rows] == [("beta", 1)]
+    finally:
+        await conn.close()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 
 import pytest
 
-from memsvc import ConflictError, HashingEmbedder, Scope, Settings
+from memsvc import ConflictError, HashingEmbedder, NotFoundError, Scope, Settings
 from memsvc.sync import SyncMemoryService
 
 
@@ -24,6 +25,18 @@ def test_same_names_without_await(sync_service: SyncMemoryService, scope: Scope)
     assert hits[0].memory.id == memory.id
     with pytest.raises(ConflictError):
         sync_service.memories.update(memory.id, content="x", expected_version=7)
+
+
+def test_as_of_reads_without_await(sync_service: SyncMemoryService, scope: Scope) -> None:
+    memory = sync_service.memories.add(scope, "first words")
+    then = datetime.now(UTC)
+    sync_service.memories.update(memory.id, content="second words")
+    sync_service.memories.put(scope, "status", "added later")
+    assert sync_service.memories.get(memory.id, as_of=then).content == "first words"
+    assert [m.content for m in sync_service.memories.list(scope, as_of=then)] == ["first words"]
+    assert sync_service.memories.count(scope, as_of=then) == 1
+    with pytest.raises(NotFoundError):
+        sync_service.memories.get_by_key(scope, "status", as_of=then)
 
 
 def test_10_threads_x_20_puts_and_adds_leave_200_memories(

@@ -280,6 +280,7 @@ class EmbeddedPostgres:
         # start() would also join the wheel's handle list (see the module doc).
         server = _pgserver().PostgresServer(pgdata, cleanup_mode=None)
         server.ensure_pgdata_inited()
+        enable_commit_timestamps(pgdata)
         for attempt in range(_START_ATTEMPTS):
             # A server stopped a moment ago may still have processes exiting
             # (holding its shared memory): the new one would refuse to start.
@@ -353,6 +354,24 @@ class EmbeddedPostgres:
         except Exception as exc:
             raise StorageError(f"could not stop the embedded PostgreSQL: {exc}") from exc
         self._holder, self._dsn = None, None
+
+
+# As-of reads place each change at its transaction's commit time, which
+# PostgreSQL records only with this setting (read at server start).
+COMMIT_TIMESTAMP_LINE = "track_commit_timestamp = on  # memsvc: as-of reads\n"
+
+
+def enable_commit_timestamps(pgdata: Path) -> None:
+    """Turn ``track_commit_timestamp`` on in the data directory's configuration.
+
+    Idempotent; it takes effect when the server (re)starts, so a data
+    directory whose server is already running gets it at its next start.
+    """
+    conf = pgdata / "postgresql.conf"
+    text = conf.read_text() if conf.exists() else ""
+    if COMMIT_TIMESTAMP_LINE not in text:
+        with conf.open("a") as out:
+            out.write(("" if not text or text.endswith("\n") else "\n") + COMMIT_TIMESTAMP_LINE)
 
 
 def _leftover_processes(pgdata: Path) -> list[psutil.Process]:

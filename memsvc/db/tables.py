@@ -119,6 +119,13 @@ def store_vector_index_expression(settings: Settings) -> str:
     return f"(embedding::halfvec({int(settings.embedding_dim)}))"
 
 
+AT_COMMENT = "When the writing transaction started (now()); committed_at is when it committed."
+COMMITTED_AT_COMMENT = (
+    "When the writing transaction committed (from pg_xact_commit_timestamp, "
+    "persisted by gc; NULL until then)."
+)
+
+
 def build_metadata(settings: Settings) -> MetaData:
     """Build the schema for ``settings`` (schema name, vector type and dimension)."""
     metadata = MetaData(schema=settings.db_schema, naming_convention=NAMING_CONVENTION)
@@ -135,6 +142,36 @@ def build_metadata(settings: Settings) -> MetaData:
         PrimaryKeyConstraint("key"),
         comment="Settings fixed when the schema was created (embedding dimension, vector type, "
         "distance); memsvc refuses to open with different ones.",
+    )
+
+    Table(
+        "embedding_migrations",
+        metadata,
+        Column("id", BigInteger, Identity(always=False), nullable=False, comment="Migration id."),
+        Column(
+            "embedder",
+            Text,
+            nullable=False,
+            comment="Spec of the new embedder (as MEMSVC_EMBEDDER: hashing, openai:..., "
+            "local:...).",
+        ),
+        Column("dim", Integer, nullable=False, comment="Dimension of the new embeddings."),
+        Column(
+            "started_at",
+            DateTime(timezone=True),
+            nullable=False,
+            server_default=text("now()"),
+            comment="When the new column was added.",
+        ),
+        Column(
+            "switched_at",
+            DateTime(timezone=True),
+            nullable=True,
+            comment="When searches moved to the new embeddings (NULL: in progress).",
+        ),
+        PrimaryKeyConstraint("id"),
+        comment="Online embedding-model migrations (memsvc reembed): the row with no "
+        "switched_at is in progress, and writers embed with both models meanwhile.",
     )
 
     memories = Table(
@@ -264,26 +301,43 @@ def build_metadata(settings: Settings) -> MetaData:
             comment="Increasing event number.",
         ),
         Column("memory_id", UUID(as_uuid=True), nullable=False, comment="The memory changed."),
-        Column("kind", Text, nullable=False, comment="created, updated or deleted."),
+        Column(
+            "kind", Text, nullable=False, comment="created, updated, deleted or erased."
+        ),
         Column("version", Integer, nullable=False, comment="The memory's version after the event."),
         Column(
             "prior",
             JSONB,
             nullable=True,
-            comment="The values before the change (NULL for created).",
+            comment="The values before the change (NULL for created and erased).",
         ),
         Column(
             "at",
             DateTime(timezone=True),
             nullable=False,
             server_default=text("now()"),
-            comment="When the change committed its statement.",
+            comment=AT_COMMENT,
+        ),
+        Column(
+            "committed_at",
+            DateTime(timezone=True),
+            nullable=True,
+            comment=COMMITTED_AT_COMMENT,
         ),
         PrimaryKeyConstraint("tenant_id", "event_id"),
-        CheckConstraint("kind IN ('created', 'updated', 'deleted')", name="kind"),
+        CheckConstraint("kind IN ('created', 'updated', 'deleted', 'erased')", name="kind"),
         comment="Append-only history of memories, written in the same transaction as each change.",
     )
     Index("ix_memory_events_memory", events.c.tenant_id, events.c.memory_id, events.c.event_id)
+    # As-of reads look for the events committed after a moment: persisted
+    # commit times through the first index, the not yet persisted (few, when
+    # gc runs) through the second.
+    Index("ix_memory_events_committed", events.c.tenant_id, events.c.committed_at)
+    Index(
+        "ix_memory_events_uncommitted",
+        events.c.tenant_id,
+        postgresql_where=events.c.committed_at.is_(None),
+    )
 
     _add_assembly_tables(metadata, settings, opclass, hnsw_with)
     _add_checkpoint_table(metadata)

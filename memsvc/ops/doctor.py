@@ -18,7 +18,14 @@ Checked, in order (later checks need the earlier ones to pass):
 7. ``history``: memories that vanished without a ``deleted`` event, or exist
    without any event (rows changed behind memsvc's back; reported only);
 8. ``gc backlog``: expired memories and sessions over checkpoint retention
-   (reported; ``memsvc gc`` deletes them).
+   (reported; ``memsvc gc`` deletes them);
+9. ``replica <name>``, for each of ``replica_urls``: reachable, a standby,
+   at the same migration, and how far its replay lags (reads skip a replica
+   that fails any of these, so none of it loses a read; see
+   :mod:`memsvc.db.replicas`).
+10. ``embedding migration``: one in progress (``memsvc reembed``), with how
+   many rows still lack the new embedding and the state of its index
+   (reported as a warning; running ``memsvc reembed`` again finishes it).
 
 With ``repair``, each fix runs in its own transaction and is reported:
 assemblies are recomputed by :meth:`AssemblyRepository.recompute` (which
@@ -37,9 +44,10 @@ from typing import Literal
 
 import asyncpg
 
-from memsvc.db import migrate
+from memsvc.db import migrate, replica_queries
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect
+from memsvc.db.replicas import replica_name
 from memsvc.db.tables import OPCLASSES
 from memsvc.errors import MemsvcError
 from memsvc.ops import bulk_queries
@@ -50,6 +58,7 @@ from memsvc.ops.bulk import (
     build_index,
     metadata_index_definition,
 )
+from memsvc.ops.reembed import migration_progress
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.settings import Settings
@@ -144,7 +153,13 @@ class Doctor:
                 await self._check_content_hashes(conn, report, repair)
                 progress.start("doctor: checking history and gc backlog")
                 await self._check_history(conn, report)
+                await self._check_commit_timestamps(conn, report)
                 await self._check_backlog(conn, report)
+                if self._settings.replica_urls:
+                    progress.start("doctor: checking replicas")
+                    for url in self._settings.replica_urls:
+                        await self._check_replica(url, report)
+                await self._check_embedding_migration(conn, report)
                 progress.done()
         finally:
             await conn.close()
@@ -202,6 +217,36 @@ class Doctor:
             f"{expected_type}, distance {self._settings.distance} (as recorded in schema_info)",
         )
         return True
+
+    # ------------------------------------------------------------ replicas
+
+    async def _check_replica(self, url: str, report: DoctorReport) -> None:
+        name = f"replica {replica_name(url)}"
+        try:
+            conn = await connect(url, self._settings)
+        except MemsvcError as exc:
+            report.add(name, "warning", f"unreachable, reads go elsewhere: {exc}")
+            return
+        try:
+            with translate_errors():
+                state = await conn.fetchrow(replica_queries.REPLICA_STATE)
+                revision = await migrate.current_revision(conn, self._schema)
+        finally:
+            await conn.close()
+        head = migrate.head_revision()
+        if not state["standby"]:
+            report.add(name, "problem", "not a standby (promoted?): it is never read from")
+        elif revision != head:
+            report.add(name, "problem", f"schema at {revision or 'no revision'}, head is {head}")
+        elif state["lag_s"] > self._settings.replica_max_lag_s:
+            report.add(
+                name,
+                "warning",
+                f"replay lags {state['lag_s']:.1f} s (over replica_max_lag_s="
+                f"{self._settings.replica_max_lag_s:g}): skipped until it catches up",
+            )
+        else:
+            report.add(name, "ok", f"streaming standby, replay lag {state['lag_s']:.1f} s")
 
     # ------------------------------------------------------------ indexes
 
@@ -369,6 +414,44 @@ class Doctor:
             )
         else:
             report.add("history", "ok", "every memory has history; no deletion went unrecorded")
+
+    async def _check_commit_timestamps(
+        self, conn: asyncpg.Connection, report: DoctorReport
+    ) -> None:
+        waiting = await conn.fetchval(q.commit_times_waiting(self._schema))
+        if not await conn.fetchval(q.TRACK_COMMIT_TIMESTAMP):
+            report.add(
+                "commit timestamps",
+                "warning",
+                "track_commit_timestamp is off: as-of reads are refused until it is set in "
+                "postgresql.conf and the server restarted",
+            )
+            return
+        report.add(
+            "commit timestamps",
+            "ok",
+            f"tracked; {waiting} history events wait for gc to persist their commit time",
+        )
+
+    async def _check_embedding_migration(
+        self, conn: asyncpg.Connection, report: DoctorReport
+    ) -> None:
+        running = await migration_progress(conn, self._schema)
+        if running is None:
+            return
+        done = ""
+        if running["total"] is not None:
+            embedded = running["total"] - running["remaining"]
+            share = 100.0 * embedded / running["total"] if running["total"] else 100.0
+            done = f"{embedded} of {running['total']} rows embedded ({share:.0f}%), "
+        report.add(
+            "embedding migration",
+            "warning",
+            f"migration {running['id']} to {running['embedder']!r} ({running['dim']} "
+            f"dimensions) in progress since {running['started_at']:%Y-%m-%d %H:%M:%S %Z}: "
+            f"{done}new index {running['index']}; `memsvc reembed --embedder "
+            f"{running['embedder']} --dim {running['dim']}` finishes it",
+        )
 
     async def _check_backlog(self, conn: asyncpg.Connection, report: DoctorReport) -> None:
         expired = await conn.fetchval(q.expired_waiting(self._schema))

@@ -70,12 +70,12 @@ LIMIT $2"""
 
 
 def orphaned_history(schema: str) -> str:
-    """Memories with history but no row and no ``deleted`` event (removed behind memsvc's back)."""
+    """Memories with history but no row and no ``deleted``/``erased`` event (removed by hand)."""
     return f"""
 SELECT count(*) FROM (
     SELECT e.tenant_id, e.memory_id FROM {schema}.memory_events AS e
     GROUP BY e.tenant_id, e.memory_id
-    HAVING bool_and(e.kind <> 'deleted')
+    HAVING bool_and(e.kind NOT IN ('deleted', 'erased'))
 ) AS g
 WHERE NOT EXISTS (
     SELECT 1 FROM {schema}.memories AS m WHERE m.tenant_id = g.tenant_id AND m.id = g.memory_id
@@ -152,3 +152,11 @@ def fix_content_hash(schema: str) -> str:
 UPDATE {schema}.memories SET content_hash = $3
 WHERE tenant_id = $1 AND id = $2 AND content_hash <> $3 AND {actual} = $3
 RETURNING id"""
+
+
+TRACK_COMMIT_TIMESTAMP = "SELECT current_setting('track_commit_timestamp')::bool"
+
+
+def commit_times_waiting(schema: str) -> str:
+    """History events whose commit time gc has not persisted yet."""
+    return f"SELECT count(*) FROM {schema}.memory_events WHERE committed_at IS NULL"

@@ -1,5 +1,8 @@
 """Garbage collection: expired memories, checkpoints past retention, idle sessions.
 
+gc also persists the commit time of history events (``committed_at``, read
+by as-of reads) before the server forgets it; it never deletes history.
+
 Work happens in bounded batches, each its own short transaction, with rows
 locked ``FOR UPDATE SKIP LOCKED``: any number of gc workers (processes,
 or the service's background task) can run at once, each deleting rows no
@@ -56,6 +59,7 @@ class GcReport:
     idle_memories_deleted: int = 0
     idle_assemblies_deleted: int = 0
     idle_checkpoints_deleted: int = 0
+    commit_times_persisted: int = 0
     batches: int = 0
     seconds: float = 0.0
 
@@ -136,6 +140,7 @@ class GarbageCollector:
             if deleted < batch_size:
                 break
         report.checkpoints_pruned = await self._prune_checkpoints(progress)
+        await self._persist_commit_times(batch_size, report, progress)
         if idle_session_days is not None:
             cutoff = datetime.now(UTC) - timedelta(days=idle_session_days)
             await self._remove_idle_sessions(cutoff, batch_size, report, progress)
@@ -160,6 +165,35 @@ class GarbageCollector:
             async with self._pool.acquire() as conn, conn.transaction():
                 rows = await conn.fetch(q.lock_expired(self._schema), batch_size)
                 return await self._memories.delete_locked(conn, rows)
+
+    async def _persist_commit_times(
+        self, batch_size: int, report: GcReport, progress: ProgressReporter
+    ) -> None:
+        """Copy events' commit timestamps into ``committed_at`` (see the queries module).
+
+        Without ``track_commit_timestamp`` there is nothing to copy (and as-of
+        reads refuse to run), so the pass is skipped.
+        """
+        with translate_errors():
+            async with self._pool.acquire() as conn:
+                if not await conn.fetchval(q.TRACKING_COMMIT_TIMESTAMPS):
+                    return
+        progress.start("gc: persisting commit times of history events")
+        sql = q.persist_commit_times(self._schema)
+
+        async def batch() -> int:
+            with translate_errors():
+                async with self._pool.acquire() as conn:
+                    done: int = await conn.fetchval(sql, batch_size)
+                    return done
+
+        while True:
+            done = await self._retrying(batch)
+            report.batches += 1
+            report.commit_times_persisted += done
+            progress.advance(done)
+            if done < batch_size:
+                break
 
     async def _delete_expired_store_items(self, batch_size: int) -> int:
         # LangGraph store items (MemsvcStore) past their TTL; their vectors cascade.

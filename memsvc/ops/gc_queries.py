@@ -92,3 +92,33 @@ WITH gone AS (
     WHERE {scope_sql} AND created_at < {cutoff} RETURNING 1
 )
 SELECT count(*) FROM gone"""
+
+
+TRACKING_COMMIT_TIMESTAMPS = "SELECT current_setting('track_commit_timestamp')::bool"
+
+
+def persist_commit_times(schema: str) -> str:
+    """Copy the commit time of up to ``$1`` history events into ``committed_at``.
+
+    Every event gc can see has committed, and PostgreSQL recorded its commit
+    time before making it visible, so ``pg_xact_commit_timestamp(xmin)`` is
+    known unless the event was written while ``track_commit_timestamp`` was
+    off or the server has truncated it (frozen): then the transaction's start
+    ``at`` is the best time left, and as-of reads already use it. The rows
+    are locked SKIP LOCKED: an erasure rewriting an event (a new ``xmin``)
+    waits for this batch rather than the other way round.
+    """
+    return f"""
+WITH batch AS (
+    SELECT tenant_id, event_id FROM {schema}.memory_events
+    WHERE committed_at IS NULL
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE {schema}.memory_events AS e
+    SET committed_at = coalesce(pg_xact_commit_timestamp(e.xmin), e.at)
+    FROM batch
+    WHERE e.tenant_id = batch.tenant_id AND e.event_id = batch.event_id
+    RETURNING 1
+)
+SELECT count(*) FROM done"""

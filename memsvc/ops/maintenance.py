@@ -10,6 +10,8 @@ from typing import IO
 
 import asyncpg
 
+from memsvc.db.replicas import ReadRouter
+from memsvc.embedding import Embedder, embedder_from_spec
 from memsvc.ops.doctor import Doctor, DoctorReport
 from memsvc.ops.export import ExportReport, IndexMode, count_export, export_jsonl, import_jsonl
 from memsvc.ops.gc import DEFAULT_BATCH, GarbageCollector, GcReport
@@ -22,6 +24,8 @@ from memsvc.ops.recall_audit import (
     RecallReport,
     recall_audit,
 )
+from memsvc.ops.reembed import DEFAULT_BATCH as DEFAULT_REEMBED_BATCH
+from memsvc.ops.reembed import Reembedder, ReembedReport
 from memsvc.ops.stats import Stats, collect_stats
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
@@ -90,8 +94,11 @@ class Maintenance:
         assemblies: AssemblyRepository,
         checkpoints: CheckpointRepository,
         memories: MemoryRepository,
+        reads: ReadRouter | None = None,
     ) -> None:
         self._pool = pool
+        # Reads after maintenance writes wait for them on replicas too.
+        self._reads = reads
         self._settings = settings
         self._dsn = dsn
         self._assemblies = assemblies
@@ -120,12 +127,15 @@ class Maintenance:
             max_batches: Cap on expired-memory batches this run.
             progress: Told each pass and what it deletes (see :mod:`memsvc.progress`).
         """
-        return await self._gc.run(
-            batch_size=batch_size,
-            idle_session_days=idle_session_days,
-            max_batches=max_batches,
-            progress=progress,
-        )
+        try:
+            return await self._gc.run(
+                batch_size=batch_size,
+                idle_session_days=idle_session_days,
+                max_batches=max_batches,
+                progress=progress,
+            )
+        finally:
+            self._wrote()
 
     def start_background_gc(
         self,
@@ -189,6 +199,52 @@ class Maintenance:
             repair=repair, progress=progress
         )
 
+    async def reembed(
+        self,
+        embedder: Embedder | str,
+        *,
+        dim: int | None = None,
+        spec: str | None = None,
+        batch_size: int = DEFAULT_REEMBED_BATCH,
+        progress: ProgressReporter = NO_PROGRESS,
+    ) -> ReembedReport:
+        """Move every memory to another embedding model, online; returns after the switch.
+
+        Adds a second embedding column of ``dim`` dimensions (default: the
+        current one), fills it in batches (several processes may run this at
+        once and share the rows; a crashed run resumes where it stopped),
+        builds its HNSW index concurrently, then switches searches to it in
+        one transaction and drops the old column. Runs DDL: the database role
+        must own the memsvc tables. See the README's "Changing the embedding model".
+
+        Args:
+            embedder: The new model: an :class:`~memsvc.embedding.Embedder`, or
+                a spec as ``MEMSVC_EMBEDDER`` takes (``hashing``,
+                ``openai:<model>``, ``local:<path>``).
+            dim: Its dimension.
+            spec: The name recorded for the migration (default: the spec
+                given, else the embedder's class name); every worker of one
+                migration must give the same.
+            batch_size: Rows embedded per transaction.
+        """
+        dim = self._settings.embedding_dim if dim is None else dim
+        if isinstance(embedder, str):
+            spec = spec or embedder
+            embedder = embedder_from_spec(embedder, dim)
+        elif spec is None:
+            spec = type(embedder).__name__
+        worker = Reembedder(
+            self._pool,
+            self._settings,
+            self._dsn,
+            embedder,
+            spec=spec,
+            dim=dim,
+            batch_size=batch_size,
+            progress=progress,
+        )
+        return await worker.run()
+
     async def recall_audit(
         self,
         *,
@@ -246,16 +302,19 @@ class Maintenance:
 
         ``progress`` is told the bytes read, and the index check and rebuild steps.
         """
-        async with self._pool.acquire() as conn:
-            return await import_jsonl(
-                conn,
-                self._dsn,
-                self._settings,
-                self._assemblies,
-                Path(path),
-                index_mode=index_mode,
-                progress=progress,
-            )
+        try:
+            async with self._pool.acquire() as conn:
+                return await import_jsonl(
+                    conn,
+                    self._dsn,
+                    self._settings,
+                    self._assemblies,
+                    Path(path),
+                    index_mode=index_mode,
+                    progress=progress,
+                )
+        finally:
+            self._wrote()
 
     async def import_legacy(
         self,
@@ -271,16 +330,23 @@ class Maintenance:
 
         ``progress`` is told the records read, and the index rebuild step.
         """
-        async with self._pool.acquire() as conn:
-            return await import_legacy(
-                conn,
-                self._dsn,
-                self._settings,
-                self._assemblies,
-                Path(path),
-                tenant=tenant,
-                dry_run=dry_run,
-                index_mode=index_mode,
-                strip_nul=strip_nul,
-                progress=progress,
-            )
+        try:
+            async with self._pool.acquire() as conn:
+                return await import_legacy(
+                    conn,
+                    self._dsn,
+                    self._settings,
+                    self._assemblies,
+                    Path(path),
+                    tenant=tenant,
+                    dry_run=dry_run,
+                    index_mode=index_mode,
+                    strip_nul=strip_nul,
+                    progress=progress,
+                )
+        finally:
+            self._wrote()
+
+    def _wrote(self) -> None:
+        if self._reads is not None and self._reads.tracks_writes:
+            self._reads.wrote_elsewhere()

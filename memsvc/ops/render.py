@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memsvc.ops.doctor import DoctorReport
+from memsvc.ops.erasure import ErasureReceipt
 from memsvc.ops.export import ExportReport
 from memsvc.ops.gc import GcReport
 from memsvc.ops.legacy import LegacyReport
 from memsvc.ops.loader import LoadReport
 from memsvc.ops.recall_audit import RecallReport
+from memsvc.ops.reembed import ReembedReport
 from memsvc.ops.stats import Stats
 from memsvc.scope import Scope
 
@@ -116,6 +118,7 @@ def gc_lines(report: GcReport) -> list[str]:
         f"expired memories deleted: {report.expired_deleted}",
         f"expired LangGraph store items deleted: {report.store_items_expired}",
         f"checkpoints pruned past retention: {report.checkpoints_pruned}",
+        f"history events given their commit time: {report.commit_times_persisted}",
     ]
     if report.idle_sessions or report.idle_memories_deleted:
         lines += [
@@ -124,6 +127,44 @@ def gc_lines(report: GcReport) -> list[str]:
             f"assemblies, {report.idle_checkpoints_deleted} checkpoints)"
         ]
     lines.append(f"{report.batches} batches in {report.seconds:.1f} s")
+    return lines
+
+
+def reembed_lines(report: ReembedReport) -> list[str]:
+    """``memsvc reembed``."""
+    lines = [
+        f"embedding migration {report.migration_id} to {report.embedder} "
+        f"({report.dim} dimensions): switched",
+    ]
+    if report.already_done:
+        lines.append("it had switched already: nothing to do")
+        return lines
+    lines.append(f"rows embedded by this worker: {report.embedded} in {report.batches} batches")
+    if report.switched_here:
+        lines.append(f"switched here ({report.caught_up} rows embedded at the switch)")
+    else:
+        lines.append("switched by another worker")
+    return lines
+
+
+def erasure_lines(receipt: ErasureReceipt) -> list[str]:
+    """``memsvc erase``: the receipt."""
+    what = "and everything under it" if receipt.include == "descendants" else "exactly"
+    lines = [f"erased: {scope_text(receipt.scope)} ({what})"]
+    rows = [(name, count) for name, count in sorted(receipt.removed.items())]
+    lines += table(["removed", "rows"], rows) if rows else ["nothing to remove"]
+    if not receipt.langgraph:
+        lines.append("LangGraph checkpoints and store items: kept (erased with whole tenants only)")
+    finished = receipt.finished.isoformat() if receipt.finished else "-"
+    lines.append(f"started {receipt.started.isoformat()}, finished {finished}")
+    if receipt.written_during:
+        kept = ", ".join(f"{n} {name}" for name, n in sorted(receipt.written_during.items()))
+        lines.append(f"written during the erasure and kept whole: {kept}")
+    if receipt.verified:
+        lines.append("verified: nothing of the scope written before the erasure remains")
+    else:
+        lines.append("NOT verified; still present (written during the erasure? run it again):")
+        lines += [f"  {name}: {count}" for name, count in sorted(receipt.remaining.items())]
     return lines
 
 

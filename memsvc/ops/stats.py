@@ -77,13 +77,13 @@ async def collect_stats(conn: asyncpg.Connection, schema: str, tenant: str | Non
     Counting reads every row (``count(*)``); on very large tables prefer the
     ``estimated_rows`` of :attr:`Stats.relations`.
     """
-    if tenant is not None:
-        tenant = validate_id("tenant", tenant)
+    one_tenant = tenant is not None
+    args = (validate_id("tenant", tenant),) if tenant is not None else ()
     with translate_errors():
-        memories = await conn.fetch(q.memories_per_tenant(schema), tenant)
-        assemblies = await conn.fetch(q.assemblies_per_tenant(schema), tenant)
-        checkpoints = await conn.fetch(q.checkpoints_per_tenant(schema), tenant)
-        store_items = await conn.fetch(q.store_items_per_tenant(schema), tenant)
+        memories = await conn.fetch(q.memories_per_tenant(schema, one_tenant), *args)
+        assemblies = await conn.fetch(q.assemblies_per_tenant(schema, one_tenant), *args)
+        checkpoints = await conn.fetch(q.checkpoints_per_tenant(schema, one_tenant), *args)
+        store_items = await conn.fetch(q.store_items_per_tenant(schema, one_tenant), *args)
         relations = await conn.fetch(q.relation_sizes(), schema)
     per_tenant: dict[str, dict[str, int]] = {}
     for row in memories:

@@ -1,8 +1,9 @@
 """SQL of :mod:`memsvc.ops.stats`.
 
 Each function returns one statement's text for a schema name (a validated
-identifier); values are ``$n`` parameters. ``$1`` is an optional tenant
-(NULL: every tenant).
+identifier); values are ``$n`` parameters. With ``one_tenant`` the
+statement reads the tenant ``$1`` only (on Citus: one shard); without it,
+every tenant.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ LEVEL = """CASE WHEN session_id IS NOT NULL THEN 'session'
             ELSE 'tenant' END"""
 
 
-def memories_per_tenant(schema: str) -> str:
+def _tenant(one_tenant: bool) -> str:
+    return "tenant_id = $1" if one_tenant else "true"
+
+
+def memories_per_tenant(schema: str, one_tenant: bool) -> str:
     """Memories per tenant: by scope level, expired waiting for gc, with embedding."""
     return f"""
 SELECT tenant_id,
@@ -27,37 +32,37 @@ SELECT tenant_id,
        count(embedding) AS embedded,
        count(key) AS keyed
 FROM {schema}.memories
-WHERE $1::text IS NULL OR tenant_id = $1::text
+WHERE {_tenant(one_tenant)}
 GROUP BY tenant_id
 ORDER BY tenant_id"""
 
 
-def assemblies_per_tenant(schema: str) -> str:
+def assemblies_per_tenant(schema: str, one_tenant: bool) -> str:
     """Assemblies and memberships per tenant."""
     return f"""
 SELECT tenant_id, count(*) AS assemblies, coalesce(sum(member_count), 0)::bigint AS members
 FROM {schema}.assemblies
-WHERE $1::text IS NULL OR tenant_id = $1::text
+WHERE {_tenant(one_tenant)}
 GROUP BY tenant_id"""
 
 
-def checkpoints_per_tenant(schema: str) -> str:
+def checkpoints_per_tenant(schema: str, one_tenant: bool) -> str:
     """Checkpoints per tenant: count, bytes, sessions holding them."""
     return f"""
 SELECT tenant_id, count(*) AS checkpoints,
        coalesce(sum(size_bytes), 0)::bigint AS bytes,
        count(DISTINCT (project_id, agent_id, session_id)) AS sessions
 FROM {schema}.session_checkpoints
-WHERE $1::text IS NULL OR tenant_id = $1::text
+WHERE {_tenant(one_tenant)}
 GROUP BY tenant_id"""
 
 
-def store_items_per_tenant(schema: str) -> str:
+def store_items_per_tenant(schema: str, one_tenant: bool) -> str:
     """LangGraph store items per tenant, and how many expired waiting for gc."""
     return f"""
 SELECT tenant_id, count(*) AS items, count(*) FILTER (WHERE expires_at <= now()) AS expired
 FROM {schema}.langgraph_store_items
-WHERE $1::text IS NULL OR tenant_id = $1::text
+WHERE {_tenant(one_tenant)}
 GROUP BY tenant_id"""
 
 

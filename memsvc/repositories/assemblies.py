@@ -34,11 +34,13 @@ from typing import Any, Literal
 import asyncpg
 import numpy as np
 
+from memsvc.db.replicas import ReadRouter
 from memsvc.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.ids import new_id, parse_id
 from memsvc.models import Assembly, AssemblyHit, Memory
 from memsvc.repositories import assembly_queries as q
 from memsvc.repositories.base import Repository
+from memsvc.repositories.embedding_space import EmbeddingSpace
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_include
@@ -153,13 +155,25 @@ class _Aggregates:
         return self.member_count, self.embedded_count, self.total.tolist(), centroid
 
 
-@traced_operations("memsvc.assemblies", exclude=["detach_memories", "embeddings_changed"])
+@traced_operations(
+    "memsvc.assemblies", exclude=["detach_memories", "embeddings_changed", "erase_memberships"]
+)
 @tenant_scoped
 class AssemblyRepository(Repository):
     """Named groups of memories with exact member counts and centroids."""
 
-    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
-        super().__init__(pool, settings)
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        settings: Settings,
+        *,
+        reads: ReadRouter | None = None,
+        space: EmbeddingSpace | None = None,
+    ) -> None:
+        super().__init__(pool, settings, reads=reads)
+        # Centroids are in the memories' embedding space: their dimension
+        # follows an embedding-model migration's switch.
+        self._space = space
         schema = self._schema
         self._insert_sql = q.insert_assembly(schema)
         self._lock_memories_sql = q.lock_memories(schema)
@@ -172,8 +186,9 @@ class AssemblyRepository(Repository):
 
     def _vector(self, value: object, field: str) -> Vector:
         settings = self._settings
+        dim = settings.embedding_dim if self._space is None else self._space.dim
         return validate_embedding(
-            value, settings.embedding_dim, settings.vector_type, field, distance=settings.distance
+            value, dim, settings.vector_type, field, distance=settings.distance
         )
 
     def _description(self, value: object) -> str:
@@ -407,6 +422,36 @@ class AssemblyRepository(Repository):
         if updates:
             await conn.executemany(self._set_many_sql, updates)
 
+    async def erase_memberships(
+        self, conn: asyncpg.Connection, tenants: list[str], memory_ids: list[uuid.UUID]
+    ) -> int:
+        """Remove memories about to be erased from their assemblies; recompute those.
+
+        Like :meth:`detach_memories` (same transaction, memory rows already
+        locked, assemblies locked in key order), but the surviving assemblies'
+        counts, sums and centroids are recomputed from their remaining members
+        rather than reduced, so nothing derived from an erased embedding is
+        left in them. Returns how many memberships went.
+        """
+        if not memory_ids:
+            return 0
+        affected = await conn.fetch(q.assemblies_of_memories(self._schema), tenants, memory_ids)
+        if not affected:
+            return 0
+        locked = await conn.fetch(
+            q.lock_assemblies(self._schema),
+            [r["tenant_id"] for r in affected],
+            [r["assembly_id"] for r in affected],
+        )
+        removed = await conn.fetch(q.detach_members(self._schema), tenants, memory_ids)
+        if locked:
+            await conn.fetch(
+                q.recompute(self._schema, self._settings.vector_type),
+                [r["tenant_id"] for r in locked],
+                [r["id"] for r in locked],
+            )
+        return len(removed)
+
     async def embeddings_changed(
         self, conn: asyncpg.Connection, tenants: list[str], memory_ids: list[uuid.UUID]
     ) -> None:
@@ -495,7 +540,7 @@ class AssemblyRepository(Repository):
         try:
             async with self._connection(conn) as active:
                 row = await active.fetchrow(
-                    q.update_assembly(self._schema),
+                    q.update_assembly(self._schema, tenant is not None),
                     assembly_id,
                     tenant,
                     expected_version,
@@ -553,8 +598,7 @@ class AssemblyRepository(Repository):
         tenant = validate_tenant(tenant)
         tenant_param, args = self._by_id(assembly_id, tenant)
         sql = q.select_by_id(self._schema, tenant_param)
-        async with self._connection(conn) as active:
-            rows = await active.fetch(sql, *args)
+        rows = await self._read(conn, lambda active: active.fetch(sql, *args))
         return Assembly.from_row(self._one(rows, assembly_id))
 
     async def get_by_name(
@@ -567,8 +611,7 @@ class AssemblyRepository(Repository):
         sql = q.select_by_name(
             self._schema, scope_sql, params.add(validate_name(name, "name", MAX_NAME_LENGTH))
         )
-        async with self._connection(conn) as active:
-            row = await active.fetchrow(sql, *params.values)
+        row = await self._read(conn, lambda active: active.fetchrow(sql, *params.values))
         if row is None:
             raise NotFoundError(f"no assembly named {name!r} in this scope")
         return Assembly.from_row(row)
@@ -594,8 +637,7 @@ class AssemblyRepository(Repository):
         scope_sql = scope_condition(scope, include, params)
         after_param = None if after is None else params.add(parse_id("after", after))
         sql = q.list_page(self._schema, scope_sql, after_param, params.add(limit))
-        async with self._connection(conn) as active:
-            rows = await active.fetch(sql, *params.values)
+        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
         return [Assembly.from_row(row) for row in rows]
 
     async def members(
@@ -621,11 +663,14 @@ class AssemblyRepository(Repository):
         args: list[object] = [assembly_id, after_id, limit]
         if tenant is not None:
             args.append(tenant)
-        async with self._connection(conn) as active:
-            rows = await active.fetch(sql, *args)
+
+        async def page(active: asyncpg.Connection) -> builtins.list[Any]:
+            rows: builtins.list[Any] = await active.fetch(sql, *args)
             if not rows:
                 await self._require_one(active, assembly_id, tenant)
-        return [Memory.from_row(row) for row in rows]
+            return rows
+
+        return [Memory.from_row(row) for row in await self._read(conn, page)]
 
     async def memberships(
         self,
@@ -639,8 +684,7 @@ class AssemblyRepository(Repository):
         tenant = validate_tenant(tenant)
         tenant_param, args = self._by_id(wanted, tenant)
         sql = q.memberships(self._schema, tenant_param)
-        async with self._connection(conn) as active:
-            rows = await active.fetch(sql, *args)
+        rows = await self._read(conn, lambda active: active.fetch(sql, *args))
         return [Assembly.from_row(row) for row in rows]
 
     async def search(
@@ -692,12 +736,16 @@ class AssemblyRepository(Repository):
         }
         # Only ``auto`` uses the threshold, the last parameter.
         values = params.values if plan == "auto" else params.values[:-1]
-        async with self._connection(conn) as active:
-            sql = q.search(self._schema, mode=plan, **options)
+        sql = q.search(self._schema, mode=plan, **options)
+
+        async def run(active: asyncpg.Connection) -> builtins.list[Any]:
             rows = await self._run_search(active, sql, values)
             if len(rows) < k and plan == "auto" and not (rows and rows[0]["via_exact"]):
                 # The index gave up (max_scan_tuples) before k rows of this
                 # scope turned up, or the scope is empty: scan exactly.
                 exact_sql = q.search(self._schema, mode="exact", **options)
                 rows = await self._run_search(active, exact_sql, params.values[:-1])
+            return rows
+
+        rows = await self._read(conn, run)
         return [AssemblyHit(Assembly.from_row(row), float(row["similarity"])) for row in rows]

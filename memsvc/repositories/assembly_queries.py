@@ -299,10 +299,11 @@ WHERE (am.tenant_id, am.memory_id) IN (
 ORDER BY a.tenant_id, a.id"""
 
 
-def update_assembly(schema: str) -> str:
+def update_assembly(schema: str, tenant_filter: bool) -> str:
     """Change name/description/metadata under a row lock, checking the expected version.
 
-    Parameters: $1 id, $2 tenant or NULL, $3 expected version or NULL,
+    Parameters: $1 id, $2 tenant (NULL without ``tenant_filter``; then a
+    plain ``$2 IS NULL`` keeps it typed), $3 expected version or NULL,
     $4 name, $5 description, $6 metadata (each NULL to keep). Returns the
     prior version and the number of rows found so the caller can tell a
     stale version from a missing row.
@@ -310,7 +311,7 @@ def update_assembly(schema: str) -> str:
     return f"""
 WITH old AS (
     SELECT tenant_id, id, version FROM {schema}.assemblies
-    WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2::text)
+    WHERE id = $1 AND {"tenant_id = $2::text" if tenant_filter else "$2::text IS NULL"}
     FOR UPDATE
 ), upd AS (
     UPDATE {schema}.assemblies AS a

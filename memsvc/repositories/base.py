@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from memsvc.db.errors import connection_is_broken, translate_errors
+from memsvc.db.replicas import ReadRouter
 from memsvc.errors import (
     ConcurrencyError,
     ConflictError,
@@ -37,24 +38,34 @@ class Repository:
     write a memory and its own rows atomically. Repositories never commit or
     roll back a caller's transaction; they use a savepoint when they need
     atomicity inside it.
+
+    With a :class:`~memsvc.db.replicas.ReadRouter` (``reads``), reads made
+    through :meth:`_read` without a caller's connection may run on a replica,
+    and every block on a pooled connection that may write records the WAL
+    position it reached, for read-your-writes.
     """
 
-    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, settings: Settings, *, reads: ReadRouter | None = None
+    ) -> None:
         self._pool = pool
         self._settings = settings
         self._schema = settings.db_schema
+        self._reads = reads
 
     @asynccontextmanager
     async def _connection(
-        self, conn: asyncpg.Connection | None = None
+        self, conn: asyncpg.Connection | None = None, *, writes: bool = True
     ) -> AsyncIterator[asyncpg.Connection]:
         """The caller's connection, or one from the pool for the block's duration.
 
         With row-level security on, the block runs in a transaction that
         starts by setting the tenant (see :mod:`memsvc.repositories.tenancy`).
+        ``writes=False`` promises the block only reads (its WAL position
+        need not be recorded).
         """
         if self._settings.row_level_security:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, writes=writes) as active:
                 yield active
             return
         if conn is not None:
@@ -62,16 +73,28 @@ class Repository:
                 yield conn
             return
         with translate_errors():
-            async with self._pooled() as pooled:
+            async with self._pooled(writes=writes) as pooled:
                 yield pooled
 
     @asynccontextmanager
-    async def _pooled(self) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection for the block; closed instead of pooled if it broke."""
+    async def _pooled(self, *, writes: bool = True) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection for the block; closed instead of pooled if it broke.
+
+        After a block that may have written (and committed: a transaction
+        opened on the connection inside the block has ended by now), the WAL
+        position is recorded when read-your-writes needs it.
+        """
+        track = writes and self._reads is not None and self._reads.tracks_writes
         pooled = await self._acquire()
         try:
             yield pooled
+            if track:
+                assert self._reads is not None
+                await self._reads.after_write(pooled)
         except BaseException as exc:
+            if track:
+                assert self._reads is not None
+                self._reads.wrote_elsewhere()
             if connection_is_broken(exc):
                 pooled.terminate()
             raise
@@ -99,7 +122,7 @@ class Repository:
 
     @asynccontextmanager
     async def _transaction(
-        self, conn: asyncpg.Connection | None = None
+        self, conn: asyncpg.Connection | None = None, *, writes: bool = True
     ) -> AsyncIterator[asyncpg.Connection]:
         """A transaction (or a savepoint inside the caller's transaction)."""
         with translate_errors():
@@ -108,7 +131,7 @@ class Repository:
                     await self._set_tenant(conn)
                     yield conn
                 return
-            async with self._pooled() as pooled, pooled.transaction():
+            async with self._pooled(writes=writes) as pooled, pooled.transaction():
                 await self._set_tenant(pooled)
                 yield pooled
 
@@ -126,14 +149,41 @@ class Repository:
         self,
         conn: asyncpg.Connection | None,
         statement: Callable[[asyncpg.Connection], Awaitable[T]],
+        *,
+        routed: bool = True,
     ) -> T:
-        """Run a read; on a pooled connection found broken, once more on another."""
+        """Run a read; on a pooled connection found broken, once more on another.
+
+        Without a caller's connection it may run on a replica (see
+        :mod:`memsvc.db.replicas`); the primary serves it whenever no replica
+        can. ``routed=False`` keeps it on the primary: reads a write is about
+        to act on must not wait for a replica to replay the previous write.
+        """
 
         async def attempt() -> T:
-            async with self._connection(conn) as active:
+            async with self._connection(conn, writes=False) as active:
                 return await statement(active)
 
-        return await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
+        async def on_primary() -> T:
+            return await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
+
+        if routed and conn is None and self._reads is not None and self._reads.has_replicas:
+            return await self._reads.run(self._scoped(statement), on_primary)
+        return await on_primary()
+
+    def _scoped(
+        self, statement: Callable[[asyncpg.Connection], Awaitable[T]]
+    ) -> Callable[[asyncpg.Connection], Awaitable[T]]:
+        """``statement`` as it must run on a bare connection (with the tenant set under RLS)."""
+        if not self._settings.row_level_security:
+            return statement
+
+        async def in_tenant(active: asyncpg.Connection) -> T:
+            async with active.transaction():
+                await self._set_tenant(active)
+                return await statement(active)
+
+        return in_tenant
 
     async def _run_search(
         self, conn: asyncpg.Connection, sql: str, values: list[object]
@@ -231,6 +281,10 @@ class Repository:
                 await asyncio.sleep(min(0.5, 0.01 * 2**tries) * random.random())
             except StorageError as exc:
                 unsent = isinstance(exc.__cause__, asyncpg.InternalClientError)
+                # A statement prepared before a schema change (the switch of an
+                # embedding-model migration) ran in a transaction, so the
+                # driver could not re-prepare it: the whole attempt can.
+                unsent = unsent or isinstance(exc.__cause__, asyncpg.InvalidCachedStatementError)
                 # A timeout used the call's deadline up: it is reported, not retried.
                 timed_out = isinstance(exc.__cause__, TimeoutError)
                 broken = idempotent and connection_is_broken(exc) and not timed_out

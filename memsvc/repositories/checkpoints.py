@@ -133,8 +133,7 @@ class CheckpointRepository(Repository):
         tenant = validate_tenant(tenant)
         tenant_param, args = self._by_id(checkpoint_id, tenant)
         sql = q.select_by_id(self._schema, tenant_param)
-        async with self._connection(conn) as active:
-            rows = await active.fetch(sql, *args)
+        rows = await self._read(conn, lambda active: active.fetch(sql, *args))
         self._exactly_one(len(rows), f"checkpoint {checkpoint_id}")
         return _from_row(rows[0])
 
@@ -143,8 +142,7 @@ class CheckpointRepository(Repository):
         scope = _session_scope(scope)
         params = Params()
         sql = q.latest(self._schema, scope_condition(scope, "exact", params))
-        async with self._connection(conn) as active:
-            row = await active.fetchrow(sql, *params.values)
+        row = await self._read(conn, lambda active: active.fetchrow(sql, *params.values))
         if row is None:
             raise NotFoundError("this session has no checkpoint")
         return _from_row(row)
@@ -190,8 +188,7 @@ class CheckpointRepository(Repository):
             after_id=cursor_id,
             limit_param=params.add(limit),
         )
-        async with self._connection(conn) as active:
-            rows = await active.fetch(sql, *params.values)
+        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
         return [_from_row(row) for row in rows]
 
     async def delete(

@@ -262,6 +262,33 @@ WITH dropped_checkpoints AS (
 DELETE FROM {schema}.{WRITES} WHERE tenant_id = $1 AND thread_id = ANY($2::text[])"""
 
 
+def tenant_threads(schema: str) -> str:
+    """Up to ``$2`` thread ids of tenant ``$1`` holding any checkpoint, blob or write."""
+    return f"""
+SELECT thread_id FROM (
+    SELECT thread_id FROM {schema}.{CP} WHERE tenant_id = $1
+    UNION SELECT thread_id FROM {schema}.{BLOBS} WHERE tenant_id = $1
+    UNION SELECT thread_id FROM {schema}.{WRITES} WHERE tenant_id = $1
+) AS t
+ORDER BY thread_id
+LIMIT $2"""
+
+
+def erase_threads(schema: str) -> str:
+    """Delete every row of the threads $2 (tenant $1); returns the count per table."""
+    return f"""
+WITH dropped_checkpoints AS (
+    DELETE FROM {schema}.{CP} WHERE tenant_id = $1 AND thread_id = ANY($2::text[]) RETURNING 1
+), dropped_blobs AS (
+    DELETE FROM {schema}.{BLOBS} WHERE tenant_id = $1 AND thread_id = ANY($2::text[]) RETURNING 1
+), dropped_writes AS (
+    DELETE FROM {schema}.{WRITES} WHERE tenant_id = $1 AND thread_id = ANY($2::text[]) RETURNING 1
+)
+SELECT (SELECT count(*) FROM dropped_checkpoints) AS {CP},
+       (SELECT count(*) FROM dropped_blobs) AS {BLOBS},
+       (SELECT count(*) FROM dropped_writes) AS {WRITES}"""
+
+
 def _drop(schema: str, doomed: str, threads: str) -> str:
     """CTEs deleting the ``doomed`` checkpoints (CTE with thread_id, checkpoint_ns,
     checkpoint_id), their writes, and the blobs of ``threads`` no survivor refers to."""

@@ -228,6 +228,36 @@ class LangGraphCheckpointRepository(Repository):
         tenant = validate_id("tenant", tenant)
         await self._locked(tenant, thread_ids, q.delete_threads(self._schema), [], conn)
 
+    async def erase_tenant_threads(
+        self, *, tenant: str, batch_size: int = 100, conn: asyncpg.Connection | None = None
+    ) -> dict[str, int]:
+        """Delete every thread of ``tenant``, ``batch_size`` threads per transaction.
+
+        Each batch takes the threads' locks, as writers do, so a put is either
+        wholly deleted or (committing after its thread went) wholly kept.
+        Returns the rows deleted per table.
+        """
+        tenant = validate_id("tenant", tenant)
+        removed = {q.CP: 0, q.BLOBS: 0, q.WRITES: 0}
+        while True:
+            threads = await self._read(
+                conn,
+                lambda active: active.fetch(q.tenant_threads(self._schema), tenant, batch_size),
+            )
+            if not threads:
+                return removed
+            names = sorted(row["thread_id"] for row in threads)
+            keys = [self._thread_key(tenant, thread) for thread in names]
+
+            async def attempt(names: list[str] = names, keys: list[str] = keys) -> Any:
+                async with self._transaction(conn) as active:
+                    await active.execute(q.lock_threads(), keys)
+                    return await active.fetchrow(q.erase_threads(self._schema), tenant, names)
+
+            row = await self._retrying(attempt, owns_transaction=conn is None)
+            for table in removed:
+                removed[table] += row[table]
+
     async def keep_newest(
         self,
         thread_ids: Sequence[str],

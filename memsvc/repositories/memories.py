@@ -11,20 +11,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import asyncpg
 import numpy as np
 
 from memsvc.db.codecs import vector_bytes
+from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder
-from memsvc.errors import ConflictError, NotFoundError, ValidationError
+from memsvc.errors import ConflictError, NotFoundError, SchemaError, ValidationError
 from memsvc.ids import new_id, parse_id
 from memsvc.models import Memory, MemoryEvent, SearchHit, real_value
+from memsvc.repositories import memory_asof_queries as asof_q
 from memsvc.repositories import memory_queries as q
 from memsvc.repositories import ranking
 from memsvc.repositories.base import Repository
+from memsvc.repositories.embedding_space import EmbeddingSpace
 from memsvc.repositories.filters import compile_where
+from memsvc.repositories.memory_asof import AsOfReads, validate_as_of
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.repositories.text_terms import hybrid_terms
@@ -44,6 +48,7 @@ from memsvc.validation import (
     validate_ttl,
 )
 
+T = TypeVar("T")
 Rank = Literal["similarity", "recall"]
 SearchMode = Literal["vector", "text", "hybrid"]
 SearchPlan = Literal["auto", "exact", "index"]
@@ -113,9 +118,13 @@ class MemoryRepository(Repository):
         reranker: ranking.Reranker | None = None,
         before_delete: DeleteHook | None = None,
         embeddings_changed: DeleteHook | None = None,
+        reads: ReadRouter | None = None,
+        space: EmbeddingSpace | None = None,
     ) -> None:
-        super().__init__(pool, settings)
-        self._embedder = embedder
+        super().__init__(pool, settings, reads=reads)
+        # The embedder and dimension in use; they change at the switch of an
+        # embedding-model migration (see memsvc.repositories.embedding_space).
+        self._space = space or EmbeddingSpace(settings, embedder)
         self._reranker = reranker
         self._before_delete = before_delete
         # Called, in the same transaction and after the memory row is locked,
@@ -123,6 +132,7 @@ class MemoryRepository(Repository):
         self._embeddings_changed = embeddings_changed
         self._insert_sql = q.insert_memory(self._schema)
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
+        self._as_of = AsOfReads()
 
     def set_delete_hook(self, hook: DeleteHook | None) -> None:
         """Install the function run before memories are deleted (used by assemblies)."""
@@ -130,10 +140,54 @@ class MemoryRepository(Repository):
 
     # ------------------------------------------------------------------ input
 
+    @property
+    def _embedder(self) -> Embedder | None:
+        return self._space.embedder
+
+    @property
+    def embedding_dim(self) -> int:
+        """The dimension of the embeddings memories are stored and searched with now.
+
+        ``Settings.embedding_dim`` until an embedding-model migration switches.
+        """
+        return self._space.dim
+
+    async def _follow_space(self) -> None:
+        """Notice an embedding-model migration (re-read at most every few seconds)."""
+        await self._space.refresh_if_due(self._pool)
+        self._space.check()
+
+    async def _consistent(self, compute: Callable[[], Awaitable[T]]) -> tuple[int, T]:
+        """Run ``compute`` (embeddings) until no switch of model happened during it.
+
+        Returns the embedding space's generation its result belongs to.
+        """
+        while True:
+            generation = self._space.generation
+            result = await compute()
+            if self._space.generation == generation:
+                return generation, result
+
+    def _held_vector(self, generation: int, vector: Any, next_vector: Any) -> Any:
+        """The vector a write stores once it holds the migration row (see ``_writing``).
+
+        The one computed, unless the migration switched between computing it
+        and the write's hold: then the new model's.
+        """
+        if self._space.generation == generation or vector is None:
+            return vector
+        self._space.check()
+        if next_vector is None:
+            raise SchemaError(
+                "an embedding-model migration switched during this call: embeddings are now "
+                f"{self._space.dim}-dimensional; call again"
+            )
+        return next_vector
+
     def _vector(self, value: object, field: str = "embedding") -> np.ndarray[Any, Any]:
         settings = self._settings
         return validate_embedding(
-            value, settings.embedding_dim, settings.vector_type, field, distance=settings.distance
+            value, self._space.dim, settings.vector_type, field, distance=settings.distance
         )
 
     async def _embed(self, texts: Sequence[str], field: str) -> list[np.ndarray[Any, Any]]:
@@ -143,6 +197,14 @@ class MemoryRepository(Repository):
         if len(vectors) != len(texts):
             raise ValidationError(field, "the embedder returned the wrong number of vectors")
         return [self._vector(vector, field) for vector in vectors]
+
+    async def _embeddings_for(
+        self, content: str, embedding: object
+    ) -> tuple[np.ndarray[Any, Any] | None, builtins.list[np.ndarray[Any, Any]] | None]:
+        """The embedding to store, and (during a migration) the new model's of the content."""
+        vector = await self._embedding_for(content, embedding)
+        nexts = None if vector is None else await self._space.embed_next([content])
+        return vector, nexts
 
     async def _embedding_for(self, content: str, embedding: object) -> np.ndarray[Any, Any] | None:
         if embedding is not None:
@@ -192,23 +254,33 @@ class MemoryRepository(Repository):
         scope = validate_scope(scope)
         text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
         memory_id = new_id() if id is None else parse_id("id", id)
+        await self._follow_space()
         if embedding is None and self._embedder is not None:
             # Content already stored here comes back as it is, as the insert
             # below would return it: embedding the text again would be wasted.
             # Only a shortcut: the insert's conflict handling stays the truth.
             stored = await self._read(
-                conn, lambda active: self._find_duplicate(active, scope, memory_id, digest)
+                conn,
+                lambda active: self._find_duplicate(active, scope, memory_id, digest),
+                routed=False,
             )
             if stored is not None:
                 return stored
-        vector = await self._embedding_for(text, embedding)
+        generation, (vector, nexts) = await self._consistent(
+            lambda: self._embeddings_for(text, embedding)
+        )
         args = [*_scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
 
         async def attempt() -> Memory:
             async with self._writing(scope, conn) as active:
+                vector = args[8] = self._held_vector(generation, args[8], nexts and nexts[0])
                 for _ in range(3):
                     row = await active.fetchrow(self._insert_sql, *args)
                     if row is not None:
+                        if nexts is not None:
+                            await self._space.write_next(
+                                active, [scope.tenant], [memory_id], [digest], nexts
+                            )
                         return Memory(
                             id=memory_id,
                             scope=scope,
@@ -243,11 +315,15 @@ class MemoryRepository(Repository):
         stops racing writers from each seeing room for one more (write skew).
         """
         limit = self._settings.max_memories_per_scope
-        if limit is None and not always_transaction:
+        migrating = self._space.migrating
+        if limit is None and not always_transaction and not migrating:
             async with self._connection(conn) as active:
                 yield active
             return
         async with self._transaction(conn) as active:
+            # During an embedding-model migration the write runs wholly before
+            # or wholly after the switch (see EmbeddingSpace.hold).
+            await self._space.hold(active)
             if limit is not None:
                 key = json.dumps([self._schema, "memories", *scope.levels])
                 await active.execute(q.LOCK_SCOPE, key)
@@ -293,7 +369,10 @@ class MemoryRepository(Repository):
         scope = validate_scope(scope)
         key = validate_name(key, "key", KEY_MAX_LENGTH)
         text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
-        vector = await self._embedding_for(text, embedding)
+        await self._follow_space()
+        generation, (vector, nexts) = await self._consistent(
+            lambda: self._embeddings_for(text, embedding)
+        )
         params = Params(*_scope_params(scope), key, new_id(), text, digest, meta, vector)
         params.values.extend([weight, ttl_s])
         scope_sql = scope_condition(scope, "exact", params)
@@ -301,8 +380,15 @@ class MemoryRepository(Repository):
 
         async def attempt() -> Any:
             async with self._writing(scope, conn, always_transaction=True) as active:
+                params.values[9] = self._held_vector(
+                    generation, params.values[9], nexts and nexts[0]
+                )
                 row = await active.fetchrow(sql, *params.values)
                 assert row is not None
+                if nexts is not None:
+                    await self._space.write_next(
+                        active, [scope.tenant], [row["id"]], [digest], nexts
+                    )
                 if row["in_assembly"] and self._embeddings_changed is not None:
                     await self._embeddings_changed(active, [row["tenant_id"]], [row["id"]])
             return row
@@ -310,11 +396,25 @@ class MemoryRepository(Repository):
         return Memory.from_row(await self._retrying(attempt, owns_transaction=conn is None))
 
     async def get_by_key(
-        self, scope: Scope, key: str, *, conn: asyncpg.Connection | None = None
+        self,
+        scope: Scope,
+        key: str,
+        *,
+        as_of: datetime | None = None,
+        conn: asyncpg.Connection | None = None,
     ) -> Memory:
-        """The memory stored under ``key`` in this exact scope (NotFoundError if none)."""
+        """The memory stored under ``key`` in this exact scope (NotFoundError if none).
+
+        With ``as_of`` (a timezone-aware datetime): the memory stored under
+        the key as committed at that moment (see :meth:`get`).
+        """
         scope = validate_scope(scope)
         params = Params(validate_name(key, "key", KEY_MAX_LENGTH))
+        if as_of is not None:
+            rows = await self._read_as_of(scope, "exact", as_of, conn, key=key)
+            if not rows:
+                raise NotFoundError(f"no memory under key {key!r} in this scope at {as_of}")
+            return rows[0]
         sql = q.select_by_key(self._schema, scope_condition(scope, "exact", params))
         row = await self._read(conn, lambda active: active.fetchrow(sql, *params.values))
         if row is None:
@@ -339,15 +439,29 @@ class MemoryRepository(Repository):
         scope = validate_scope(scope)
         batch = validate_sequence(items, "items")
         ids, texts, digests, metas, vectors, weights, ttls = self._prepare_batch(batch)
-        if self._embedder is not None and any(vector is None for vector in vectors):
-            await self._embed_missing(scope, texts, digests, vectors, conn)
+        await self._follow_space()
+        given = builtins.list(vectors)
+
+        async def embed() -> tuple[builtins.list[int], builtins.list[Any] | None]:
+            vectors[:] = given
+            if self._embedder is not None and any(vector is None for vector in vectors):
+                await self._embed_missing(scope, texts, digests, vectors, conn)
+            # During a migration: the new model's vectors of the items that have one.
+            embedded = [i for i, vector in enumerate(vectors) if vector is not None]
+            return embedded, await self._space.embed_next([texts[i] for i in embedded])
+
+        generation, (embedded, nexts) = await self._consistent(embed)
         if not ids:
             return []
-        wire = [None if v is None else vector_bytes(v, self._settings.vector_type) for v in vectors]
+        vector_type = self._settings.vector_type
 
         async def attempt() -> tuple[dict[uuid.UUID, Memory], dict[str, Memory]]:
             by_id: dict[uuid.UUID, Memory] = {}
             async with self._writing(scope, conn, always_transaction=True) as active:
+                for j, i in enumerate(embedded):
+                    next_vector = None if nexts is None else nexts[j]
+                    vectors[i] = self._held_vector(generation, vectors[i], next_vector)
+                wire = [None if v is None else vector_bytes(v, vector_type) for v in vectors]
                 for start in range(0, len(ids), ADD_MANY_CHUNK):
                     chunk = slice(start, start + ADD_MANY_CHUNK)
                     rows = await active.fetch(
@@ -363,6 +477,14 @@ class MemoryRepository(Repository):
                     )
                     for row in rows:
                         by_id[row["id"]] = Memory.from_row(row)
+                if nexts is not None:
+                    await self._space.write_next(
+                        active,
+                        [scope.tenant] * len(embedded),
+                        [ids[i] for i in embedded],
+                        [digests[i] for i in embedded],
+                        nexts,
+                    )
                 absent = [i for i in range(len(ids)) if ids[i] not in by_id]
                 by_digest: dict[str, Memory] = {}
                 if absent:
@@ -410,7 +532,9 @@ class MemoryRepository(Repository):
         wanted = sorted({digests[i] for i in missing})
         params = Params(wanted)
         sql = q.stored_embeddings(self._schema, scope_condition(scope, "exact", params))
-        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        rows = await self._read(
+            conn, lambda active: active.fetch(sql, *params.values), routed=False
+        )
         known = {row["content_hash"]: self._vector(row["embedding"]) for row in rows}
         first: dict[str, int] = {}  # digest -> the first item needing it embedded
         for i in missing:
@@ -501,29 +625,48 @@ class MemoryRepository(Repository):
             else validate_metadata(metadata, self._settings.max_metadata_bytes)
         )
         weight = None if importance is None else validate_importance(importance)
-        vector = None
-        if embedding is not None:
-            vector = self._vector(embedding)
-        elif text is not None and self._embedder is not None:
-            vector = (await self._embed([text], "embedding"))[0]
-        sql = q.update_memory(self._schema)
-        args = (
+        await self._follow_space()
+
+        async def embed() -> tuple[Any, builtins.list[Any] | None]:
+            vector = None
+            if embedding is not None:
+                vector = self._vector(embedding)
+            elif text is not None and self._embedder is not None:
+                vector = (await self._embed([text], "embedding"))[0]
+            # A new embedding without new content is re-embedded from the stored
+            # content by the migration's workers (the memories' trigger clears it).
+            nexts = None
+            if vector is not None and text is not None:
+                nexts = await self._space.embed_next([text])
+            return vector, nexts
+
+        generation, (vector, nexts) = await self._consistent(embed)
+        sql = q.update_memory(self._schema, tenant is not None)
+        args = [
             memory_id, tenant, expected_version,
             text is not None, text, digest,
             meta is not None, meta,
             weight is not None, weight,
             vector is not None, vector,
-        )  # fmt: skip
+        ]  # fmt: skip
 
         async def attempt() -> Any:
-            if vector is None or self._embeddings_changed is None:
+            migrating = self._space.migrating
+            if (vector is None or self._embeddings_changed is None) and not migrating:
                 async with self._connection(conn) as active:
                     return await active.fetchrow(sql, *args)
             # A new embedding moves the centroids of the memory's assemblies:
             # recompute them in the same transaction, after the row lock.
             async with self._transaction(conn) as active:
+                await self._space.hold(active)
+                args[11] = self._held_vector(generation, args[11], nexts and nexts[0])
                 row = await active.fetchrow(sql, *args)
-                if row is not None and row["id"] is not None:
+                found = row is not None and row["id"] is not None
+                if found and nexts is not None and digest is not None:
+                    await self._space.write_next(
+                        active, [row["tenant_id"]], [row["id"]], [digest], nexts
+                    )
+                if found and vector is not None and self._embeddings_changed is not None:
                     await self._embeddings_changed(active, [row["tenant_id"]], [row["id"]])
             return row
 
@@ -549,7 +692,7 @@ class MemoryRepository(Repository):
         if not isinstance(patch, Mapping):
             raise ValidationError("patch", "must be a mapping")
         patch_json = validate_metadata(patch, self._settings.max_metadata_bytes, "patch")
-        sql = q.patch_metadata(self._schema)
+        sql = q.patch_metadata(self._schema, tenant is not None)
         args = [memory_id, patch_json, tenant, self._settings.max_metadata_bytes]
 
         async def attempt() -> Any:
@@ -644,14 +787,26 @@ class MemoryRepository(Repository):
         *,
         tenant: str | None = None,
         track_access: bool = False,
+        as_of: datetime | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> Memory:
         """The memory with this id (NotFoundError if missing or expired).
 
         With ``track_access`` the read also counts the access
         (``access_count``, ``last_accessed_at``).
+
+        With ``as_of`` (a timezone-aware datetime): the memory as committed
+        at that moment, rebuilt from its history: a memory deleted since
+        reappears as it was, later updates are not shown, one created later
+        or expired by then is not found. Exact to the commit (see the
+        README's "As-of reads"); ``embedding`` is None unless the memory
+        still has the version it had then, access statistics are 0/None. A
+        moment in the future or before the history horizon is a
+        ValidationError.
         """
-        found = await self._by_ids([parse_id("id", id)], tenant, track_access, conn)
+        if as_of is not None and track_access:
+            raise ValidationError("track_access", "an as_of read is not an access")
+        found = await self._by_ids([parse_id("id", id)], tenant, track_access, conn, as_of)
         self._exactly_one(len(found), f"memory {id}")
         return found[0]
 
@@ -660,13 +815,17 @@ class MemoryRepository(Repository):
         ids: Iterable[uuid.UUID | str],
         *,
         tenant: str | None = None,
+        as_of: datetime | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[Memory]:
-        """The memories that exist among ``ids``, in the order asked for."""
+        """The memories that exist among ``ids``, in the order asked for.
+
+        ``as_of``: those that existed at that moment, as they were (see :meth:`get`).
+        """
         wanted = [
             parse_id(f"ids[{i}]", value) for i, value in enumerate(validate_sequence(ids, "ids"))
         ]
-        found = {m.id: m for m in await self._by_ids(wanted, tenant, False, conn)}
+        found = {m.id: m for m in await self._by_ids(wanted, tenant, False, conn, as_of)}
         return [found[i] for i in dict.fromkeys(wanted) if i in found]
 
     async def _by_ids(
@@ -675,9 +834,21 @@ class MemoryRepository(Repository):
         tenant: str | None,
         track_access: bool,
         conn: asyncpg.Connection | None,
+        as_of: datetime | None = None,
     ) -> builtins.list[Memory]:
         if tenant is not None:
             tenant = Scope(tenant).tenant
+        if as_of is not None:
+            moment = validate_as_of(as_of)
+            as_of_sql = asof_q.by_ids(self._schema, None if tenant is None else "$3")
+            values: builtins.list[object] = [ids, moment]
+            if tenant is not None:
+                values.append(tenant)
+            rows = await self._read(
+                conn, lambda active: self._as_of.fetch(active, as_of_sql, values, moment),
+                routed=False,  # see memory_asof: a replica may not have replayed t yet
+            )
+            return [Memory.from_row(row) for row in rows if row["id"] is not None]
         make = q.touch_by_ids if track_access else q.select_by_ids
         sql = make(self._schema, tenant is not None)
         args: builtins.list[object] = [ids] if tenant is None else [ids, tenant]
@@ -695,16 +866,24 @@ class MemoryRepository(Repository):
         limit: int = 100,
         after: uuid.UUID | str | None = None,
         include: Include = "exact",
+        as_of: datetime | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[Memory]:
         """One page of live memories in creation order.
 
         Pass the last id of a page as ``after`` to get the next one (keyset
-        pagination: stable and fast however deep you page).
+        pagination: stable and fast however deep you page). ``as_of``: the
+        memories of the scope as committed at that moment (see :meth:`get`);
+        page through them with the same ``as_of``.
         """
         scope = validate_scope(scope)
         include = validate_include(include)
         limit = validate_limit(limit, "limit", MAX_PAGE)
+        if as_of is not None:
+            after_id = None if after is None else parse_id("after", after)
+            return await self._read_as_of(
+                scope, include, as_of, conn, after=after_id, limit=limit
+            )
         params = Params()
         scope_sql = scope_condition(scope, include, params)
         after_param = None if after is None else params.add(parse_id("after", after))
@@ -713,14 +892,65 @@ class MemoryRepository(Repository):
         return [Memory.from_row(row) for row in rows]
 
     async def count(
-        self, scope: Scope, *, include: Include = "exact", conn: asyncpg.Connection | None = None
+        self,
+        scope: Scope,
+        *,
+        include: Include = "exact",
+        as_of: datetime | None = None,
+        conn: asyncpg.Connection | None = None,
     ) -> int:
-        """Number of live memories in a scope."""
+        """Number of live memories in a scope (``as_of``: at that moment, see :meth:`get`)."""
         scope = validate_scope(scope)
+        if as_of is not None:
+            moment = validate_as_of(as_of)
+            include = validate_include(include)
+            params = Params(scope.tenant, moment)
+            scope_sql = scope_condition(scope, include, params)
+            row_scope_sql = scope_condition(scope, include, params, alias="m")
+            sql = asof_q.count_in_scope(self._schema, "$1", scope_sql, row_scope_sql, "$2")
+            rows = await self._read(
+                conn, lambda active: self._as_of.fetch(active, sql, params.values, moment),
+                routed=False,  # see memory_asof: a replica may not have replayed t yet
+            )
+            counted: int = rows[0]["n"]
+            return counted
         params = Params()
         sql = q.count(self._schema, scope_condition(scope, validate_include(include), params))
         result: int = await self._read(conn, lambda active: active.fetchval(sql, *params.values))
         return result
+
+    async def _read_as_of(
+        self,
+        scope: Scope,
+        include: Include,
+        as_of: object,
+        conn: asyncpg.Connection | None,
+        *,
+        key: str | None = None,
+        after: uuid.UUID | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[Memory]:
+        """A scope's memories at ``as_of`` (under a key, or a page after an id), id order."""
+        moment = validate_as_of(as_of)
+        params = Params()
+        tenant_param, t_param = params.add(scope.tenant), params.add(moment)
+        scope_sql = scope_condition(scope, include, params)
+        row_scope_sql = scope_condition(scope, include, params, alias="m")
+        sql = asof_q.in_scope(
+            self._schema,
+            tenant_param,
+            scope_sql,
+            row_scope_sql,
+            t_param,
+            key_param=None if key is None else params.add(key),
+            after_param=None if after is None else params.add(after),
+            limit_param=None if limit is None else params.add(limit),
+        )
+        rows = await self._read(
+            conn, lambda active: self._as_of.fetch(active, sql, params.values, moment),
+            routed=False,  # see memory_asof: a replica may not have replayed t yet
+        )
+        return [Memory.from_row(row) for row in rows if row["id"] is not None]
 
     async def history(
         self,
@@ -800,24 +1030,29 @@ class MemoryRepository(Repository):
         """
         if not isinstance(with_embeddings, bool):
             raise ValidationError("with_embeddings", "must be True or False")
-        statement = await self._search_statement(
-            scope,
-            query,
-            k,
-            include,
-            where,
-            min_importance,
-            created_after,
-            created_before,
-            rank,
-            mode,
-            query_embedding,
-            diversity,
-            plan,
-            with_embeddings,
-        )
+        await self._follow_space()
 
-        async def run(active: asyncpg.Connection) -> tuple[builtins.list[Any], int | None]:
+        async def prepare() -> _SearchStatement:
+            return await self._search_statement(
+                scope,
+                query,
+                k,
+                include,
+                where,
+                min_importance,
+                created_after,
+                created_before,
+                rank,
+                mode,
+                query_embedding,
+                diversity,
+                plan,
+                with_embeddings,
+            )
+
+        async def run(
+            active: asyncpg.Connection, statement: _SearchStatement
+        ) -> tuple[builtins.list[Any], int | None]:
             rows = await self._run_search(active, statement.sql, statement.values)
             if statement.exact_sql is not None and self._short(statement, rows):
                 # The index ran out (max_scan_tuples) before filters let k rows
@@ -832,7 +1067,22 @@ class MemoryRepository(Repository):
                 return rows, terms
             return rows, rows[0]["query_terms"] if statement.mode == "hybrid" else None
 
-        rows, terms = await self._read(conn, run)
+        if self._space.migrating:
+            # Embed the query and search under the migration's row: both in the
+            # old model, or (if it switched meanwhile) both in the new one.
+            async def held() -> tuple[_SearchStatement, tuple[builtins.list[Any], int | None]]:
+                async with self._transaction(conn) as active:
+                    await self._space.hold(active)
+                    self._space.check()
+                    held_statement = await prepare()
+                    return held_statement, await run(active, held_statement)
+
+            statement, (rows, terms) = await self._retrying(
+                held, owns_transaction=conn is None, idempotent=True
+            )
+        else:
+            statement = await prepare()
+            rows, terms = await self._read(conn, lambda active: run(active, statement))
         if terms == 0:
             raise ValidationError(
                 "query",

@@ -182,6 +182,16 @@ SELECT up.*, EXISTS (
 FROM up"""
 
 
+def _tenant_or_any(param: str, tenant_filter: bool) -> str:
+    """``tenant_id = param`` for one tenant; otherwise a no-op that keeps ``param`` typed.
+
+    Two statement texts rather than ``param IS NULL OR tenant_id = param``:
+    the OR form hides the tenant from the planner (and from Citus, which
+    routes a statement to one shard only on a plain ``tenant_id = ...``).
+    """
+    return f"tenant_id = {param}::text" if tenant_filter else f"{param}::text IS NULL"
+
+
 def select_by_key(schema: str, scope_sql: str) -> str:
     """The live memory stored under a key in a scope."""
     return f"""
@@ -207,10 +217,11 @@ WHERE id = ANY($1::uuid[]) {tenant} AND {NOT_EXPIRED}
 RETURNING {MEMORY_COLUMNS}"""
 
 
-def update_memory(schema: str) -> str:
+def update_memory(schema: str, tenant_filter: bool) -> str:
     """Change the given fields under a row lock, checking the expected version.
 
-    Parameters: $1 id, $2 tenant or NULL, $3 expected version or NULL, then
+    Parameters: $1 id, $2 tenant (NULL without ``tenant_filter``), $3 expected
+    version or NULL, then
     one flag and one value per field ($4/$5 content+hash as $5/$6, ...). The
     statement returns the prior version so the caller can tell a stale version
     (row found, not updated) from a missing row (nothing found).
@@ -218,7 +229,7 @@ def update_memory(schema: str) -> str:
     return f"""
 WITH old AS (
     SELECT {MEMORY_COLUMNS} FROM {schema}.memories
-    WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2::text) AND {NOT_EXPIRED}
+    WHERE id = $1 AND {_tenant_or_any("$2", tenant_filter)} AND {NOT_EXPIRED}
     FOR UPDATE
 ), upd AS (
     UPDATE {schema}.memories AS m
@@ -243,15 +254,16 @@ SELECT upd.*, (SELECT version FROM old) AS prior_version,
 FROM (SELECT 1) one LEFT JOIN upd ON true"""
 
 
-def patch_metadata(schema: str) -> str:
+def patch_metadata(schema: str, tenant_filter: bool) -> str:
     """Merge a JSON object into metadata in place (``||``), bounded in size.
 
-    Parameters: $1 id, $2 patch, $3 tenant or NULL, $4 the size limit.
+    Parameters: $1 id, $2 patch, $3 tenant (NULL without ``tenant_filter``), $4
+    the size limit.
     """
     return f"""
 WITH old AS (
     SELECT {MEMORY_COLUMNS} FROM {schema}.memories
-    WHERE id = $1 AND ($3::text IS NULL OR tenant_id = $3::text) AND {NOT_EXPIRED}
+    WHERE id = $1 AND {_tenant_or_any("$3", tenant_filter)} AND {NOT_EXPIRED}
     FOR UPDATE
 ), upd AS (
     UPDATE {schema}.memories AS m

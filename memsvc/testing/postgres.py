@@ -100,6 +100,8 @@ class TestPostgres:
             from testcontainers.postgres import PostgresContainer
 
             container = PostgresContainer("pgvector/pgvector:pg17", driver=None)
+            # As-of reads need commit timestamps (see memsvc.db.embedded).
+            container.with_command("postgres -c track_commit_timestamp=on")
             container.start()
             return cls(container.get_connection_url(), [container.stop])
         directory = Path(tempfile.mkdtemp(prefix="memsvc-test-pg-"))

@@ -30,16 +30,20 @@ _UNESCAPE = (("%7B", "{"), ("%7D", "}"), ("%25", "%"))
 _KINDS = ("idx", "task", "pad", "meta")
 
 
-def encode_scope(scope: Scope) -> str:
-    """The injective, brace-free text of a scope used inside the hash tag."""
+def _encode_levels(levels: tuple[str | None, ...]) -> str:
     parts: list[str] = []
-    for value in scope.levels:
+    for value in levels:
         if value is None:
             parts.append("-")
         else:
             escaped = value.translate(_ESCAPE)
             parts.append(f"{len(escaped)}:{escaped}")
     return "".join(parts)
+
+
+def encode_scope(scope: Scope) -> str:
+    """The injective, brace-free text of a scope used inside the hash tag."""
+    return _encode_levels(scope.levels)
 
 
 def tenant_key_pattern(tenant: str) -> str:
@@ -54,6 +58,30 @@ def tenant_key_pattern(tenant: str) -> str:
     prefix = f"{NAMESPACE}{{{len(escaped)}:{escaped}"
     globbed = "".join("\\" + char if char in "*?[]\\" else char for char in prefix)
     return globbed + "*"
+
+
+def scope_key_pattern(scope: Scope, *, descendants: bool) -> str:
+    """A Redis SCAN pattern matching the working-memory keys of ``scope``'s sessions.
+
+    With ``descendants`` it matches every session nested under ``scope``
+    (its levels down to the deepest set one are a prefix of the encoded
+    scope, each level being self-delimiting); otherwise only the session
+    that is exactly ``scope``. Glob characters in ids are escaped.
+    """
+    if descendants:
+        prefix = f"{NAMESPACE}{{{_encode_levels(scope.levels[: scope.depth + 1])}"
+    else:
+        prefix = f"{NAMESPACE}{{{encode_scope(scope)}}}:"
+    globbed = "".join("\\" + char if char in "*?[]\\" else char for char in prefix)
+    return globbed + "*"
+
+
+def in_scope(session: Scope, scope: Scope, *, descendants: bool) -> bool:
+    """Whether ``session`` is ``scope`` itself or (with ``descendants``) nested under it."""
+    if not descendants:
+        return session == scope
+    depth = scope.depth
+    return session.levels[: depth + 1] == scope.levels[: depth + 1]
 
 
 def _unescape(text: str) -> str:

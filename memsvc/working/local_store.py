@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 from memsvc.scope import Scope
 from memsvc.settings import Settings
+from memsvc.working.keys import in_scope
 from memsvc.working.store import SessionLimits, SessionSnapshot, SessionStats
 
 _monotonic = time.monotonic
@@ -333,6 +334,15 @@ class LocalStore:
                 has_task_state=session.task is not None,
                 created_at=session.created_at,
             )
+
+    async def erase_sessions(self, scope: Scope, *, descendants: bool) -> int:
+        """Drop the sessions of ``scope`` (and, with ``descendants``, those under it)."""
+        with self._lock:
+            doomed = [s for s in self._sessions if in_scope(s, scope, descendants=descendants)]
+            for session in doomed:
+                if self._sessions.pop(session) is self._last:
+                    self._last = None
+            return len(doomed)
 
     # --- lifecycle -------------------------------------------------------------
     async def ping(self) -> bool:

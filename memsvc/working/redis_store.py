@@ -29,7 +29,7 @@ from memsvc.errors import WorkingMemoryError
 from memsvc.scope import Scope
 from memsvc.settings import Settings
 from memsvc.working import redis_scripts
-from memsvc.working.keys import session_keys
+from memsvc.working.keys import scope_key_pattern, session_keys
 from memsvc.working.store import SessionLimits, SessionSnapshot, SessionStats
 
 _P = ParamSpec("_P")
@@ -306,6 +306,23 @@ class RedisStore:
             has_task_state=bool(has_task),
             created_at=_epoch_ms_to_iso(created_at),
         )
+
+    @_translate_errors
+    async def erase_sessions(self, scope: Scope, *, descendants: bool) -> int:
+        """Delete every key of the sessions of ``scope`` (SCAN, then DEL per session).
+
+        Keys are deleted one session (one hash tag, one cluster slot) at a
+        time, so the DEL never spans slots.
+        """
+        pattern = scope_key_pattern(scope, descendants=descendants)
+        by_tag: dict[str, list[str]] = {}
+        async for key in self._client.scan_iter(match=pattern, count=1000):
+            tag = key[: key.index("}") + 1]
+            by_tag.setdefault(tag, []).append(key)
+        for keys in by_tag.values():
+            for start in range(0, len(keys), 1000):
+                await self._client.delete(*keys[start : start + 1000])
+        return len(by_tag)
 
     # --- lifecycle -------------------------------------------------------------
     async def ping(self) -> bool:

@@ -155,6 +155,14 @@ class WorkingStore(Protocol):
         """Counts for ``get_stats``."""
         ...
 
+    async def erase_sessions(self, scope: Scope, *, descendants: bool) -> int:
+        """Drop every session that is ``scope`` (or nested under it); returns how many.
+
+        Not atomic across sessions: a session written while this runs may
+        survive it (erasure documents this and is run again).
+        """
+        ...
+
     async def ping(self) -> bool:
         """True when the backend answers; never raises."""
         ...

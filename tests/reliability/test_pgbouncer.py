@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+import tests.test_memories_asof as asof
 import tests.test_memories_concurrency as concurrency
 from memsvc import HashingEmbedder, MemoryService, Scope
 from memsvc.testing.postgres import MigratedTemplate, TestPostgres, settings_for_tests
@@ -93,3 +94,19 @@ async def test_list_append_oracle_finds_no_anomaly_through_pgbouncer(
     bouncer_service: MemoryService,
 ) -> None:
     await bounded(check_memory_lists(bouncer_service, 1_500), 110)
+
+
+async def test_as_of_reads_through_pgbouncer(bouncer_service: MemoryService, scope: Scope) -> None:
+    # One statement per read: nothing depends on the server connection.
+    await bounded(asof.test_deleted_memories_reappear_and_later_updates_vanish(
+        bouncer_service, scope
+    ), 60)
+    await bounded(asof.test_a_transaction_counts_from_its_commit_not_its_start(
+        bouncer_service, scope.with_session("s-43")
+    ), 60)
+
+
+async def test_as_of_matches_the_model_through_pgbouncer(bouncer_service: MemoryService) -> None:
+    await bounded(
+        asof.test_as_of_matches_a_model_of_concurrent_updates_and_deletes(bouncer_service), 90
+    )

@@ -1,0 +1,495 @@
+"""Erasure: nothing of the erased scope remains anywhere; nothing of another scope goes.
+
+"Anywhere" is checked by scanning every text, JSON, array and bytea column of
+every table and view of the schema, found through ``pg_catalog`` (so tables
+added later are covered without touching this test), for a marker only the
+erased scope ever held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from typing import Any
+
+import asyncpg
+import numpy as np
+import pytest
+
+from memsvc import ErasureReceipt, MemoryService, Scope, Settings, TaskState, ValidationError
+from memsvc.working.keys import parse_key
+from tests.reliability.test_pgbouncer import bouncer_service  # noqa: F401
+
+pytestmark = pytest.mark.timeout(300)
+
+TENANT = "acme"
+TARGET = Scope(TENANT, "bridge", "planner")
+TARGET_SESSION = TARGET.with_session("s-1")
+SIBLING = Scope(TENANT, "bridge", "critic", "s-1")  # same session id, another agent
+PARENT = Scope(TENANT, "bridge")
+OTHER_TENANT = Scope("globex", "bridge", "planner", "s-1")  # the same ids, another tenant
+SHARED = "the user prefers metric units"  # held inside and outside the erased scope
+
+# Every column type that can hold text: scanned as text (bytea as its bytes).
+SCANNED_TYPES = ("text", "varchar", "bpchar", "json", "jsonb", "_text", "_varchar", "bytea")
+
+
+def marker() -> str:
+    return f"MARKER-{uuid.uuid4().hex}"
+
+
+async def scan(
+    database: str | asyncpg.Pool, needle: str, schema: str = "memsvc"
+) -> dict[str, int]:
+    """Rows containing ``needle`` per ``relation.column``, over every relation of the schema.
+
+    Connects as the DSN's (or pool's) role, the suite's owner role, which
+    row-level security does not bind here, so every tenant's rows are read.
+    """
+    if isinstance(database, str):
+        conn = await asyncpg.connect(database)
+        try:
+            return await _scan(conn, needle, schema)
+        finally:
+            await conn.close()
+    async with database.acquire() as pooled:
+        return await _scan(pooled, needle, schema)
+
+
+async def _scan(conn: Any, needle: str, schema: str) -> dict[str, int]:
+    columns = await conn.fetch(
+        """
+        SELECT c.relname, a.attname, t.typname
+        FROM pg_attribute AS a
+        JOIN pg_class AS c ON c.oid = a.attrelid
+        JOIN pg_namespace AS n ON n.oid = c.relnamespace
+        JOIN pg_type AS t ON t.oid = a.atttypid
+        WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm')
+          AND a.attnum > 0 AND NOT a.attisdropped AND t.typname = ANY($2::text[])
+        """,
+        schema,
+        list(SCANNED_TYPES),
+    )
+    assert {r["relname"] for r in columns} >= {
+        "memories", "memory_events", "assemblies", "session_checkpoints",
+        "langgraph_store_items", "recent_activity",
+    }
+    found: dict[str, int] = {}
+    for column in columns:
+        name = '"' + column["attname"].replace('"', '""') + '"'
+        relation = f'{schema}."{column["relname"]}"'
+        if column["typname"] == "bytea":
+            condition = f"position(convert_to($1, 'UTF8') in {name}) > 0"
+        else:
+            condition = f"strpos({name}::text, $1) > 0"
+        count = await conn.fetchval(
+            f"SELECT count(*) FROM {relation} WHERE {condition}", needle
+        )
+        if count:
+            found[f"{column['relname']}.{column['attname']}"] = count
+    return found
+
+
+def vector(seed: int) -> np.ndarray[Any, Any]:
+    values = np.random.default_rng(seed).standard_normal(384).astype(np.float32)
+    result: np.ndarray[Any, Any] = values / np.linalg.norm(values)
+    return result
+
+
+async def populate(svc: MemoryService, secret: str) -> dict[str, Any]:
+    """Memories, history, assemblies, checkpoints and working memory in and around TARGET."""
+    m = svc.memories
+    kept = {
+        "sibling": await m.add(SIBLING, SHARED, embedding=vector(1)),
+        "parent": await m.add(PARENT, SHARED, embedding=vector(2)),
+        "other_tenant": await m.add(OTHER_TENANT, SHARED, embedding=vector(3)),
+        "parent_own": await m.add(PARENT, "parent only", embedding=vector(4)),
+    }
+    updated = await m.add(TARGET_SESSION, f"{secret} first words", embedding=vector(5))
+    await m.update(updated.id, content=f"{secret} second words", metadata={"note": secret})
+    deleted = await m.add(TARGET, f"{secret} deleted words", embedding=vector(6))
+    await m.delete(deleted.id)
+    shared_inside = await m.add(TARGET_SESSION, SHARED, embedding=vector(7))
+    keyed = await m.put(TARGET.with_session("s-2"), "profile", f"{secret} keyed")
+    # A parent assembly holding erased and surviving memories: it survives, recomputed.
+    parent_assembly = await svc.assemblies.create(
+        PARENT, "mixed", memory_ids=[kept["parent"].id, updated.id, shared_inside.id]
+    )
+    target_assembly = await svc.assemblies.create(
+        TARGET, f"group {secret}", description=secret, memory_ids=[updated.id, kept["parent"].id]
+    )
+    target_wm = svc.working(TARGET_SESSION)
+    await target_wm.set("draft", {"text": secret})
+    await target_wm.append_scratchpad(secret)
+    await target_wm.create_checkpoint(f"before {secret}")
+    sibling_wm = svc.working(SIBLING)
+    await sibling_wm.set("draft", {"text": SHARED})
+    await sibling_wm.create_checkpoint("sibling checkpoint")
+    other_wm = svc.working(OTHER_TENANT)
+    await other_wm.set("draft", {"text": SHARED})
+    return {
+        "kept": kept,
+        "erased_ids": [updated.id, deleted.id, shared_inside.id, keyed.id],
+        "parent_assembly": parent_assembly,
+        "target_assembly": target_assembly,
+    }
+
+
+async def assert_nothing_of_target_left(svc: MemoryService, dsn: str, secret: str) -> None:
+    assert await scan(dsn, secret) == {}
+    assert await svc.memories.count(TARGET, include="descendants") == 0
+    assert await svc.assemblies.list(TARGET, include="descendants") == []
+    assert await svc.checkpoints.list(TARGET_SESSION) == []
+    wm = svc.working(TARGET_SESSION)
+    assert await wm.get("draft") is None
+    assert await wm.get_scratchpad() == []
+
+
+async def test_erase_leaves_nothing_of_the_scope_and_everything_of_the_others(
+    service: MemoryService, settings: Settings
+) -> None:
+    secret = marker()
+    setup = await populate(service, secret)
+    dsn = settings.database_url
+    assert dsn is not None
+    # The scan can see what erasure must remove: every place the secret was put.
+    before = await scan(dsn, secret)
+    assert {
+        "memories.content", "memories.metadata", "memory_events.prior", "assemblies.name",
+        "session_checkpoints.data", "session_checkpoints.description",
+        "recent_activity.content_preview",
+    } <= set(before)
+
+    receipt = await service.erase(TARGET)
+
+    assert isinstance(receipt, ErasureReceipt)
+    assert receipt.verified, receipt.remaining
+    assert receipt.remaining == {}
+    assert receipt.removed["memories"] == 3
+    assert receipt.removed["tombstones"] == 4  # three live memories and the deleted one
+    assert receipt.removed["assemblies"] == 1
+    assert receipt.removed["session_checkpoints"] == 1
+    assert receipt.removed["working_sessions"] == 1
+    assert receipt.finished is not None and receipt.started <= receipt.finished
+    assert not receipt.langgraph
+    await assert_nothing_of_target_left(service, dsn, secret)
+
+    # Each erased memory's history is one content-free tombstone.
+    for memory_id in setup["erased_ids"]:
+        events = await service.memories.history(memory_id)
+        assert [(e.kind, e.prior) for e in events] == [("erased", None)]
+
+    # Siblings, the parent and the other tenant keep everything, the shared text included.
+    for memory in setup["kept"].values():
+        assert (await service.memories.get(memory.id)).content == memory.content
+    assert (await scan(dsn, SHARED))["memories.content"] == 3
+    assert await service.working(SIBLING).get("draft") == {"text": SHARED}
+    assert len(await service.checkpoints.list(SIBLING)) == 1
+    assert await service.working(OTHER_TENANT).get("draft") == {"text": SHARED}
+    # The parent assembly lost its erased members and was recomputed from the survivor.
+    survivor = await service.assemblies.get(setup["parent_assembly"].id)
+    assert survivor.member_count == 1
+    assert survivor.centroid is not None
+    np.testing.assert_allclose(survivor.centroid, vector(2), atol=1e-6)
+
+    # The doctor sees tombstones as history, not as memories removed behind its back.
+    report = await service.maintenance.doctor()
+    assert report.ok, report
+
+    # Running it again finds nothing to do and verifies again (idempotent).
+    again = await service.erase(TARGET)
+    assert again.verified
+    assert all(count == 0 for count in again.removed.values())
+
+
+async def test_delete_scope_keeps_content_in_history_and_the_scan_sees_it(
+    service: MemoryService, settings: Settings
+) -> None:
+    """The control: delete is not erase, and the scan that proves erasure would catch it."""
+    secret = marker()
+    await service.memories.add(TARGET_SESSION, f"{secret} words")
+    assert await service.memories.delete_scope(TARGET) == 1
+    assert settings.database_url is not None
+    left = await scan(settings.database_url, secret)
+    assert left.get("memory_events.prior") == 1
+    assert left.get("recent_activity.content_preview") == 1
+    receipt = await service.erase(TARGET)
+    assert receipt.verified and receipt.removed["tombstones"] == 1
+    assert await scan(settings.database_url, secret) == {}
+
+
+async def test_exact_erases_only_that_scope(service: MemoryService, settings: Settings) -> None:
+    secret = marker()
+    inside = await service.memories.add(TARGET, f"{secret} agent level")
+    below = await service.memories.add(TARGET_SESSION, f"{secret} session level")
+    receipt = await service.erase(TARGET, include="exact")
+    assert receipt.verified and receipt.removed["memories"] == 1
+    assert (await service.memories.get(below.id)).content.endswith("session level")
+    assert [e.kind for e in await service.memories.history(inside.id)] == ["erased"]
+
+
+async def test_erase_refuses_bad_arguments_and_writes_nothing(service: MemoryService) -> None:
+    memory = await service.memories.add(TARGET_SESSION, "stays")
+    with pytest.raises(ValidationError) as include:
+        await service.erase(TARGET, include="ancestors")  # would erase the parents
+    assert include.value.field == "include"
+    with pytest.raises(ValidationError) as batch:
+        await service.erase(TARGET, batch_size=0)
+    assert batch.value.field == "batch_size"
+    with pytest.raises(ValidationError):
+        await service.erase("acme")  # type: ignore[arg-type]
+    assert (await service.memories.get(memory.id)).content == "stays"
+
+
+async def test_erase_of_a_whole_tenant_removes_its_langgraph_rows(
+    service: MemoryService, settings: Settings
+) -> None:
+    from langgraph.checkpoint.conformance.test_utils import (
+        generate_checkpoint,
+        generate_config,
+        generate_metadata,
+    )
+
+    from memsvc.integrations.langgraph import MemsvcSaver, MemsvcStore
+
+    secret = marker()
+    for tenant in (TENANT, "globex"):
+        store = MemsvcStore(service, tenant=tenant)
+        await store.aput(("facts", "u1"), "k1", {"text": f"{secret} {tenant}"})
+        saver = MemsvcSaver(service, tenant=tenant)
+        versions = {"notes": saver.get_next_version(None, None)}
+        checkpoint = generate_checkpoint(
+            channel_values={"notes": f"{secret} {tenant}"}, channel_versions=versions
+        )
+        config = await saver.aput(generate_config("t1"), checkpoint, generate_metadata(), versions)
+        await saver.aput_writes(config, [("notes", f"{secret} {tenant} write")], "task-1")
+    assert settings.database_url is not None
+
+    narrower = await service.erase(TARGET)  # LangGraph rows carry only the tenant: kept
+    assert not narrower.langgraph
+    assert "langgraph_store_items.value" in await scan(settings.database_url, secret)
+
+    receipt = await service.erase(Scope(TENANT))
+    assert receipt.verified and receipt.langgraph
+    assert receipt.removed["langgraph_store_items"] == 1
+    assert receipt.removed["langgraph_checkpoints"] == 1
+    assert receipt.removed["langgraph_checkpoint_writes"] == 1
+    assert await scan(settings.database_url, f"{secret} {TENANT}") == {}
+    # The other tenant's LangGraph rows are all there.
+    kept = await scan(settings.database_url, f"{secret} globex")
+    assert {"langgraph_store_items.value", "langgraph_checkpoint_blobs.blob",
+            "langgraph_checkpoint_writes.value"} <= set(kept)
+
+
+async def test_erase_clears_redis_working_memory_of_every_session_under_the_scope(
+    settings: Settings, redis_url: str
+) -> None:
+    tenant = f"t-{uuid.uuid4().hex[:8]}"  # the Redis server is shared by the suite
+    inside = [Scope(tenant, "p*", "a", "s1"), Scope(tenant, "p*", None, "s2")]
+    outside = [
+        Scope(tenant, "p1", "a", "s1"),  # "p*" must match literally, never as a glob
+        Scope(tenant, "p", "a", "s1"),
+        Scope(tenant, None, None, "s1"),
+        Scope(f"{tenant}x", "p*", "a", "s1"),
+    ]
+    redis_settings = settings.model_copy(update={"redis_url": redis_url})
+    async with MemoryService.open(redis_settings) as svc:
+        assert svc.working_store.backend == "redis"
+        for scope in inside + outside:
+            wm = svc.working(scope)
+            await wm.set("k", {"v": 1})
+            await wm.set_task_state(TaskState(task_id="t1"))
+            await wm.append_scratchpad("note")
+        receipt = await svc.erase(Scope(tenant, "p*"))
+        assert receipt.removed["working_sessions"] == 2
+        for scope in inside:
+            wm = svc.working(scope)
+            assert await wm.list_keys() == [] and await wm.get_scratchpad() == []
+            assert await wm.get_task_state() is None
+        for scope in outside:
+            assert await svc.working(scope).get("k") == {"v": 1}
+        client: Any = svc.working_store.client  # type: ignore[attr-defined]
+        left = {parse_key(key)[0] async for key in client.scan_iter(match=f"*{tenant}*")}
+        assert left == set(outside)
+
+
+# --------------------------------------------------------------- crash and races
+
+ERASER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from memsvc import MemoryService, Scope
+    from memsvc.testing.postgres import settings_for_tests
+
+    async def main():
+        async with MemoryService.open(settings_for_tests(sys.argv[1])) as svc:
+            await svc.erase(Scope("acme", "bridge", "planner"), batch_size=2)
+
+    asyncio.run(main())
+    """
+)
+
+
+# A backend of this test's database waiting for a lock (the eraser, on the held assembly).
+WAITING_FOR_A_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
+
+
+async def memory_state(svc: MemoryService, memory_id: uuid.UUID) -> str:
+    """``erased`` (no row, only a tombstone) or ``kept`` (row and its full history)."""
+    history = [(e.kind, e.prior is None) for e in await svc.memories.history(memory_id)]
+    found = await svc.memories.get_many([memory_id])
+    if not found and history == [("erased", True)]:
+        return "erased"
+    if found and history and history[0] == ("created", True) and "erased" not in {
+        kind for kind, _ in history
+    } and len(history) == found[0].version:
+        return "kept"
+    return f"half: row={bool(found)} history={history}"
+
+
+async def test_a_crashed_erasure_leaves_no_half_memory_and_a_rerun_finishes_it(
+    service: MemoryService, settings: Settings
+) -> None:
+    """SIGKILL the eraser inside a batch's transaction (rows locked, nothing deleted yet)."""
+    secret = marker()
+    for i in range(12):
+        memory = await service.memories.add(TARGET_SESSION, f"{secret} {i}", embedding=vector(i))
+        await service.memories.update(memory.id, content=f"{secret} {i} revised")
+    dsn = settings.database_url
+    assert dsn is not None
+    admin = await asyncpg.connect(dsn)
+    # Outside the blocker's transaction: activity statistics are read once per transaction.
+    watcher = await asyncpg.connect(dsn)
+    try:
+        ids = [r["id"] for r in await admin.fetch(
+            "SELECT id FROM memsvc.memories ORDER BY tenant_id, id"
+        )]
+        # The fourth batch (memories 7 and 8) waits for this assembly, mid-transaction.
+        held = await service.assemblies.create(PARENT, "held", memory_ids=[ids[6]])
+        blocker = admin.transaction()
+        await blocker.start()
+        await admin.execute("SELECT 1 FROM memsvc.assemblies WHERE id = $1 FOR UPDATE", held.id)
+        child = subprocess.Popen([sys.executable, "-c", ERASER, dsn])
+        try:
+            async with asyncio.timeout(120):
+                while not await watcher.fetchval(WAITING_FOR_A_LOCK):
+                    assert child.poll() is None, "the eraser ended before the batch that waits"
+                    await asyncio.sleep(0.05)
+            child.send_signal(signal.SIGKILL)
+            assert await asyncio.to_thread(child.wait) == -signal.SIGKILL
+        finally:
+            if child.poll() is None:
+                child.kill()
+        await blocker.rollback()
+    finally:
+        await admin.close()
+        await watcher.close()
+
+    states = [await memory_state(service, memory_id) for memory_id in ids]
+    assert states == ["erased"] * 6 + ["kept"] * 6  # three batches committed, the fourth lost
+
+    receipt = await service.erase(TARGET)
+    assert receipt.verified
+    assert receipt.removed["memories"] == 6
+    assert [await memory_state(service, memory_id) for memory_id in ids] == ["erased"] * 12
+    assert (await service.assemblies.get(held.id)).member_count == 0
+    assert await scan(dsn, secret) == {}
+
+
+async def test_writes_racing_an_erasure_are_erased_whole_or_kept_whole(
+    service: MemoryService, settings: Settings
+) -> None:
+    secret = marker()
+    before = [
+        (await service.memories.add(TARGET_SESSION, f"{secret} before {i}")).id
+        for i in range(30)
+    ]
+    during: list[uuid.UUID] = []
+    stop = asyncio.Event()
+
+    async def writer(n: int) -> None:
+        i = 0
+        while not stop.is_set():
+            memory = await service.memories.add(
+                TARGET.with_session(f"s-{n}"), f"{secret} during {n} {i}"
+            )
+            during.append(memory.id)
+            i += 1
+            await asyncio.sleep(0)
+
+    writers = [asyncio.create_task(writer(n)) for n in range(3)]
+    while len(during) < 5:
+        await asyncio.sleep(0.001)
+    receipt = await service.erase(TARGET, batch_size=4)
+    stop.set()
+    await asyncio.gather(*writers)
+
+    assert len(during) > 5
+    # Committed before the erasure began: gone when it returned.
+    assert {await memory_state(service, i) for i in before} == {"erased"}
+    # Committed during it: erased whole or kept whole, never half.
+    states = [await memory_state(service, i) for i in during]
+    assert set(states) <= {"erased", "kept"}, states
+    # What was kept is visible in the receipt, counted as written during the erasure.
+    kept = states.count("kept")
+    assert receipt.written_during.get("memories", 0) <= kept
+    if not receipt.verified:
+        assert receipt.remaining.get("memories", 0) > 0 and kept > 0
+    # Once the writers stopped, a second run leaves nothing.
+    final = await service.erase(TARGET)
+    assert final.verified
+    assert settings.database_url is not None
+    assert await scan(settings.database_url, secret) == {}
+
+
+async def test_two_erasers_of_one_scope_leave_one_tombstone_per_memory(
+    service: MemoryService, settings: Settings
+) -> None:
+    secret = marker()
+    ids = []
+    for i in range(20):
+        memory = await service.memories.add(TARGET_SESSION, f"{secret} {i}")
+        ids.append(memory.id)
+        if i % 2:
+            await service.memories.delete(memory.id)  # half of them only in history
+    first, second = await asyncio.gather(
+        service.erase(TARGET, batch_size=3), service.erase(TARGET, batch_size=5)
+    )
+    assert first.removed.get("tombstones", 0) + second.removed.get("tombstones", 0) == 20
+    for memory_id in ids:
+        assert [e.kind for e in await service.memories.history(memory_id)] == ["erased"]
+    assert settings.database_url is not None
+    assert await scan(settings.database_url, secret) == {}
+
+
+async def test_erase_through_pgbouncer(
+    bouncer_service: MemoryService,  # noqa: F811
+) -> None:
+    secret = marker()
+    setup = await populate(bouncer_service, secret)
+    receipt = await bouncer_service.erase(TARGET, batch_size=2)
+    assert receipt.verified, receipt.remaining
+    assert receipt.removed["memories"] == 3
+    assert await scan(bouncer_service.pool, secret) == {}
+    for memory in setup["kept"].values():
+        assert (await bouncer_service.memories.get(memory.id)).content == memory.content
+
+
+async def test_the_sync_client_erases_too(settings: Settings) -> None:
+    from memsvc.sync import SyncMemoryService
+
+    def run() -> None:
+        with SyncMemoryService.open(settings) as svc:
+            memory = svc.memories.add(TARGET_SESSION, "erase me from a thread")
+            receipt = svc.erase(TARGET)
+            assert receipt.verified and receipt.removed["memories"] == 1
+            assert [e.kind for e in svc.memories.history(memory.id)] == ["erased"]
+
+    await asyncio.to_thread(run)
