@@ -17,6 +17,7 @@ from memsvc.db import migrate
 from memsvc.embedding import HashingEmbedder
 from memsvc.errors import MemsvcError, SchemaError, ValidationError
 from memsvc.repositories.memory_queries import RRF_K
+from memsvc.repositories.text_terms import TextTerms, hybrid_terms
 from memsvc.sync import SyncMemoryService
 from memsvc.testing.postgres import TestPostgres, settings_for_tests
 
@@ -111,6 +112,58 @@ async def test_websearch_syntax_quotes_or_and_minus(
     assert {h.memory.id for h in await memories.search(scope, '"blue kettle"')} == {a.id}
     assert {h.memory.id for h in await memories.search(scope, "kettle -slow")} == {a.id}
     assert {h.memory.id for h in await memories.search(scope, "teapot or slow")} == {b.id, c.id}
+
+
+def test_a_question_requires_its_rare_tokens_and_ranks_by_every_word() -> None:
+    terms = hybrid_terms("what did we decide about ENG-4312?")
+    assert terms == TextTerms("ENG-4312", "what or did or we or decide or about or ENG-4312")
+    assert hybrid_terms("is retry_backoff_ms set in /etc/app/config.yaml?").required == (
+        "retry_backoff_ms /etc/app/config.yaml"
+    )
+    for rare in ("v2.3.1", "os.path.join", "maxRetries", "bpo-31949", "src/app.py", "x86_64"):
+        assert hybrid_terms(f"notes on {rare}").required == rare, rare
+    # Plain words and websearch syntax: the query as written, every word required.
+    passage = "the deploy of v2.3.1 " + "went fine again " * 4  # a passage, not a question
+    plain = ("deploy budget review", "e.g. the U.S. office", passage)
+    for written in (*plain, '"blue kettle" 4312', "ENG-4312 -draft", "a1 or b2"):
+        assert hybrid_terms(written) == TextTerms(written, written), written
+
+
+async def test_hybrid_finds_a_token_asked_about_in_a_question(
+    plain_service: MemoryService, scope: Scope
+) -> None:
+    """The question's other words need not be in the memory; they only rank."""
+    memories = plain_service.memories
+    vectors = unit_vectors(5, seed=5)
+    plain = await memories.add(scope, "ENG-4312 rolled back", embedding=vectors[0])
+    closer = await memories.add(scope, "ENG-4312 filed by the pager", embedding=vectors[1])
+    other = await memories.add(scope, "ENG-4313 filed by the pager", embedding=vectors[2])
+    await memories.add(scope, "the outage was filed and closed", embedding=vectors[3])
+    question = "when was ENG-4312 filed and closed?"
+    assert await memories.search(scope, question, mode="text") == []  # every word required
+
+    hits = await memories.search(scope, question, k=4, query_embedding=vectors[4])
+    text_ranked = sorted((h for h in hits if h.text_rank), key=lambda h: h.text_rank or 0)
+    assert [h.memory.id for h in text_ranked] == [closer.id, plain.id]
+    assert other.id in {h.memory.id for h in hits}  # found by the vector arm only
+    assert all(h.arms == ("vector",) for h in hits if h.memory.id not in (plain.id, closer.id))
+
+
+async def test_hybrid_keeps_websearch_syntax(plain_service: MemoryService, scope: Scope) -> None:
+    memories = plain_service.memories
+    vectors = unit_vectors(4, seed=6)
+    a = await memories.add(scope, "the blue kettle boils fast in v2.3.1", embedding=vectors[0])
+    b = await memories.add(scope, "a kettle that is blue and slow in v2.3.1", embedding=vectors[1])
+    c = await memories.add(scope, "the red teapot", embedding=vectors[2])
+
+    async def text_arm(query: str) -> set[uuid.UUID]:
+        hits = await memories.search(scope, query, k=10, query_embedding=vectors[3])
+        return {h.memory.id for h in hits if "text" in h.arms}
+
+    assert await text_arm('"blue kettle" v2.3.1') == {a.id}
+    assert await text_arm("v2.3.1 -slow") == {a.id}
+    assert await text_arm("teapot or slow") == {b.id, c.id}
+    assert await text_arm("blue kettle slow") == {b.id}  # no rare token: every word required
 
 
 # ------------------------------------------------------------------ fusion

