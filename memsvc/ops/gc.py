@@ -258,10 +258,16 @@ class GarbageCollector:
                     return 0
                 for table, source in feed_q.SOURCES.items():
                     tenants, event_ids = doomed[source]
-                    if event_ids:
-                        await conn.execute(
-                            feed_q.delete_events(self._schema, table), tenants, event_ids
-                        )
+                    if not event_ids:
+                        continue
+                    # Memory events are history too: removing them moves the
+                    # horizon as-of reads can rebuild from.
+                    sql = (
+                        q.delete_history_events(self._schema)
+                        if table == "memory_events"
+                        else feed_q.delete_events(self._schema, table)
+                    )
+                    await conn.execute(sql, tenants, event_ids)
                 await conn.execute(feed_q.set_horizon(self._schema), last.cursor())
                 return sum(len(ids) for _, ids in doomed.values())
 

@@ -7,6 +7,8 @@ writer holds are left for the next run instead of blocking it.
 
 from __future__ import annotations
 
+from memsvc.repositories.memory_asof_queries import HORIZON_KEY as ASOF_HORIZON_KEY
+
 SCOPE = "tenant_id, project_id, agent_id, session_id"
 
 
@@ -122,3 +124,33 @@ WITH batch AS (
     RETURNING 1
 )
 SELECT count(*) FROM done"""
+
+
+def delete_history_events(schema: str) -> str:
+    """Delete memory events (tenant / event id arrays ``$1``, ``$2``) for the feed's retention,
+    and raise the as-of history horizon to the newest commit time among them.
+
+    As-of reads rebuild a past state from the events after it; once events are
+    gone, a moment before the newest one removed can no longer be rebuilt, and
+    as-of reads refuse it (``history_horizon`` in ``schema_info``). The commit
+    time is the persisted one, else the server's (when it tracks them), else
+    the transaction's start.
+    """
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.memory_events AS e
+    USING unnest($1::text[], $2::bigint[]) AS d(tenant_id, event_id)
+    WHERE e.tenant_id = d.tenant_id AND e.event_id = d.event_id
+    RETURNING coalesce(
+        e.committed_at,
+        CASE WHEN current_setting('track_commit_timestamp')::bool
+             THEN pg_xact_commit_timestamp(e.xmin) END,
+        e.at
+    ) AS committed
+), newest AS (
+    SELECT max(committed) AS t FROM gone
+)
+INSERT INTO {schema}.schema_info (key, value)
+SELECT '{ASOF_HORIZON_KEY}', t::text FROM newest WHERE t IS NOT NULL
+ON CONFLICT (key) DO UPDATE
+SET value = greatest({schema}.schema_info.value::timestamptz, excluded.value::timestamptz)::text"""

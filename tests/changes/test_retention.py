@@ -62,3 +62,35 @@ async def test_gc_keeps_every_event_without_a_retention_setting(
     report = await service.maintenance.gc()
     assert report.change_events_removed == 0
     assert len(await take(service.changes(), 1)) == 1
+
+
+async def test_as_of_reads_refuse_moments_whose_history_retention_removed(
+    settings: Settings, scope: Scope
+) -> None:
+    from datetime import UTC, datetime
+
+    from memsvc import ValidationError
+
+    keeping = settings.model_copy(update={"change_retention_days": 1.0})
+    async with MemoryService.open(keeping) as svc:
+        memory = await svc.memories.add(scope, "first words")
+        await svc.memories.update(memory.id, content="second words")
+        between = datetime.now(UTC)
+        await svc.memories.update(memory.id, content="third words")
+        assert (await svc.memories.get(memory.id, as_of=between)).content == "second words"
+        await _age_events(svc.dsn, 2)  # the creation and the first edit
+
+        report = await svc.maintenance.gc()
+
+        assert report.change_events_removed == 2
+        # The first edit's event held what "between" needs: it is gone, so the
+        # moment is refused rather than rebuilt wrongly (as "first words"'s
+        # absence would make the memory look newer than it is).
+        with pytest.raises(ValidationError) as refused:
+            await svc.memories.get(memory.id, as_of=between)
+        assert refused.value.field == "as_of"
+        assert "history horizon" in str(refused.value)
+        # Moments after the newest removed event are still exact.
+        assert (await svc.memories.get(memory.id, as_of=datetime.now(UTC))).content == (
+            "third words"
+        )
