@@ -410,7 +410,7 @@ def build_metadata(settings: Settings) -> MetaData:
             DateTime(timezone=True),
             nullable=False,
             server_default=text("now()"),
-            comment="When the change committed its statement.",
+            comment="When the writing transaction started (now()).",
         ),
         change_key_column("the event"),
         PrimaryKeyConstraint("tenant_id", "event_id"),

@@ -135,7 +135,7 @@ WHERE s.tenant_id = e.tenant_id AND s.memory_id = e.memory_id
             sa.DateTime(timezone=True),
             nullable=False,
             server_default=sa.text("now()"),
-            comment="When the change committed its statement.",
+            comment="When the writing transaction started (now()).",
         ),
         sa.Column(
             "change_key",
