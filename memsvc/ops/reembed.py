@@ -40,7 +40,7 @@ import asyncpg
 from memsvc.db.codecs import register_codecs, vector_bytes
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, find_vector_schema
-from memsvc.db.tables import OPCLASSES
+from memsvc.db.tables import OPCLASSES, store_vector_bits_expression
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError, SchemaError, ValidationError
 from memsvc.ops import reembed_queries as q
@@ -60,6 +60,7 @@ MAX_BATCH = 10_000
 SWITCH_LOCK_TIMEOUT = "5s"
 LOCK_POLL_S = 0.2
 STORE_VECTOR_INDEX = "ix_langgraph_store_vectors_embedding_hnsw"
+STORE_BITS_INDEX = "ix_langgraph_store_vectors_namespace_bits"
 _FIRST_KEY = ("", uuid.UUID(int=0))
 
 
@@ -365,8 +366,17 @@ class Reembedder:
                 "re-embedded, so the dimension cannot change; empty its index and run again"
             )
         settings = self._settings.model_copy(update={"embedding_dim": self._dim})
-        index_sql = metadata_index_definition(settings, STORE_VECTOR_INDEX)
-        for statement in q.switch_store_vectors(self._schema, self._column_type, index_sql):
+        statements = q.switch_store_vectors(
+            self._schema,
+            self._column_type,
+            store_vector_bits_expression(settings),
+            self._dim,
+            [
+                metadata_index_definition(settings, STORE_VECTOR_INDEX),
+                metadata_index_definition(settings, STORE_BITS_INDEX),
+            ],
+        )
+        for statement in statements:
             await conn.execute(statement)
 
 

@@ -247,12 +247,27 @@ def store_vectors(schema: str) -> str:
     return f"SELECT EXISTS (SELECT 1 FROM {schema}.langgraph_store_vectors)"
 
 
-def switch_store_vectors(schema: str, column_type: str, index_sql: str) -> list[str]:
-    """Retype the (empty) LangGraph store vector column to the new dimension."""
+def switch_store_vectors(
+    schema: str, column_type: str, bits_expression: str, dim: int, index_sql: list[str]
+) -> list[str]:
+    """Retype the (empty) LangGraph store vector column to the new dimension.
+
+    Its sign bits are a generated column of the embedding (PostgreSQL cannot
+    retype a column one depends on): they are dropped with their covering
+    index and declared again at the new dimension; ``index_sql`` then builds
+    the HNSW and covering indexes as the schema metadata declares them.
+    """
+    table = f"{schema}.langgraph_store_vectors"
     return [
         f"DROP INDEX IF EXISTS {schema}.ix_langgraph_store_vectors_embedding_hnsw",
-        f"ALTER TABLE {schema}.langgraph_store_vectors ALTER COLUMN embedding TYPE {column_type}",
-        index_sql,
+        f"DROP INDEX IF EXISTS {schema}.ix_langgraph_store_vectors_namespace_bits",
+        f"ALTER TABLE {table} DROP COLUMN IF EXISTS embedding_bits",
+        f"ALTER TABLE {table} ALTER COLUMN embedding TYPE {column_type}",
+        f"ALTER TABLE {table} ADD COLUMN embedding_bits bit({int(dim)}) "
+        f"GENERATED ALWAYS AS ({bits_expression}) STORED",
+        f"COMMENT ON COLUMN {table}.embedding_bits IS "
+        "'Sign bits of the embedding, kept by the database (quantized search).'",
+        *index_sql,
     ]
 
 
