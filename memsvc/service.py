@@ -270,8 +270,7 @@ class MemoryService:
             # Reads after an erasure must not find what it removed on a
             # replica that has not replayed it yet (erasure writes through
             # its own connections, so the position is the primary's current one).
-            if self._reads.tracks_writes:
-                self._reads.wrote_elsewhere()
+            self._reads.wrote_elsewhere()
 
     @property
     def pool(self) -> asyncpg.Pool:

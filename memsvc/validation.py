@@ -185,6 +185,21 @@ def validate_embedding(
     return vector
 
 
+def validate_embedded(
+    vectors: Sequence[object],
+    count: int,
+    dim: int,
+    vector_type: str,
+    field: str,
+    *,
+    distance: str,
+) -> list[np.ndarray[Any, Any]]:
+    """Check what an embedder returned for ``count`` texts: one valid vector each."""
+    if len(vectors) != count:
+        raise ValidationError(field, "the embedder returned the wrong number of vectors")
+    return [validate_embedding(v, dim, vector_type, field, distance=distance) for v in vectors]
+
+
 def validate_importance(value: object, field: str = "importance") -> float:
     """Check an importance score in [0, 1]."""
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -75,31 +75,24 @@ async def pair(replicated: tuple[ReplicatedPostgres, MigratedTemplate]) -> Async
 
 async def caught_up(pair: Pair) -> None:
     """Wait until the replica has replayed everything the primary has written so far."""
-    primary = await asyncpg.connect(pair.servers.primary_dsn)
-    try:
-        target = await primary.fetchval("SELECT pg_current_wal_insert_lsn()")
-    finally:
-        await primary.close()
-    replica = await asyncpg.connect(pair.servers.replica_dsn)
-    try:
-        async with asyncio.timeout(CATCH_UP_LIMIT_S):
-            while await replica.fetchval("SELECT pg_last_wal_replay_lsn()") < target:
-                await asyncio.sleep(0.01)
-    finally:
-        await replica.close()
+    await _replica_reaches(pair, "pg_current_wal_insert_lsn()", "pg_last_wal_replay_lsn()")
 
 
 async def received(pair: Pair) -> None:
     """Wait until the replica has received (not necessarily replayed) the primary's WAL."""
+    await _replica_reaches(pair, "pg_current_wal_flush_lsn()", "pg_last_wal_receive_lsn()")
+
+
+async def _replica_reaches(pair: Pair, primary_position: str, replica_position: str) -> None:
     primary = await asyncpg.connect(pair.servers.primary_dsn)
     try:
-        target = await primary.fetchval("SELECT pg_current_wal_flush_lsn()")
+        target = await primary.fetchval(f"SELECT {primary_position}")
     finally:
         await primary.close()
     replica = await asyncpg.connect(pair.servers.replica_dsn)
     try:
         async with asyncio.timeout(CATCH_UP_LIMIT_S):
-            while await replica.fetchval("SELECT pg_last_wal_receive_lsn()") < target:
+            while await replica.fetchval(f"SELECT {replica_position}") < target:
                 await asyncio.sleep(0.01)
     finally:
         await replica.close()

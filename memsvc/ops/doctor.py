@@ -62,6 +62,7 @@ from memsvc.ops.bulk import (
 from memsvc.ops.reembed import migration_progress
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
+from memsvc.repositories.memory_asof_queries import SHOW_TRACKING
 from memsvc.settings import Settings
 
 Status = Literal["ok", "warning", "problem", "repaired"]
@@ -421,8 +422,7 @@ class Doctor:
     async def _check_commit_timestamps(
         self, conn: asyncpg.Connection, report: DoctorReport
     ) -> None:
-        waiting = await conn.fetchval(q.commit_times_waiting(self._schema))
-        if not await conn.fetchval(q.TRACK_COMMIT_TIMESTAMP):
+        if not await conn.fetchval(SHOW_TRACKING):
             report.add(
                 "commit timestamps",
                 "warning",
@@ -430,6 +430,7 @@ class Doctor:
                 "postgresql.conf and the server restarted",
             )
             return
+        waiting = await conn.fetchval(q.commit_times_waiting(self._schema))
         report.add(
             "commit timestamps",
             "ok",

@@ -159,7 +159,6 @@ WHERE tenant_id = $1 AND id = $2 AND content_hash <> $3 AND {actual} = $3
 RETURNING id"""
 
 
-TRACK_COMMIT_TIMESTAMP = "SELECT current_setting('track_commit_timestamp')::bool"
 
 
 def commit_times_waiting(schema: str) -> str:

@@ -39,6 +39,7 @@ from memsvc.repositories import langgraph_store_queries as store_q
 from memsvc.repositories.changes import START, Position
 from memsvc.repositories.checkpoints import CheckpointRepository
 from memsvc.repositories.memories import MemoryRepository
+from memsvc.repositories.memory_asof_queries import SHOW_TRACKING
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.scope import Scope
 from memsvc.settings import Settings
@@ -193,7 +194,7 @@ class GarbageCollector:
         """
         with translate_errors():
             async with self._pool.acquire() as conn:
-                if not await conn.fetchval(q.TRACKING_COMMIT_TIMESTAMPS):
+                if not await conn.fetchval(SHOW_TRACKING):
                     return
         progress.start("gc: persisting commit times of history events")
         sql = q.persist_commit_times(self._schema)

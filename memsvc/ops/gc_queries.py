@@ -96,7 +96,6 @@ WITH gone AS (
 SELECT count(*) FROM gone"""
 
 
-TRACKING_COMMIT_TIMESTAMPS = "SELECT current_setting('track_commit_timestamp')::bool"
 
 
 def persist_commit_times(schema: str) -> str:

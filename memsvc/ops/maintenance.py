@@ -351,5 +351,5 @@ class Maintenance:
             self._wrote()
 
     def _wrote(self) -> None:
-        if self._reads is not None and self._reads.tracks_writes:
+        if self._reads is not None:
             self._reads.wrote_elsewhere()

@@ -43,13 +43,14 @@ from memsvc.db.pool import connect, find_vector_schema
 from memsvc.db.tables import OPCLASSES, store_vector_bits_expression
 from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError, SchemaError, ValidationError
+from memsvc.ops import bulk_queries as bulk_q
 from memsvc.ops import reembed_queries as q
 from memsvc.ops.bulk import build_index, index_state, metadata_index_definition
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories import assembly_queries
 from memsvc.repositories.embedding_space_queries import NEXT_INDEX
 from memsvc.settings import Settings
-from memsvc.validation import validate_embedding
+from memsvc.validation import validate_embedded
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class Reembedder:
                 # here and then find the migration switched. They poll: a
                 # session blocked in pg_advisory_lock holds a snapshot, which
                 # CREATE INDEX CONCURRENTLY would wait for (a deadlock).
-                while not await conn.fetchval(q.TRY_SESSION_LOCK, q.REEMBED_LOCK_KEY):
+                while not await conn.fetchval(bulk_q.TRY_LOCK, q.REEMBED_LOCK_KEY):
                     if await self._switched(conn, report.migration_id):
                         return report
                     await asyncio.sleep(LOCK_POLL_S)
@@ -138,7 +139,7 @@ class Reembedder:
                         await self._build_index(conn)
                         await self._switch(conn, report)
                 finally:
-                    await conn.execute(q.SESSION_UNLOCK, q.REEMBED_LOCK_KEY)
+                    await conn.execute(bulk_q.UNLOCK, q.REEMBED_LOCK_KEY)
         finally:
             await conn.close()
         return report
@@ -205,19 +206,16 @@ class Reembedder:
     # ------------------------------------------------------------ fill
 
     async def _embed(self, texts: Sequence[str]) -> list[bytes]:
-        vectors = await self._embedder(list(texts))
-        if len(vectors) != len(texts):
-            raise ValidationError("embedder", "returned the wrong number of vectors")
         settings = self._settings
-        return [
-            vector_bytes(
-                validate_embedding(
-                    v, self._dim, settings.vector_type, "embedder", distance=settings.distance
-                ),
-                settings.vector_type,
-            )
-            for v in vectors
-        ]
+        vectors = validate_embedded(
+            await self._embedder(list(texts)),
+            len(texts),
+            self._dim,
+            settings.vector_type,
+            "embedder",
+            distance=settings.distance,
+        )
+        return [vector_bytes(v, settings.vector_type) for v in vectors]
 
     async def _fill_rows(self, conn: asyncpg.Connection, rows: Sequence[Any]) -> None:
         vectors = await self._embed([row["content"] for row in rows])

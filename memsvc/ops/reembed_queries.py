@@ -14,8 +14,6 @@ from memsvc.repositories.embedding_space_queries import NEXT_COLUMN, NEXT_INDEX
 # at once (the second waits, then finds it built).
 REEMBED_LOCK_KEY = 0x6D656D737663_0E  # "memsvc" + 0x0e
 LOCK = "SELECT pg_advisory_xact_lock($1)"
-TRY_SESSION_LOCK = "SELECT pg_try_advisory_lock($1)"
-SESSION_UNLOCK = "SELECT pg_advisory_unlock($1)"
 
 RESET_FUNCTION = "memories_embedding_next_reset"
 RESET_TRIGGER = "memories_embedding_next_reset"

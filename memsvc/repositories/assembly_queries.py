@@ -20,6 +20,7 @@ from memsvc.repositories.memory_queries import (
     SIMILARITY,
     qualified,
 )
+from memsvc.repositories.scope_sql import tenant_or_any
 
 ASSEMBLY_COLUMNS = (
     "tenant_id, project_id, agent_id, session_id, id, name, description, metadata, "
@@ -311,7 +312,7 @@ def update_assembly(schema: str, tenant_filter: bool) -> str:
     return f"""
 WITH old AS (
     SELECT tenant_id, id, version FROM {schema}.assemblies
-    WHERE id = $1 AND {"tenant_id = $2::text" if tenant_filter else "$2::text IS NULL"}
+    WHERE id = $1 AND {tenant_or_any("$2", tenant_filter)}
     FOR UPDATE
 ), upd AS (
     UPDATE {schema}.assemblies AS a

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import asyncpg
 
 from memsvc.db.errors import translate_errors
+from memsvc.db.pool import connect
 from memsvc.errors import CursorExpiredError, MemsvcError, ValidationError
 from memsvc.models import Change
 from memsvc.repositories import change_queries as q
@@ -237,12 +238,8 @@ class ChangeFeed(Repository):
             wake.set()
 
         try:
+            conn = await connect(dsn, self._settings)
             with translate_errors():
-                conn: asyncpg.Connection = await asyncpg.connect(
-                    dsn,
-                    timeout=self._settings.connect_timeout_s,
-                    statement_cache_size=0,
-                )
                 await conn.add_listener(CHANNEL, notified)
         except MemsvcError as exc:
             log.warning("change feed: cannot LISTEN (%s); polling instead", exc)

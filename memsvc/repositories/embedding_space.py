@@ -25,10 +25,10 @@ import numpy as np
 
 from memsvc.db.codecs import vector_bytes
 from memsvc.embedding import Embedder
-from memsvc.errors import SchemaError, ValidationError
+from memsvc.errors import SchemaError
 from memsvc.repositories import embedding_space_queries as q
 from memsvc.settings import Settings
-from memsvc.validation import validate_embedding
+from memsvc.validation import validate_embedded
 
 log = logging.getLogger(__name__)
 
@@ -151,16 +151,14 @@ class EmbeddingSpace:
         migration = self.migration
         if migration is None or self.next_embedder is None or not texts:
             return None
-        vectors = await self.next_embedder(list(texts))
-        if len(vectors) != len(texts):
-            raise ValidationError("next_embedder", "returned the wrong number of vectors")
-        return [
-            validate_embedding(
-                v, migration.dim, self._settings.vector_type, "next_embedder",
-                distance=self._settings.distance,
-            )
-            for v in vectors
-        ]  # fmt: skip
+        return validate_embedded(
+            await self.next_embedder(list(texts)),
+            len(texts),
+            migration.dim,
+            self._settings.vector_type,
+            "next_embedder",
+            distance=self._settings.distance,
+        )
 
     async def write_next(
         self,

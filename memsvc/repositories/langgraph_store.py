@@ -130,24 +130,24 @@ class LangGraphStoreRepository(Repository):
         schema = self._schema
         vector_type = self._settings.vector_type
 
+        put_sql = q.put_items(schema, vector_type)
+        put_args = [
+            tenant,
+            [w.prefix for w in puts],
+            [w.key for w in puts],
+            [w.value for w in puts],
+            [w.ttl_minutes for w in puts],
+            [v.prefix for v in vectors],
+            [v.key for v in vectors],
+            [v.field for v in vectors],
+            [vector_bytes(v.embedding, vector_type) for v in vectors],
+        ]
+
         if puts and not deletes and conn is None and not self._settings.row_level_security:
             # One statement is its own transaction: no begin and commit round trips.
-            sql = q.put_items(schema, vector_type)
-            args = [
-                tenant,
-                [w.prefix for w in puts],
-                [w.key for w in puts],
-                [w.value for w in puts],
-                [w.ttl_minutes for w in puts],
-                [v.prefix for v in vectors],
-                [v.key for v in vectors],
-                [v.field for v in vectors],
-                [vector_bytes(v.embedding, vector_type) for v in vectors],
-            ]
-
             async def put_only() -> None:
                 async with self._connection() as active:
-                    await active.execute(sql, *args)
+                    await active.execute(put_sql, *put_args)
 
             await self._retrying(put_only, owns_transaction=True)
             return
@@ -161,35 +161,8 @@ class LangGraphStoreRepository(Repository):
                         [w.prefix for w in deletes],
                         [w.key for w in deletes],
                     )
-                if not puts:
-                    return
-                prefixes, keys = [w.prefix for w in puts], [w.key for w in puts]
-                await active.execute(
-                    q.upsert_items(schema),
-                    tenant,
-                    prefixes,
-                    keys,
-                    [w.value for w in puts],
-                    [w.ttl_minutes for w in puts],
-                )
-                await active.execute(
-                    q.delete_stale_vectors(schema),
-                    tenant,
-                    prefixes,
-                    keys,
-                    [v.prefix for v in vectors],
-                    [v.key for v in vectors],
-                    [v.field for v in vectors],
-                )
-                if vectors:
-                    await active.execute(
-                        q.upsert_vectors(schema, vector_type),
-                        tenant,
-                        [v.prefix for v in vectors],
-                        [v.key for v in vectors],
-                        [v.field for v in vectors],
-                        [vector_bytes(v.embedding, vector_type) for v in vectors],
-                    )
+                if puts:
+                    await active.execute(put_sql, *put_args)
 
         await self._retrying(attempt, owns_transaction=conn is None)
 

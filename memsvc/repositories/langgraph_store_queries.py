@@ -80,65 +80,21 @@ def filter_condition(conditions: list[tuple[list[str], str, Any]], params: Param
     return " AND ".join(parts) if parts else "true"
 
 
-def upsert_items(schema: str) -> str:
-    """Insert or replace items ($2 prefixes, $3 keys, $4 values, $5 TTLs in minutes).
-
-    An item put over an expired one starts afresh (its created_at is new).
-    """
-    return f"""
-INSERT INTO {schema}.langgraph_store_items AS i
-    (tenant_id, prefix, key, value, created_at, updated_at, expires_at, ttl_minutes)
-SELECT $1, p, k, v, now(), now(),
-       CASE WHEN t IS NULL THEN NULL ELSE now() + t * interval '1 minute' END, t
-FROM unnest($2::text[], $3::text[], $4::jsonb[], $5::float8[]) AS u(p, k, v, t)
-ON CONFLICT (tenant_id, prefix, key) DO UPDATE SET
-    value = EXCLUDED.value,
-    created_at = CASE WHEN i.expires_at <= now() THEN EXCLUDED.created_at ELSE i.created_at END,
-    updated_at = EXCLUDED.updated_at,
-    expires_at = EXCLUDED.expires_at,
-    ttl_minutes = EXCLUDED.ttl_minutes"""
-
-
 def put_items(schema: str, vector_type: str) -> str:
-    """:func:`upsert_items`, :func:`delete_stale_vectors` and :func:`upsert_vectors` in one call.
+    """Put items and replace their vectors, in one call of migration 0018's function.
 
-    The function of migration 0018: $1 tenant, items' $2 prefixes, $3 keys,
-    $4 values, $5 TTLs; their vectors' $6 prefixes, $7 keys, $8 fields, $9
-    embeddings. One round trip; its statements each take a fresh snapshot.
+    $1 tenant, items' $2 prefixes, $3 keys, $4 values, $5 TTLs in minutes;
+    their vectors' $6 prefixes, $7 keys, $8 fields, $9 embeddings. The
+    function inserts or replaces the items (one put over an expired item
+    starts afresh), drops vectors of fields the new values lack, and
+    updates each field's vector in place (left alone when unchanged: no new
+    row version, nothing inserted into the HNSW index). One round trip; its
+    statements each take a fresh snapshot.
     """
     return (
         f"SELECT {schema}.langgraph_store_put($1, $2::text[], $3::text[], $4::jsonb[], "
         f"$5::float8[], $6::text[], $7::text[], $8::text[], $9::{vector_type}[])"
     )
-
-
-def delete_stale_vectors(schema: str) -> str:
-    """Drop vectors of put items ($2 prefixes, $3 keys) whose field the new value lacks.
-
-    $4 prefixes, $5 keys, $6 fields: the vectors the put brings.
-    """
-    return f"""
-DELETE FROM {schema}.langgraph_store_vectors AS v
-USING unnest($2::text[], $3::text[]) AS u(p, k)
-WHERE v.tenant_id = $1 AND v.prefix = u.p AND v.key = u.k
-  AND NOT EXISTS (
-      SELECT 1 FROM unnest($4::text[], $5::text[], $6::text[]) AS n(p, k, f)
-      WHERE n.p = v.prefix AND n.k = v.key AND n.f = v.field
-  )"""
-
-
-def upsert_vectors(schema: str, vector_type: str) -> str:
-    """Vectors of items' fields ($2 prefixes, $3 keys, $4 fields, $5 embeddings).
-
-    A field's vector is updated in place, and left alone when its embedding
-    is unchanged: no new row version, nothing inserted into the HNSW index.
-    """
-    return f"""
-INSERT INTO {schema}.langgraph_store_vectors AS v (tenant_id, prefix, key, field, embedding)
-SELECT $1, p, k, f, e FROM unnest($2::text[], $3::text[], $4::text[], $5::{vector_type}[])
-    AS u(p, k, f, e)
-ON CONFLICT (tenant_id, prefix, key, field) DO UPDATE SET embedding = EXCLUDED.embedding
-WHERE v.embedding IS DISTINCT FROM EXCLUDED.embedding"""
 
 
 def delete_items(schema: str) -> str:

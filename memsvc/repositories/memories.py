@@ -39,6 +39,7 @@ from memsvc.telemetry import traced_operations
 from memsvc.validation import (
     check_text,
     validate_content,
+    validate_embedded,
     validate_embedding,
     validate_importance,
     validate_limit,
@@ -197,10 +198,15 @@ class MemoryRepository(Repository):
     async def _embed(self, texts: Sequence[str], field: str) -> list[np.ndarray[Any, Any]]:
         if self._embedder is None:
             raise ValidationError(field, "no embedding given and the service has no embedder")
-        vectors = await self._embedder(list(texts))
-        if len(vectors) != len(texts):
-            raise ValidationError(field, "the embedder returned the wrong number of vectors")
-        return [self._vector(vector, field) for vector in vectors]
+        settings = self._settings
+        return validate_embedded(
+            await self._embedder(list(texts)),
+            len(texts),
+            self._space.dim,
+            settings.vector_type,
+            field,
+            distance=settings.distance,
+        )
 
     async def _embeddings_for(
         self, content: str, embedding: object

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 
+from memsvc.repositories.scope_sql import tenant_or_any
+
 # Every column of memories, in table order: SELECT lists, RETURNING, COPY.
 MEMORY_COLUMN_NAMES = (
     "tenant_id",
@@ -198,16 +200,6 @@ SELECT {qualified(MEMORY_COLUMNS, "up")}, up.inserted, EXISTS (
 FROM up"""
 
 
-def _tenant_or_any(param: str, tenant_filter: bool) -> str:
-    """``tenant_id = param`` for one tenant; otherwise a no-op that keeps ``param`` typed.
-
-    Two statement texts rather than ``param IS NULL OR tenant_id = param``:
-    the OR form hides the tenant from the planner (and from Citus, which
-    routes a statement to one shard only on a plain ``tenant_id = ...``).
-    """
-    return f"tenant_id = {param}::text" if tenant_filter else f"{param}::text IS NULL"
-
-
 def select_by_key(schema: str, scope_sql: str) -> str:
     """The live memory stored under a key in a scope."""
     return f"""
@@ -245,7 +237,7 @@ def update_memory(schema: str, tenant_filter: bool) -> str:
     return f"""
 WITH old AS (
     SELECT {MEMORY_COLUMNS}, change_key FROM {schema}.memories
-    WHERE id = $1 AND {_tenant_or_any("$2", tenant_filter)} AND {NOT_EXPIRED}
+    WHERE id = $1 AND {tenant_or_any("$2", tenant_filter)} AND {NOT_EXPIRED}
     FOR UPDATE
 ), upd AS (
     UPDATE {schema}.memories AS m
@@ -282,7 +274,7 @@ def patch_metadata(schema: str, tenant_filter: bool) -> str:
     return f"""
 WITH old AS (
     SELECT {MEMORY_COLUMNS}, change_key FROM {schema}.memories
-    WHERE id = $1 AND {_tenant_or_any("$3", tenant_filter)} AND {NOT_EXPIRED}
+    WHERE id = $1 AND {tenant_or_any("$3", tenant_filter)} AND {NOT_EXPIRED}
     FOR UPDATE
 ), upd AS (
     UPDATE {schema}.memories AS m

@@ -56,3 +56,13 @@ def scope_condition(scope: Scope, include: Include, params: Params, alias: str =
         levels = _levels_equal(ancestor, params, prefix, 3, start=1)
         alternatives.append("(" + " AND ".join(levels) + ")")
     return f"{tenant} AND ({' OR '.join(alternatives)})"
+
+
+def tenant_or_any(param: str, tenant_filter: bool) -> str:
+    """``tenant_id = param`` for one tenant; otherwise a no-op that keeps ``param`` typed.
+
+    Two statement texts rather than ``param IS NULL OR tenant_id = param``:
+    the OR form hides the tenant from the planner (and from Citus, which
+    routes a statement to one shard only on a plain ``tenant_id = ...``).
+    """
+    return f"tenant_id = {param}::text" if tenant_filter else f"{param}::text IS NULL"
