@@ -234,6 +234,7 @@ class GarbageCollector:
         """
         with translate_errors():
             async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute(feed_q.seed_horizon(self._schema))
                 text = await conn.fetchval(feed_q.lock_horizon(self._schema))
                 horizon = Position.parse(text, "horizon") if text else START
                 head = await conn.fetch(

@@ -111,14 +111,20 @@ def horizon(schema: str) -> str:
     return f"SELECT value FROM {schema}.schema_info WHERE key = '{HORIZON_KEY}'"
 
 
-def lock_horizon(schema: str) -> str:
-    """Lock (creating it if needed) the horizon row, so gc runs raise it one at a time."""
+def seed_horizon(schema: str) -> str:
+    """Create the horizon row (empty) if it does not exist yet."""
     return f"""
-WITH ins AS (
-    INSERT INTO {schema}.schema_info (key, value) VALUES ('{HORIZON_KEY}', '')
-    ON CONFLICT (key) DO NOTHING
-)
-SELECT value FROM {schema}.schema_info WHERE key = '{HORIZON_KEY}' FOR UPDATE"""
+INSERT INTO {schema}.schema_info (key, value) VALUES ('{HORIZON_KEY}', '')
+ON CONFLICT (key) DO NOTHING"""
+
+
+def lock_horizon(schema: str) -> str:
+    """Lock the horizon row, so gc runs raise it one at a time.
+
+    A statement of its own after :func:`seed_horizon`: a SELECT cannot see,
+    hence cannot lock, a row its own statement's CTE inserts.
+    """
+    return f"SELECT value FROM {schema}.schema_info WHERE key = '{HORIZON_KEY}' FOR UPDATE"
 
 
 def set_horizon(schema: str) -> str:

@@ -94,3 +94,21 @@ async def test_as_of_reads_refuse_moments_whose_history_retention_removed(
         assert (await svc.memories.get(memory.id, as_of=datetime.now(UTC))).content == (
             "third words"
         )
+
+
+async def test_the_first_gc_run_locks_the_horizon_row_it_creates(settings: Settings) -> None:
+    """gc runs raise the horizon one at a time: even the first, which creates its row,
+    holds the row's lock (a SELECT cannot lock a row its own statement inserts)."""
+    from memsvc.repositories import change_queries as feed_q
+
+    async with MemoryService.open(settings) as svc:
+        schema = settings.db_schema
+        async with svc.pool.acquire() as first, first.transaction():
+            await first.execute(feed_q.seed_horizon(schema))
+            assert await first.fetchval(feed_q.lock_horizon(schema)) == ""
+        async with svc.pool.acquire() as first, first.transaction():
+            await first.execute(feed_q.seed_horizon(schema))
+            await first.fetchval(feed_q.lock_horizon(schema))
+            async with svc.pool.acquire() as second, second.transaction():
+                with pytest.raises(asyncpg.LockNotAvailableError):
+                    await second.fetchval(feed_q.lock_horizon(schema) + " NOWAIT")
