@@ -813,6 +813,7 @@ def plot(results: list[Result], path: Path) -> None:
             ax.plot(xs, ys, marker="o", label=label)
         ax.set_xscale("log")
         ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
+        ax.minorticks_off()
         ax.set_title(title)
         ax.set_ylabel(ylabel)
         ax.set_xlabel("store size (rows)")
@@ -966,11 +967,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1_000, help="add_many items per size")
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
     parser.add_argument("--plot", type=Path, help="draw the curve to this PNG (matplotlib)")
+    parser.add_argument("--plot-from", type=Path,
+                        help="only draw --plot from a JSON file written by --out")
     parser.add_argument("--child", choices=["import", "export", "raw-import", "raw-export"],
                         help=argparse.SUPPRESS)
     parser.add_argument("--dsn", help=argparse.SUPPRESS)
     parser.add_argument("--file", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.plot_from:
+        if not args.plot:
+            parser.error("--plot-from needs --plot")
+        saved = json.loads(args.plot_from.read_text())
+        plot([Result(**r) for r in saved["results"]], args.plot)
+        return
     asyncio.run(child(args) if args.child else run(args))
 
 
