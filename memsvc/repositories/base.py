@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from memsvc.db.errors import connection_is_broken, translate_errors
+from memsvc.db.pool import release
 from memsvc.db.replicas import ReadRouter
 from memsvc.errors import (
     ConcurrencyError,
@@ -106,7 +107,7 @@ class Repository:
             # skip its reset for this connection.
             pooled.mark_clean()
         finally:
-            await self._pool.release(pooled)
+            await release(self._pool, pooled)
 
     async def _acquire(self) -> Any:
         """A pooled connection, waited for at most ``command_timeout_s``.
