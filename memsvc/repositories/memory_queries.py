@@ -369,8 +369,15 @@ def text_query(config: str, text_param: str) -> str:
 
 
 def query_terms(config: str) -> str:
-    """The number of nodes of a text query's tsquery (0: no searchable words)."""
-    return f"SELECT numnode({text_query(config, '$1')})"
+    """The number of nodes of a text query's tsquery (0: no searchable words).
+
+    And which of the words ``$2`` parse to lexemes on their own (see
+    :mod:`memsvc.repositories.searchable_words`).
+    """
+    return f"""
+SELECT numnode({text_query(config, "$1")}) AS terms,
+       ARRAY(SELECT w FROM unnest($2::text[]) AS w
+             WHERE numnode({text_query(config, "w")}) > 0) AS searchable"""
 
 
 @functools.lru_cache(maxsize=512)
