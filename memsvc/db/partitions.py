@@ -1,0 +1,124 @@
+"""Hash partitioning of the memories table by tenant (``Settings.partitions``).
+
+With ``partitions`` > 1 the first migration creates ``memories`` as
+``PARTITION BY HASH (tenant_id)`` with that many partitions named
+``memories_p0`` ... ``memories_p<N-1>``. Indexes are declared on the parent,
+so each partition gets its own (its own HNSW graph included), and every
+statement memsvc sends names one tenant, so the planner (or, for a generic
+plan, the executor) reads a single partition. The count is recorded in
+``schema_info`` like the embedding dimension: a service opened with another
+one is refused.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The tables partitioned when Settings.partitions > 1 (see README, Tenant
+# partitioning, for why the others are not).
+PARTITIONED_TABLES = ("memories",)
+
+# Names of partitions (excluded from alembic's comparison with the metadata,
+# which declares only the parents).
+PARTITION_NAME = re.compile(r"^(" + "|".join(PARTITIONED_TABLES) + r")_p[0-9]+$")
+
+SETTING_KEY = "partitions"
+
+
+def partition_name(table: str, remainder: int) -> str:
+    """The name of a table's partition holding the tenants with this hash remainder."""
+    return f"{table}_p{remainder}"
+
+
+def partition_by(count: int) -> str | None:
+    """The ``PARTITION BY`` clause of a partitioned table (None: not partitioned)."""
+    return "HASH (tenant_id)" if count > 1 else None
+
+
+def create_partitions(schema: str, table: str, count: int) -> list[str]:
+    """DDL creating (and commenting) the ``count`` hash partitions of ``table``."""
+    statements = []
+    for remainder in range(count):
+        name = partition_name(table, remainder)
+        statements.append(
+            f"CREATE TABLE {schema}.{name} PARTITION OF {schema}.{table} "
+            f"FOR VALUES WITH (MODULUS {count}, REMAINDER {remainder})"
+        )
+        statements.append(
+            f"COMMENT ON TABLE {schema}.{name} IS 'Partition {remainder} of {count} of "
+            f"{table}: the tenants whose tenant_id hashes to {remainder} modulo {count}.'"
+        )
+    return statements
+
+
+def record_partitions(schema: str) -> str:
+    """Record in ``schema_info`` how many partitions ``memories`` has (0: none).
+
+    Read from the catalog, so databases created before the setting existed
+    record 0, and it renders as offline SQL too.
+    """
+    return f"""
+INSERT INTO {schema}.schema_info (key, value)
+SELECT '{SETTING_KEY}', count(*)::text FROM pg_inherits
+WHERE inhparent = '{schema}.memories'::regclass
+ON CONFLICT (key) DO NOTHING"""
+
+
+def partitions_of(schema: str, table: str) -> str:
+    """The names of a table's partitions, in remainder order."""
+    return f"""
+SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+WHERE i.inhparent = '{schema}.{table}'::regclass
+ORDER BY length(c.relname), c.relname"""
+
+
+_POLICY = (
+    "USING (tenant_id = current_setting(''memsvc.tenant'', true)) "
+    "WITH CHECK (tenant_id = current_setting(''memsvc.tenant'', true))"
+)
+
+
+def secure_partitions(schema: str) -> str:
+    """Give every partition of ``memories`` the parent's tenant policy and RLS state.
+
+    A policy on the parent binds queries through it; the partitions are
+    tables of their own that a role granted the whole schema could read
+    directly, so they carry the same policy, enabled and forced when the
+    parent's is.
+    """
+    parent = f"'{schema}.memories'::regclass"
+    return f"""
+DO $$
+DECLARE
+    part regclass;
+    parent_rls boolean;
+    parent_forced boolean;
+BEGIN
+    SELECT relrowsecurity, relforcerowsecurity INTO parent_rls, parent_forced
+    FROM pg_class WHERE oid = {parent};
+    FOR part IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = {parent} LOOP
+        EXECUTE format('CREATE POLICY tenant_isolation ON %s {_POLICY}', part);
+        IF parent_rls THEN
+            EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', part);
+        END IF;
+        IF parent_forced THEN
+            EXECUTE format('ALTER TABLE %s FORCE ROW LEVEL SECURITY', part);
+        END IF;
+    END LOOP;
+END $$"""
+
+
+def unsecure_partitions(schema: str) -> str:
+    """Undo :func:`secure_partitions`."""
+    parent = f"'{schema}.memories'::regclass"
+    return f"""
+DO $$
+DECLARE
+    part regclass;
+BEGIN
+    FOR part IN SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = {parent} LOOP
+        EXECUTE format('ALTER TABLE %s NO FORCE ROW LEVEL SECURITY', part);
+        EXECUTE format('ALTER TABLE %s DISABLE ROW LEVEL SECURITY', part);
+        EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %s', part);
+    END LOOP;
+END $$"""
