@@ -122,3 +122,32 @@ BEGIN
         EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %s', part);
     END LOOP;
 END $$"""
+
+
+def name_partition_indexes(schema: str) -> str:
+    """Rename the partitions' indexes after their parent index: ``<parent index>_p<n>``.
+
+    PostgreSQL names them after the partition and columns; the parent's
+    name with the partition's suffix lets plans, doctor and index builds
+    (see :func:`memsvc.ops.bulk.build_index`) tell which index serves what.
+    """
+    return f"""
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        SELECT child.oid::regclass AS child,
+               parent.relname || '_' || substring(part.relname FROM '_(p[0-9]+)$') AS wanted
+        FROM pg_inherits AS inh
+        JOIN pg_class AS child ON child.oid = inh.inhrelid
+        JOIN pg_class AS parent ON parent.oid = inh.inhparent
+        JOIN pg_index AS x ON x.indexrelid = child.oid
+        JOIN pg_class AS part ON part.oid = x.indrelid
+        WHERE parent.relkind = 'I' AND parent.relnamespace = '{schema}'::regnamespace
+          AND part.relname ~ '^({"|".join(PARTITIONED_TABLES)})_p[0-9]+$'
+          AND child.relname <> parent.relname || '_' || substring(part.relname FROM '_(p[0-9]+)$')
+    LOOP
+        EXECUTE format('ALTER INDEX %s RENAME TO %I', r.child, r.wanted);
+    END LOOP;
+END $$"""

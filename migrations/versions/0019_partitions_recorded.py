@@ -9,7 +9,8 @@ refused like one with another embedding dimension.
 Row-level security: a policy on the parent binds every query through it, but
 the runtime role may read the partitions directly (it is granted every table
 of the schema), so each partition gets the parent's policy, enabled and
-forced when the parent's is.
+forced when the parent's is. The partitions' indexes are renamed after their
+parent index (``ix_memories_embedding_hnsw_p0``, ...), so plans name them.
 
 Revision ID: 0019
 Revises: 0018
@@ -25,6 +26,7 @@ from alembic import op
 from memsvc.db.migrate import settings_for_migration
 from memsvc.db.partitions import (
     SETTING_KEY,
+    name_partition_indexes,
     record_partitions,
     secure_partitions,
     unsecure_partitions,
@@ -40,6 +42,7 @@ def upgrade() -> None:
     schema = settings_for_migration().db_schema
     op.execute(record_partitions(schema))
     op.execute(secure_partitions(schema))
+    op.execute(name_partition_indexes(schema))
 
 
 def downgrade() -> None:
