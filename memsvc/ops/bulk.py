@@ -252,15 +252,24 @@ async def _build_partitioned(
     """
     unique, name, table, rest = (definition.group(g) for g in ("unique", "name", "table", "rest"))
     unique = unique or ""
-    partitions = await conn.fetch(q.partitions_of(), table)
-    children = [f"{name}_{row['relname'].rsplit('_', 1)[-1]}" for row in partitions]
-    for row, child in zip(partitions, children, strict=True):
-        await _build_one(
-            conn, schema, child, f"CREATE {unique}INDEX {child} ON {row['name']} {rest}"
-        )
-    await conn.execute(f"CREATE {unique}INDEX IF NOT EXISTS {name} ON ONLY {table} {rest}")
-    for child in children:
-        await conn.execute(q.attach_index(schema, name, child))
+    for attempt in (1, 2):
+        partitions = await conn.fetch(q.partitions_of(), table)
+        children = [f"{name}_{row['relname'].rsplit('_', 1)[-1]}" for row in partitions]
+        for row, child in zip(partitions, children, strict=True):
+            await _build_one(
+                conn, schema, child, f"CREATE {unique}INDEX {child} ON {row['name']} {rest}"
+            )
+        await conn.execute(f"CREATE {unique}INDEX IF NOT EXISTS {name} ON ONLY {table} {rest}")
+        for child in children:
+            await conn.execute(q.attach_index(schema, name, child))
+        state = await index_state(conn, schema, name)
+        if attempt == 1 and state is not None and not state.valid:
+            # Every partition's index attached and the parent still invalid
+            # (marked so by hand, or attached under other names): build anew.
+            log.warning("%s.%s invalid with its partitions attached; rebuilding", schema, name)
+            await conn.execute(q.drop_partitioned_index(schema, name))
+            continue
+        return
 
 
 async def build_index(

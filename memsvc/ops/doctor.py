@@ -309,7 +309,10 @@ class Doctor:
                             conn, self._settings, name, state.definition, rows=0,
                             progress=self._progress,
                         )
-                        check.fixes.append(f"completed partitioned index {name}")
+                        check.fixes.append(
+                            f"rebuilt invalid index {name} (each partition's index built "
+                            "concurrently and attached)"
+                        )
                     elif what == "invalid":
                         self._progress.start(f"doctor: rebuilding invalid index {name}")
                         await conn.execute(q.reindex_concurrently(self._schema, name))
