@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import tempfile
 import time
@@ -181,6 +182,7 @@ class Side:
     adds: int = 0
     load_s: float = 0.0
     build_s: float = 0.0
+    paths: dict[str, str] = field(default_factory=dict)
 
 
 async def create_database(admin: str, name: str, settings: Settings) -> Settings:
@@ -245,6 +247,24 @@ async def measure(side: Side, workload: Workload, adds: int, round_no: int) -> N
     side.adds += adds
 
 
+async def plans(side: Side, workload: Workload) -> None:
+    """Which path the planner takes per scope kind, with planning and execution times."""
+    svc = side.service
+    assert svc is not None
+    for kind, cases in workload.cases.items():
+        scope, include, query, _ = cases[0]
+        plan = await svc.memories.explain_search(scope, query, k=10, include=include)  # type: ignore[arg-type]
+        path = "HNSW" if "Index Scan using ix_memories_embedding_hnsw" in plan else "exact"
+        times = {
+            line.split(":")[0].strip(): line.split(":")[1].strip()
+            for line in plan.splitlines()
+            if line.strip().startswith(("Planning Time", "Execution Time"))
+        }
+        side.paths[kind] = f"{path} (planning {times.get('Planning Time', '?')}, " + (
+            f"execution {times.get('Execution Time', '?')})"
+        )
+
+
 def report(plain: Side, parted: Side) -> None:
     print(f"\nload average: {open('/proc/loadavg').read().split()[:3]}")
     print(f"{'':32} {'unpartitioned':>14} {'partitioned':>14} {'ratio':>7}")
@@ -260,6 +280,8 @@ def report(plain: Side, parted: Side) -> None:
         print(f"{'recall@10, ' + kind:32} {ra:14.3f} {rb:14.3f}")
     for side in (plain, parted):
         print(f"{side.name}: load {side.load_s:.0f} s (index build {side.build_s:.0f} s)")
+        for kind, path in side.paths.items():
+            print(f"  {kind}: {path}")
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -290,6 +312,8 @@ async def run(args: argparse.Namespace) -> None:
         for side in (plain, parted):
             side.service = await MemoryService.open(side.settings)
         try:
+            for side in (plain, parted):
+                await plans(side, workload)
             for round_no in range(args.rounds):
                 order = (plain, parted) if round_no % 2 == 0 else (parted, plain)
                 for side in order:
@@ -303,6 +327,7 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         if embedded is not None:
             await asyncio.to_thread(embedded.close)
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main() -> None:

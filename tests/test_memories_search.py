@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from memsvc import MemoryService, Scope, Settings, ValidationError
-from memsvc.db.partitions import name_partition_indexes
+from memsvc.db.partition_queries import name_partition_indexes
 from memsvc.testing.postgres import settings_for_tests
 
 

@@ -14,7 +14,8 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from memsvc.db.migrate import settings_for_migration
-from memsvc.db.partitions import create_partitions, partition_by
+from memsvc.db.partition_queries import create_partitions
+from memsvc.db.partitions import partition_by
 from memsvc.db.tables import OPCLASSES, SCOPE_COMMENTS, vector_column_type
 
 revision: str = "0001"

@@ -24,13 +24,13 @@ from collections.abc import Sequence
 from alembic import op
 
 from memsvc.db.migrate import settings_for_migration
-from memsvc.db.partitions import (
-    SETTING_KEY,
+from memsvc.db.partition_queries import (
     name_partition_indexes,
     record_partitions,
     secure_partitions,
     unsecure_partitions,
 )
+from memsvc.db.partitions import SETTING_KEY
 
 revision: str = "0019"
 down_revision: str | None = "0018"
