@@ -20,6 +20,7 @@ from alembic import command
 
 from memsvc import MemoryService, SchemaError, Scope, Settings
 from memsvc.db import migrate
+from memsvc.embedding import HashingEmbedder
 from memsvc.ops.bulk import MEMORY_VECTOR_INDEX, VectorIndexRebuild
 from memsvc.ops.doctor import Doctor
 from memsvc.testing.postgres import (
@@ -350,3 +351,33 @@ async def test_memsvc_works_the_same_on_partitioned_memories(
     else:
         report = await service.maintenance.doctor()
         assert report.ok, report
+
+
+async def test_reembed_builds_the_new_index_per_partition_and_keeps_the_names(
+    parted: Settings,
+) -> None:
+    """The online embedding migration's concurrent build works on a partitioned table."""
+    settings = parted.model_copy(update={"embedding_state_refresh_s": 0.2})
+    async with MemoryService.open(
+        settings, embedder=HashingEmbedder(384), next_embedder=HashingEmbedder(96)
+    ) as service:
+        for tenant in ("acme", "globex", "initech", "umbrella", "hooli"):
+            await service.memories.add_many(Scope(tenant), [f"{tenant} note {i}" for i in range(8)])
+        report = await service.maintenance.reembed("hashing", dim=96, batch_size=10)
+        assert report.switched_here
+        hits = await service.memories.search(Scope("acme"), "acme note 3", k=1, mode="vector")
+        assert hits[0].memory.content == "acme note 3"
+        async with service.pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT c.relname, x.indisvalid FROM pg_inherits i "
+                "JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_index x ON x.indexrelid = c.oid "
+                "WHERE i.inhparent = 'memsvc.ix_memories_embedding_hnsw'::regclass ORDER BY 1"
+            )
+            column = await conn.fetchval(
+                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                "WHERE attrelid = 'memsvc.memories_p0'::regclass AND attname = 'embedding'"
+            )
+    assert [(r["relname"], r["indisvalid"]) for r in rows] == [
+        (f"{MEMORY_VECTOR_INDEX}_p{i}", True) for i in range(PARTITIONS)
+    ]
+    assert column == "vector(96)"
