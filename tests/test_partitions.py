@@ -203,10 +203,19 @@ def scanned_partitions(plan: Any) -> set[str]:
     return found
 
 
-@pytest.fixture
-async def loaded(parted: Settings) -> AsyncIterator[tuple[MemoryService, np.ndarray]]:
+@pytest.fixture(scope="module")
+async def loaded(
+    partitioned_template: MigratedTemplate,
+) -> AsyncIterator[tuple[MemoryService, np.ndarray]]:
     """Tenant 'big': 8,000 rows in one project (where HNSW pays) and 40 in another;
-    12 small tenants spread over the partitions."""
+    12 small tenants spread over the partitions. Loaded once for the module."""
+    async with partitioned_template.fresh_database() as dsn:
+        parted = partitioned_template.settings(dsn)
+        async for loaded_service in _load(parted):
+            yield loaded_service
+
+
+async def _load(parted: Settings) -> AsyncIterator[tuple[MemoryService, np.ndarray]]:
     assert parted.database_url is not None
     vectors = unit_vectors(8_040)
     async with MemoryService.open(parted) as service:
