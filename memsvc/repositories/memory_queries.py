@@ -184,7 +184,9 @@ WITH old AS (
                   version = m.version + 1,
                   updated_at = now(),
                   change_key = {NEXT_CHANGE_KEY.format(row="m")}
-    RETURNING {MEMORY_COLUMNS}, (xmax = 0) AS inserted, change_key
+    -- An update always raises the version past 1. (Not xmax = 0: a
+    -- partitioned table cannot return system columns.)
+    RETURNING {MEMORY_COLUMNS}, (m.version = 1) AS inserted, change_key
 ), ev AS (
     INSERT INTO {schema}.memory_events
         ({EVENT_SCOPE}, memory_id, kind, version, prior, change_key)
