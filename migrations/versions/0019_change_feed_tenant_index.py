@@ -4,13 +4,14 @@ A consumer following a scope reads, on each wake-up, the events of its
 tenant after its position. With ``ix_memory_events_change_key`` alone
 PostgreSQL has two ways to find them: a range of that index filtered by
 scope, or the tenant's rows through a tenant index filtered by position. It
-took the second whenever the tenant looked selective (a table not yet
-analyzed, or many tenants), and then every read went through all of the
-tenant's history: the cost of a read grew with the ledger, not with what was
-new. ``(tenant_id, change_key, event_id)`` serves both conditions and the
-order at once, so a read touches only the events after its position, what
-ever the statistics say. Feeds over every tenant (and gc) keep using the
-change key index.
+took the second whenever the tenant looked selective (a ledger not yet
+analyzed; a tenant among several, for the custom plans of the first reads),
+and then every read went through all of the tenant's history: the cost of a
+read grew with the ledger, not with what was new.
+``(tenant_id, change_key, event_id)`` serves both conditions and the order
+at once, so a read touches only the events after its position, whatever the
+statistics say. Feeds over every tenant (and gc) keep using the change key
+index.
 
 Building the indexes blocks writes to the two ledgers while it runs
 (seconds per million events).
