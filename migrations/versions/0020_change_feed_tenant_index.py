@@ -16,8 +16,8 @@ index.
 Building the indexes blocks writes to the two ledgers while it runs
 (seconds per million events).
 
-Revision ID: 0019
-Revises: 0018
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-11-23
 """
 
@@ -29,8 +29,8 @@ from alembic import op
 
 from memsvc.db.migrate import settings_for_migration
 
-revision: str = "0019"
-down_revision: str | None = "0018"
+revision: str = "0020"
+down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
