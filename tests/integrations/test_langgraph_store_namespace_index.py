@@ -17,7 +17,7 @@ pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
 
 from langgraph.store.base import PutOp
 
-from memsvc import MemoryService
+from memsvc import MemoryService, Scope
 from memsvc.integrations.langgraph import MemsvcStore
 from memsvc.repositories import langgraph_store
 from memsvc.repositories import langgraph_store_queries as q
@@ -152,6 +152,10 @@ async def test_erasing_a_tenant_drops_its_namespace_indexes_only(
     mine, theirs = q.namespace_index_name("default", "big"), q.namespace_index_name("acme", "big")
     assert await namespace_indexes(service) == {mine: True, theirs: True}
 
-    await other._repository.delete_tenant("acme")
+    receipt = await service.erase(Scope("acme"))
+    assert receipt.verified and receipt.removed["langgraph_store_items"] == BIG
     assert await namespace_indexes(service) == {mine: True}
     assert len(await store.asearch(("big",), query="q0", limit=10)) == 10
+    # The store's own tenant deletion drops them too.
+    await store._repository.delete_tenant("default")
+    assert await namespace_indexes(service) == {}
