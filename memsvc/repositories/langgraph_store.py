@@ -82,7 +82,8 @@ class NamespaceSize:
     when: float
     vectors: int
     table: float
-    indexed: bool | None  # its own index: None none, False being built or failed, True usable
+    indexed: bool | None  # its own index: None none, False a failed build's, True built or building
+    usable: bool  # its own index is built
     indexes: int  # namespace indexes of the table
 
 
@@ -261,7 +262,7 @@ class LangGraphStoreRepository(Repository):
         distance = self._settings.distance
         vector = vector_bytes(query, self._settings.vector_type)
         size = None if prefix is None else await self._size(tenant, prefix, conn)
-        if size is not None and size.indexed:
+        if size is not None and size.usable:
             rows = await self._search_graph(
                 tenant, prefix, conditions, vector, limit, offset, conn, own_index=True
             )
@@ -293,6 +294,7 @@ class LangGraphStoreRepository(Repository):
                 int(row["vectors"]),
                 float(row["table_vectors"]),
                 row["indexed"],
+                bool(row["usable"]),
                 int(row["namespace_indexes"]),
             )
             if self._wants_index(known):
@@ -336,8 +338,10 @@ class LangGraphStoreRepository(Repository):
         try:
             async with self._pool.acquire() as conn:
                 if not settings.pgbouncer:
-                    # Startup settings hold the statement timeout; RESET ALL on release restores it.
-                    await conn.execute("SET statement_timeout = 0")
+                    # The startup settings' timeouts would cut a long build, or
+                    # its wait for older transactions; RESET ALL on release
+                    # restores them.
+                    await conn.execute("SET statement_timeout = 0; SET lock_timeout = 0")
                 if rebuild:
                     # A failed concurrent build leaves an invalid index behind.
                     await conn.execute(q.drop_namespace_index(self._schema, name))

@@ -257,8 +257,9 @@ def namespace_size(schema: str, namespace_sql: str, cap: int, index_name: str = 
     table's count is the planner's estimate (``reltuples``): free to read,
     and close enough to weigh a namespace's share of the HNSW graph. Also
     whether the namespace has its own index ``index_name`` (``indexed``:
-    NULL none, false a build that failed or runs, true usable) and how many
-    namespace indexes the table has.
+    NULL none, false one a failed build left, true built or being built by
+    any session; ``usable``: built) and how many namespace indexes the
+    table has.
     """
     return f"""
 SELECT (SELECT count(*) FROM (
@@ -268,9 +269,15 @@ SELECT (SELECT count(*) FROM (
         ) AS c) AS vectors,
        (SELECT greatest(c.reltuples, 0)::float8 FROM pg_class AS c
         WHERE c.oid = '{schema}.langgraph_store_vectors'::regclass) AS table_vectors,
-       (SELECT x.indisvalid FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+       (SELECT x.indisvalid OR EXISTS (
+                   SELECT 1 FROM pg_stat_progress_create_index AS p
+                   WHERE p.index_relid = x.indexrelid)
+        FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
         WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
           AND c.relname = {literal(index_name)}) AS indexed,
+       (SELECT x.indisvalid FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+        WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
+          AND c.relname = {literal(index_name)}) AS usable,
        (SELECT count(*) FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
         WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
           AND left(c.relname, {len(NAMESPACE_INDEX_PREFIX)}) = '{NAMESPACE_INDEX_PREFIX}'
