@@ -60,8 +60,8 @@ QUANTIZED_DISTANCES = frozenset({"cosine", "ip"})
 # index, built in the background by the first search that finds it so): its
 # searches walk a graph of its own vectors, small enough to stay in the
 # server's buffers, instead of the table's. In a 10,000-item namespace among
-# 100,000 that took a search from 0.8x to 0.3x LangGraph's time (recall@10
-# 0.96 to 1.0); figures in the README. At most NAMESPACE_INDEXES_MAX per
+# 100,000 that took a search from 0.82-1.00x to 0.41-0.47x LangGraph's time
+# (recall@10 0.95-0.97 to 0.99); figures in the README. At most NAMESPACE_INDEXES_MAX per
 # table: every index costs each write of the table a predicate check, and
 # each of the namespace's writes a second HNSW insert.
 NAMESPACE_INDEX_FROM = 2_000
