@@ -159,3 +159,22 @@ async def test_erasing_a_tenant_drops_its_namespace_indexes_only(
     # The store's own tenant deletion drops them too.
     await store._repository.delete_tenant("default")
     assert await namespace_indexes(service) == {}
+
+
+async def test_a_failed_build_turns_builds_off_and_searches_keep_their_plans(
+    store: MemsvcStore, service: MemoryService
+) -> None:
+    repository = store._repository
+    # pgvector refuses m = 1: the build fails in the database, as a role that
+    # does not own the table would make it fail.
+    repository._settings = service.settings.model_copy(update={"hnsw_m": 1})
+    first = await store.asearch(("big",), query="q4", limit=10)
+    await store.await_index_builds()
+    assert await namespace_indexes(service) == {}
+    assert repository._indexing_off
+    repository._sizes.clear()  # count again: no second build starts
+    again = await store.asearch(("big",), query="q4", limit=10)
+    assert repository._building is None
+    assert [h.key for h in again] == [h.key for h in first] and len(again) == 10
+    hits = await store.asearch(("big",), query="q4", filter={"i": {"$lt": 40}}, limit=10)
+    assert len(hits) == 10 and all(h.value["i"] < 40 for h in hits)
