@@ -383,6 +383,9 @@ async def prepare_database(settings: Settings, dsn: str) -> str:
                 await migrate.upgrade_async(settings, dsn)
             rows = await conn.fetch(f"SELECT key, value FROM {settings.db_schema}.schema_info")
             recorded = {row["key"]: row["value"] for row in rows}
+            partitioning = migrate.recorded_partitions_mismatch(recorded, settings)
+            if partitioning is not None:
+                raise SchemaError(partitioning)
             mismatches = migrate.recorded_settings_mismatch(recorded, settings)
             if mismatches:
                 raise SchemaError(

@@ -122,6 +122,13 @@ class Settings(BaseSettings):
     embedding_dim: int = Field(default=384, ge=1, le=16_000)
     vector_type: VectorType = "vector"
     distance: Distance = "cosine"
+    partitions: int = Field(
+        default=0,
+        ge=0,
+        le=256,
+        description="Hash partitions of the memories table by tenant_id, each with its own "
+        "HNSW index (0 or 1: one table). Fixed when the schema is first created.",
+    )
     hnsw_m: int = Field(default=16, ge=2, le=100)
     hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
     hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
@@ -213,6 +220,11 @@ class Settings(BaseSettings):
         if not _IDENTIFIER.match(value):
             raise ValueError("must be a text search configuration name: [a-z_][a-z0-9_]{0,62}")
         return value
+
+    @property
+    def partition_count(self) -> int:
+        """How many partitions the memories table has (0: not partitioned; 1 means 0)."""
+        return self.partitions if self.partitions > 1 else 0
 
     @property
     def uses_embedded_database(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from alembic import context
-from sqlalchemy import pool, text
+from sqlalchemy import ForeignKeyConstraint, pool, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -15,6 +15,7 @@ from memsvc.db.migrate import (
     migration_settings,
     sqlalchemy_url,
 )
+from memsvc.db.partitions import PARTITION_NAME
 from memsvc.db.tables import build_metadata
 
 config = context.config
@@ -23,12 +24,31 @@ target_metadata = build_metadata(settings)
 schema = settings.db_schema
 
 
+def _included(name: str | None, type_: str, _parent: object) -> bool:
+    # memsvc's schema only; the metadata declares partitioned tables, not
+    # their partitions (memsvc.db.partitions).
+    if type_ == "schema":
+        return name == schema
+    return not (type_ == "table" and name is not None and PARTITION_NAME.match(name))
+
+
+def _included_object(
+    item: object, _name: str | None, type_: str, _reflected: bool, _compare_to: object
+) -> bool:
+    # A foreign key to a partitioned table has one internal copy per
+    # partition, which the metadata does not declare.
+    if type_ == "foreign_key_constraint" and isinstance(item, ForeignKeyConstraint):
+        return not PARTITION_NAME.match(item.referred_table.name)
+    return True
+
+
 def _configure(**kwargs: object) -> None:
     context.configure(
         target_metadata=target_metadata,
         version_table_schema=schema,
         include_schemas=True,
-        include_name=lambda name, type_, _parent: type_ != "schema" or name == schema,
+        include_name=_included,
+        include_object=_included_object,
         compare_type=True,
         **kwargs,  # type: ignore[arg-type]
     )

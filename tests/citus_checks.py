@@ -70,6 +70,9 @@ JOIN pg_class AS c ON c.oid = a.attrelid
 JOIN pg_namespace AS ns ON ns.oid = c.relnamespace
 WHERE ns.nspname = $1 AND c.relkind IN ('r', 'p') AND a.attname = 'tenant_id'
   AND NOT a.attisdropped
+  -- A partition (tenant partitioning) is part of its parent's table: Citus
+  -- distributes the parent and with it every partition.
+  AND NOT c.relispartition
 ORDER BY 1"""
 
 

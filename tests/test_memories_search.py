@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from memsvc import MemoryService, Scope, Settings, ValidationError
+from memsvc.db.partition_queries import name_partition_indexes
 from memsvc.testing.postgres import settings_for_tests
 
 
@@ -127,7 +128,11 @@ async def load_without_index(service: MemoryService, scope: Scope, items: list[d
         )
         await conn.execute("DROP INDEX memsvc.ix_memories_embedding_hnsw")
         await service.memories.add_many(scope, items, conn=conn)
-        await conn.execute(definition)
+        # A partitioned table's index definition reads ON ONLY (the parent
+        # alone); built in one transaction here, it is declared for every
+        # partition, whose indexes then get memsvc's names (nothing unpartitioned).
+        await conn.execute(definition.replace(" ON ONLY ", " ON "))
+        await conn.execute(name_partition_indexes("memsvc"))
         await conn.execute("ANALYZE memsvc.memories")
 
 

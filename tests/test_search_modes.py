@@ -353,6 +353,47 @@ async def test_queries_without_searchable_words_are_refused(
     assert caught.value.field == "query"
 
 
+async def test_text_mode_learns_searchable_words_and_still_refuses_empty_queries(
+    service: MemoryService, scope: Scope
+) -> None:
+    await service.memories.add(scope, "kettle descaled on friday")
+    statements: list[str] = []
+    async with service.pool.acquire() as conn:
+        conn.add_query_logger(lambda record: statements.append(record.query))
+
+        async def search(query: str) -> list[object]:
+            statements.clear()
+            try:
+                return list(await service.memories.search(scope, query, mode="text", conn=conn))
+            finally:
+                # asyncpg calls query loggers soon after, not during, the call.
+                for _ in range(3):
+                    await asyncio.sleep(0)
+
+        # No match: the server says whether the query had searchable words.
+        assert await search("zeppelin ENG 4312") == []
+        assert len(statements) == 2
+        # A query holding a word found searchable needs no second question...
+        assert await search("the zeppelin") == []
+        assert len(statements) == 1
+        assert await search('"flight plan" 4312 -kettle or the') == []
+        assert len(statements) == 1
+        # ...and one with none still asks, and is still refused.
+        for query in ("the of and", "-", "or", "zeppelin-the"):
+            statements.clear()
+            if query == "zeppelin-the":
+                # "-" inside a word reads as a space: "zeppelin the", searchable.
+                assert await search(query) == []
+                continue
+            with pytest.raises(ValidationError) as caught:
+                await search(query)
+            assert caught.value.field == "query"
+            assert len(statements) == 2
+        # Matches never ask.
+        assert len(await search("kettle")) == 1
+        assert len(statements) == 1
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [

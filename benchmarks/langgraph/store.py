@@ -105,6 +105,19 @@ async def analyze(dsn: str) -> None:
         await conn.close()
 
 
+async def index_namespaces(store: MemsvcStore) -> None:
+    """Let memsvc build the big namespace's own index, as a running app's first search would.
+
+    The build runs in the background after the search that counts the
+    namespace; the timed searches measure the store once it is there.
+    """
+    started = time.perf_counter()
+    for namespace in (("bench", "big"), ("bench", "small")):
+        await store.asearch(namespace, query="q0", limit=1)
+        await store.await_index_builds()
+    print(f"memsvc namespace index build: {time.perf_counter() - started:.1f} s")
+
+
 async def timed(
     stores: dict[str, Any], calls: list[Callable[[Any], Awaitable[Any]]]
 ) -> dict[str, tuple[float, list[Any]]]:
@@ -231,6 +244,7 @@ async def run_store(
         # HNSW is most of a run's time), then both are measured call by call in turn.
         await asyncio.gather(fill(store, total, big), fill(peer, total, big))
         await analyze(dsn)
+        await index_namespaces(store)
         for round_ in range(rounds):
             stores = {"memsvc": store, "langgraph": peer}
             if round_ % 2:

@@ -14,6 +14,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from memsvc.db import partitions
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.errors import SchemaError
 from memsvc.settings import Settings
@@ -160,6 +161,21 @@ def recorded_settings_mismatch(recorded: dict[str, Any], settings: Settings) -> 
         for name, value in wanted.items()
         if recorded.get(name) != value
     ]
+
+
+def recorded_partitions_mismatch(recorded: dict[str, Any], settings: Settings) -> str | None:
+    """Why ``settings.partitions`` cannot open this database, or None when it matches."""
+    have = recorded.get(partitions.SETTING_KEY, "0")
+    want = str(settings.partition_count)
+    if have == want:
+        return None
+    described = "not partitioned" if have == "0" else f"{have} hash partitions of memories"
+    return (
+        f"partitions: the database was created with {described}, settings say "
+        f"{settings.partitions} (environment variable MEMSVC_PARTITIONS). Partitioning is "
+        f"fixed when the schema is created: set MEMSVC_PARTITIONS={have}, or export, "
+        "migrate a new db_schema / database with the new setting, and import"
+    )
 
 
 def settings_for_migration() -> Settings:

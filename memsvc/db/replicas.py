@@ -34,7 +34,7 @@ import asyncpg
 
 from memsvc.db import replica_queries as q
 from memsvc.db.errors import connection_is_broken, translate_errors
-from memsvc.db.pool import create_pool
+from memsvc.db.pool import create_pool, release
 from memsvc.errors import ConcurrencyError, MemsvcError, SchemaError, StorageError
 from memsvc.settings import Settings
 
@@ -376,4 +376,4 @@ def _position(value: object) -> int:
 async def _release(replica: _Replica, conn: asyncpg.Connection) -> None:
     # Releasing a connection that broke may itself fail; it is gone either way.
     with contextlib.suppress(*_DRIVER_FAILURES):
-        await replica.pool.release(conn)
+        await release(replica.pool, conn)

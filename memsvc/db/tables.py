@@ -388,6 +388,13 @@ def build_metadata(settings: Settings) -> MetaData:
         postgresql_where=events.c.committed_at.is_(None),
     )
     Index("ix_memory_events_change_key", events.c.change_key, events.c.event_id)
+    # A scope's feed: its tenant's events after a position, in feed order.
+    Index(
+        "ix_memory_events_tenant_change_key",
+        events.c.tenant_id,
+        events.c.change_key,
+        events.c.event_id,
+    )
     Index("ix_memory_events_at", events.c.at)
 
     entity_events = Table(
@@ -420,6 +427,12 @@ def build_metadata(settings: Settings) -> MetaData:
         "by triggers in the same statement as each change (the change feed reads it).",
     )
     Index("ix_entity_events_change_key", entity_events.c.change_key, entity_events.c.event_id)
+    Index(
+        "ix_entity_events_tenant_change_key",
+        entity_events.c.tenant_id,
+        entity_events.c.change_key,
+        entity_events.c.event_id,
+    )
     Index("ix_entity_events_at", entity_events.c.at)
 
     _add_assembly_tables(metadata, settings, opclass, hnsw_with)

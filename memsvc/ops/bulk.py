@@ -67,6 +67,15 @@ MAX_BUILD_MEMORY_MB = 1024
 _CREATE_INDEX = re.compile(r"^\s*CREATE\s+(UNIQUE\s+)?INDEX\s+", re.IGNORECASE)
 
 
+# CREATE [UNIQUE] INDEX name ON [ONLY] table USING ..., as pg_get_indexdef and
+# the schema metadata write it.
+_INDEX_DEFINITION = re.compile(
+    r"^\s*CREATE\s+(?P<unique>UNIQUE\s+)?INDEX\s+(?:CONCURRENTLY\s+)?(?:IF\s+NOT\s+EXISTS\s+)?"
+    r"(?P<name>\S+)\s+ON\s+(?:ONLY\s+)?(?P<table>\S+)\s+(?P<rest>USING\s.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class IndexState:
     """What ``pg_index`` says about an index."""
@@ -74,6 +83,7 @@ class IndexState:
     valid: bool
     ready: bool
     definition: str
+    partitioned: bool = False
 
 
 def should_rebuild(incoming_rows: int, existing_rows: int) -> bool:
@@ -183,7 +193,83 @@ async def index_state(conn: asyncpg.Connection, schema: str, name: str) -> Index
         row = await conn.fetchrow(q.index_state(), schema, name)
     if row is None:
         return None
-    return IndexState(valid=row["valid"], ready=row["ready"], definition=row["definition"])
+    return IndexState(
+        valid=row["valid"],
+        ready=row["ready"],
+        definition=row["definition"],
+        partitioned=row["partitioned"],
+    )
+
+
+async def drop_index(conn: asyncpg.Connection, schema: str, name: str) -> None:
+    """Drop an index without blocking its table's readers and writers where PostgreSQL can.
+
+    A partitioned table's index cannot be dropped concurrently: it is dropped
+    with a short exclusive lock instead (see :func:`q.drop_partitioned_index`).
+    """
+    state = await index_state(conn, schema, name)
+    with translate_errors():
+        if state is not None and state.partitioned:
+            await conn.execute(q.drop_partitioned_index(schema, name))
+        else:
+            await conn.execute(q.drop_index_concurrently(schema, name))
+
+
+def _parse_definition(definition: str) -> re.Match[str]:
+    match = _INDEX_DEFINITION.match(definition)
+    if match is None:
+        raise SchemaError(f"not a CREATE INDEX statement: {definition[:80]}")
+    return match
+
+
+async def _build_one(conn: asyncpg.Connection, schema: str, name: str, definition: str) -> None:
+    """Build one index concurrently; an invalid leftover is dropped first, a failure retried."""
+    for attempt in (1, 2):
+        state = await index_state(conn, schema, name)
+        if state is not None and state.valid:
+            return
+        if state is not None:
+            await conn.execute(q.drop_index_concurrently(schema, name))
+        try:
+            await conn.execute(concurrent_definition(definition))
+        except asyncpg.PostgresError as exc:
+            if attempt == 2:
+                raise
+            log.warning("building %s.%s failed (%s); retrying once", schema, name, exc)
+
+
+async def _build_partitioned(
+    conn: asyncpg.Connection, schema: str, definition: re.Match[str]
+) -> None:
+    """Build a partitioned table's index without blocking writes.
+
+    ``CREATE INDEX CONCURRENTLY`` is refused on a partitioned table: each
+    partition's index is built concurrently (each serves searches as soon as
+    it is done), then the parent index is declared ``ON ONLY`` the parent
+    (instant, invalid until complete) and each partition's index attached
+    to it; with all attached the parent index is valid. Run again after a
+    crash, it picks up where it stopped.
+    """
+    unique, name, table, rest = (definition.group(g) for g in ("unique", "name", "table", "rest"))
+    unique = unique or ""
+    for attempt in (1, 2):
+        partitions = await conn.fetch(q.partitions_of(), table)
+        children = [f"{name}_{row['relname'].rsplit('_', 1)[-1]}" for row in partitions]
+        for row, child in zip(partitions, children, strict=True):
+            await _build_one(
+                conn, schema, child, f"CREATE {unique}INDEX {child} ON {row['name']} {rest}"
+            )
+        await conn.execute(f"CREATE {unique}INDEX IF NOT EXISTS {name} ON ONLY {table} {rest}")
+        for child in children:
+            await conn.execute(q.attach_index(schema, name, child))
+        state = await index_state(conn, schema, name)
+        if attempt == 1 and state is not None and not state.valid:
+            # Every partition's index attached and the parent still invalid
+            # (marked so by hand, or attached under other names): build anew.
+            log.warning("%s.%s invalid with its partitions attached; rebuilding", schema, name)
+            await conn.execute(q.drop_partitioned_index(schema, name))
+            continue
+        return
 
 
 async def build_index(
@@ -207,18 +293,11 @@ async def build_index(
         if workers is not None:
             await conn.execute(q.limit_build_workers(workers))
         progress.start(f"building index {name} over {rows:,} rows", total=None)
-        for attempt in (1, 2):
-            state = await index_state(conn, schema, name)
-            if state is not None and state.valid:
-                return
-            if state is not None:
-                await conn.execute(q.drop_index_concurrently(schema, name))
-            try:
-                await conn.execute(concurrent_definition(definition))
-            except asyncpg.PostgresError as exc:
-                if attempt == 2:
-                    raise
-                log.warning("building %s.%s failed (%s); retrying once", schema, name, exc)
+        parsed = _parse_definition(definition)
+        if await conn.fetchval(q.is_partitioned(), parsed.group("table")):
+            await _build_partitioned(conn, schema, parsed)
+        else:
+            await _build_one(conn, schema, name, definition)
     progress.done()
     state = await index_state(conn, schema, name)
     if state is None or not state.valid:
@@ -271,8 +350,7 @@ class VectorIndexRebuild:
                 if state is not None
                 else metadata_index_definition(self._settings, self._name)
             )
-            with translate_errors():
-                await self._conn.execute(q.drop_index_concurrently(schema, self._name))
+            await drop_index(self._conn, schema, self._name)
             self.active = True
         except MemsvcError as exc:
             log.warning("could not drop %s for a bulk load (%s); keeping it", self._name, exc)

@@ -26,9 +26,11 @@ WHERE NOT EXISTS (
 
 
 def index_state() -> str:
-    """An index's validity and definition: $1 schema, $2 index name."""
+    """An index's validity, definition and whether it is a partitioned table's: $1 schema,
+    $2 index name."""
     return """
-SELECT i.indisvalid AS valid, i.indisready AS ready, pg_get_indexdef(c.oid) AS definition
+SELECT i.indisvalid AS valid, i.indisready AS ready, pg_get_indexdef(c.oid) AS definition,
+       c.relkind = 'I' AS partitioned
 FROM pg_class AS c
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 JOIN pg_index AS i ON i.indexrelid = c.oid
@@ -38,6 +40,36 @@ WHERE n.nspname = $1 AND c.relname = $2"""
 def drop_index_concurrently(schema: str, name: str) -> str:
     """Drop an index without blocking readers or writers of its table."""
     return f"DROP INDEX CONCURRENTLY IF EXISTS {schema}.{name}"
+
+
+def drop_partitioned_index(schema: str, name: str) -> str:
+    """Drop a partitioned table's index (and its partitions' indexes).
+
+    PostgreSQL refuses ``DROP INDEX CONCURRENTLY`` there: this one takes a
+    short exclusive lock on the table and its partitions.
+    """
+    return f"DROP INDEX IF EXISTS {schema}.{name}"
+
+
+def is_partitioned() -> str:
+    """Whether the table ``$1`` (qualified name) is partitioned."""
+    return "SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass($1)"
+
+
+def partitions_of() -> str:
+    """The partitions of the table ``$1`` (qualified name), qualified, in name order."""
+    return """
+SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) AS name, c.relname AS relname
+FROM pg_inherits AS i
+JOIN pg_class AS c ON c.oid = i.inhrelid
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE i.inhparent = to_regclass($1)
+ORDER BY length(c.relname), c.relname"""
+
+
+def attach_index(schema: str, parent: str, child: str) -> str:
+    """Attach a partition's index to the partitioned index (nothing if it already is)."""
+    return f"ALTER INDEX {schema}.{parent} ATTACH PARTITION {schema}.{child}"
 
 
 def build_settings(maintenance_work_mem_mb: int) -> str:

@@ -4,9 +4,9 @@ Checked, in order (later checks need the earlier ones to pass):
 
 1. ``pgvector``: installed, and its version (0.8+ for iterative index scans);
 2. ``migrations``: the schema is at the newest revision;
-3. ``vector settings``: the configured dimension, vector type and distance
-   match what the first migration recorded in ``schema_info``, and the
-   vector columns' declared types;
+3. ``partitions`` and ``vector settings``: the configured partition count,
+   dimension, vector type and distance match what the migrations recorded
+   in ``schema_info``, and the vector columns' declared types;
 4. ``indexes``: both HNSW indexes exist with the distance's operator class,
    and no index of the schema is invalid (``pg_index.indisvalid``: what a
    failed ``CREATE INDEX CONCURRENTLY`` leaves behind);
@@ -57,6 +57,7 @@ from memsvc.ops.bulk import (
     ASSEMBLY_VECTOR_INDEX,
     MEMORY_VECTOR_INDEX,
     build_index,
+    index_state,
     metadata_index_definition,
 )
 from memsvc.ops.reembed import migration_progress
@@ -202,6 +203,16 @@ class Doctor:
             return False
         report.add("migrations", "ok", f"at head ({head})")
         recorded = {r["key"]: r["value"] for r in await conn.fetch(q.schema_info(self._schema))}
+        partitioning = migrate.recorded_partitions_mismatch(recorded, self._settings)
+        if partitioning is not None:
+            report.add("partitions", "problem", partitioning)
+            return False
+        count = self._settings.partition_count
+        report.add(
+            "partitions",
+            "ok",
+            f"memories in {count} hash partitions by tenant" if count else "not partitioned",
+        )
         mismatches = migrate.recorded_settings_mismatch(recorded, self._settings)
         expected_type = f"{self._settings.vector_type}({self._settings.embedding_dim})"
         for row in await conn.fetch(q.embedding_column_types(), self._schema):
@@ -290,7 +301,19 @@ class Doctor:
             await conn.execute(bulk_queries.build_settings(256))
             for name, what in issues:
                 try:
-                    if what == "invalid":
+                    state = await index_state(conn, self._schema, name)
+                    if what == "invalid" and state is not None and state.partitioned:
+                        # A partitioned index is invalid while a partition's index
+                        # is missing or not attached: build those and attach them.
+                        await build_index(
+                            conn, self._settings, name, state.definition, rows=0,
+                            progress=self._progress,
+                        )
+                        check.fixes.append(
+                            f"rebuilt invalid index {name} (each partition's index built "
+                            "concurrently and attached)"
+                        )
+                    elif what == "invalid":
                         self._progress.start(f"doctor: rebuilding invalid index {name}")
                         await conn.execute(q.reindex_concurrently(self._schema, name))
                         check.fixes.append(f"rebuilt invalid index {name} (REINDEX CONCURRENTLY)")

@@ -38,6 +38,7 @@ from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.base import Repository
 from memsvc.repositories.langgraph_checkpoints import LangGraphCheckpointRepository
+from memsvc.repositories.langgraph_store import LangGraphStoreRepository
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_include
@@ -105,6 +106,7 @@ class Erasure(Repository):
         self._assemblies = assemblies
         self._working_store = working_store
         self._langgraph = LangGraphCheckpointRepository(pool, settings)
+        self._store = LangGraphStoreRepository(pool, settings)
 
     async def erase(
         self,
@@ -338,6 +340,9 @@ class Erasure(Repository):
             }
 
         await self._batches(run, receipt, NO_PROGRESS)
+        # The store's namespace indexes name the tenant and its namespaces in
+        # their predicates (the catalog): they go with the rows.
+        await self._store.drop_namespace_indexes(tenant)
 
     # ------------------------------------------------------------ verification
 

@@ -7,6 +7,7 @@ dimension, known only when the migration starts.
 
 from __future__ import annotations
 
+from memsvc.db.partition_queries import name_partition_indexes
 from memsvc.repositories.embedding_space_queries import NEXT_COLUMN, NEXT_INDEX
 
 # Transaction-scoped advisory lock serialising the start and the switch of
@@ -226,6 +227,8 @@ def switch_columns(schema: str) -> list[str]:
         f"ALTER TABLE {schema}.memories DROP COLUMN embedding",
         f"ALTER TABLE {schema}.memories RENAME COLUMN {NEXT_COLUMN} TO embedding",
         f"ALTER INDEX {schema}.{NEXT_INDEX} RENAME TO {MEMORY_VECTOR_INDEX}",
+        # Partitioned memories: each partition's index follows the new name.
+        name_partition_indexes(schema),
         f"COMMENT ON COLUMN {schema}.memories.embedding IS 'Embedding of the content.'",
     ]
 

@@ -74,15 +74,29 @@ def relation_sizes() -> str:
     """
     return """
 SELECT c.relname AS name,
-       CASE c.relkind WHEN 'r' THEN 'table' ELSE 'index' END AS kind,
+       CASE WHEN c.relkind IN ('r', 'p') THEN 'table' ELSE 'index' END AS kind,
        coalesce(t.relname, c.relname) AS table_name,
-       pg_relation_size(c.oid) AS bytes,
-       CASE WHEN c.relkind = 'r' THEN pg_total_relation_size(c.oid) END AS total_bytes,
-       CASE WHEN c.relkind = 'r' THEN pg_indexes_size(c.oid) END AS index_bytes,
-       c.reltuples::bigint AS estimated_rows
+       CASE WHEN c.relkind IN ('p', 'I') THEN leaves.bytes ELSE pg_relation_size(c.oid) END
+           AS bytes,
+       CASE c.relkind WHEN 'r' THEN pg_total_relation_size(c.oid)
+                      WHEN 'p' THEN leaves.total_bytes END AS total_bytes,
+       CASE c.relkind WHEN 'r' THEN pg_indexes_size(c.oid)
+                      WHEN 'p' THEN leaves.index_bytes END AS index_bytes,
+       CASE WHEN c.relkind IN ('p', 'I') THEN leaves.estimated_rows
+            ELSE c.reltuples::bigint END AS estimated_rows
 FROM pg_class AS c
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 LEFT JOIN pg_index AS i ON i.indexrelid = c.oid
 LEFT JOIN pg_class AS t ON t.oid = i.indrelid
-WHERE n.nspname = $1 AND c.relkind IN ('r', 'i')
+-- A partitioned table or index (tenant partitioning) stores nothing itself:
+-- its figures are the sums over its partitions, which are listed too.
+LEFT JOIN LATERAL (
+    SELECT sum(pg_relation_size(tree.relid))::bigint AS bytes,
+           sum(pg_total_relation_size(tree.relid))::bigint AS total_bytes,
+           sum(pg_indexes_size(tree.relid))::bigint AS index_bytes,
+           sum(greatest(leaf.reltuples, 0))::bigint AS estimated_rows
+    FROM pg_partition_tree(c.oid) AS tree JOIN pg_class AS leaf ON leaf.oid = tree.relid
+    WHERE tree.isleaf
+) AS leaves ON c.relkind IN ('p', 'I')
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'i', 'p', 'I')
 ORDER BY coalesce(t.relname, c.relname), c.relkind DESC, c.relname"""

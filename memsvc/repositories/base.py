@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from memsvc.db.errors import connection_is_broken, translate_errors
+from memsvc.db.pool import release
 from memsvc.db.replicas import ReadRouter
 from memsvc.errors import (
     ConcurrencyError,
@@ -106,7 +107,27 @@ class Repository:
             # skip its reset for this connection.
             pooled.mark_clean()
         finally:
-            await self._pool.release(pooled)
+            await release(self._pool, pooled)
+
+    async def _on_pooled(self, statement: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """``statement`` on a pooled connection: what ``_pooled(writes=False)`` does for a read.
+
+        Written out rather than nested context managers: a read is most of
+        what a search costs on the client, and each layer costs a generator.
+        """
+        with translate_errors():
+            pooled = await self._acquire()
+            try:
+                result = await statement(pooled)
+            except BaseException as exc:
+                if connection_is_broken(exc):
+                    pooled.terminate()
+                raise
+            else:
+                pooled.mark_clean()
+            finally:
+                await release(self._pool, pooled)
+        return result
 
     async def _acquire(self) -> Any:
         """A pooled connection, waited for at most ``command_timeout_s``.
@@ -164,6 +185,8 @@ class Repository:
         """
 
         async def attempt() -> T:
+            if conn is None and not self._settings.row_level_security:
+                return await self._on_pooled(statement)
             async with self._connection(conn, writes=False) as active:
                 return await statement(active)
 

@@ -68,18 +68,18 @@ batch AS (
             e.memory_id AS entity_id, e.kind, e.version, e.at,
             e.tenant_id, e.project_id, e.agent_id, e.session_id,
             {memory_values} AS values
-     FROM {schema}.memory_events AS e, w
+     FROM {schema}.memory_events AS e
      WHERE (e.change_key, e.event_id) > ($1::text::xid8, $2::bigint)
-       AND e.change_key < w.xmin AND {scope_sql}
+       AND e.change_key < (SELECT xmin FROM w) AND {scope_sql}
      ORDER BY e.change_key, e.event_id
      LIMIT {limit_param})
     UNION ALL
     (SELECT e.change_key, {ENTITY_SOURCE}, e.event_id, e.entity, e.entity_id, e.kind,
             e.version, e.at, e.tenant_id, e.project_id, e.agent_id, e.session_id,
             {entity_values}
-     FROM {schema}.entity_events AS e, w
+     FROM {schema}.entity_events AS e
      WHERE (e.change_key, e.event_id) > ($1::text::xid8, $3::bigint)
-       AND e.change_key < w.xmin AND {scope_sql}
+       AND e.change_key < (SELECT xmin FROM w) AND {scope_sql}
      ORDER BY e.change_key, e.event_id
      LIMIT {limit_param})
 )
@@ -87,14 +87,19 @@ SELECT b.change_key::text AS change_key, b.source, b.event_id, b.entity, b.entit
        b.version, b.at, b.tenant_id, b.project_id, b.agent_id, b.session_id, b.values,
        (SELECT xmin FROM w)::text AS watermark,
        (SELECT value FROM {schema}.schema_info WHERE key = '{HORIZON_KEY}') AS horizon,
-       -- Bounded by the position like the batch (an index range): only
-       -- the events after it are read, this batch's and the held-back ones.
-       (EXISTS (SELECT 1 FROM {schema}.memory_events AS e
-                WHERE (e.change_key, e.event_id) > ($1::text::xid8, $2::bigint)
-                  AND e.change_key >= (SELECT xmin FROM w) AND {scope_sql})
-        OR EXISTS (SELECT 1 FROM {schema}.entity_events AS e
-                   WHERE (e.change_key, e.event_id) > ($1::text::xid8, $3::bigint)
-                     AND e.change_key >= (SELECT xmin FROM w) AND {scope_sql})) AS held_back
+       -- The first event after the position at or above the watermark
+       -- (held back), found by an ordered range scan of the change key
+       -- index: as EXISTS, the generic plan PostgreSQL settles on for this
+       -- prepared statement scanned the whole table, a cost that grew with
+       -- the ledger and was paid on every read.
+       ((SELECT e.change_key FROM {schema}.memory_events AS e
+         WHERE (e.change_key, e.event_id) > ($1::text::xid8, $2::bigint)
+           AND e.change_key >= (SELECT xmin FROM w) AND {scope_sql}
+         ORDER BY e.change_key, e.event_id LIMIT 1) IS NOT NULL
+        OR (SELECT e.change_key FROM {schema}.entity_events AS e
+            WHERE (e.change_key, e.event_id) > ($1::text::xid8, $3::bigint)
+              AND e.change_key >= (SELECT xmin FROM w) AND {scope_sql}
+            ORDER BY e.change_key, e.event_id LIMIT 1) IS NOT NULL) AS held_back
 FROM (SELECT 1) AS one
 LEFT JOIN (SELECT * FROM batch ORDER BY change_key, source, event_id LIMIT {limit_param}) AS b
     ON true

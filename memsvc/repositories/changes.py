@@ -138,12 +138,10 @@ class ChangeFeed(Repository):
         tenant = scope.tenant if scope is not None else current_tenant.get()
         if self._settings.row_level_security and tenant is None:
             raise ValidationError("scope", "row_level_security is on: pass the scope to follow")
-        params = Params("0", -1, -1)
-        scope_sql = "true" if scope is None else scope_condition(scope, include, params, "e")
-        sql = q.read_batch(
-            self._schema, scope_sql, with_values=with_values, limit_param=params.add(batch_size)
+        sql, args = read_statement(
+            self._schema, scope, include, with_values=with_values, batch_size=batch_size
         )
-        return self._follow(sql, params.values, start, now=since == "now", tenant=tenant)
+        return self._follow(sql, args, start, now=since == "now", tenant=tenant)
 
     async def _follow(
         self, sql: str, args: list[Any], start: Position | None, *, now: bool, tenant: str | None
@@ -212,12 +210,7 @@ class ChangeFeed(Repository):
     async def _read_batch(
         self, sql: str, args: list[Any], position: Position, tenant: str | None
     ) -> list[asyncpg.Record]:
-        values = [
-            str(position.key),
-            position.bound(q.MEMORY_SOURCE),
-            position.bound(q.ENTITY_SOURCE),
-            *args[3:],
-        ]
+        values = read_arguments(args, position)
         token = current_tenant.set(tenant)
         try:
             async with self._connection(writes=False) as conn:
@@ -245,6 +238,28 @@ class ChangeFeed(Repository):
             log.warning("change feed: cannot LISTEN (%s); polling instead", exc)
             return None
         return conn
+
+
+def read_statement(
+    schema: str, scope: Scope | None, include: Include, *, with_values: bool, batch_size: int
+) -> tuple[str, list[Any]]:
+    """The feed's read of the next batch, and its arguments (see :func:`read_arguments`)."""
+    params = Params("0", -1, -1)
+    scope_sql = "true" if scope is None else scope_condition(scope, include, params, "e")
+    sql = q.read_batch(
+        schema, scope_sql, with_values=with_values, limit_param=params.add(batch_size)
+    )
+    return sql, params.values
+
+
+def read_arguments(args: list[Any], position: Position) -> list[Any]:
+    """The arguments of a :func:`read_statement` reading after ``position``."""
+    return [
+        str(position.key),
+        position.bound(q.MEMORY_SOURCE),
+        position.bound(q.ENTITY_SOURCE),
+        *args[3:],
+    ]
 
 
 async def _close_quietly(conn: asyncpg.Connection) -> None:

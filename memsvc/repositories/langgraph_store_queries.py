@@ -9,6 +9,7 @@ the items of a namespace prefix ``p`` are ``prefix = p`` plus the range
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from memsvc.repositories.scope_sql import Params
@@ -19,6 +20,8 @@ DISTANCE = {"cosine": "<=>", "l2": "<->", "ip": "<#>"}
 # Namespaces with at most this many vectors are searched exactly (see search_items).
 EXACT_UP_TO = 500
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+# Names of the partial HNSW indexes of single namespaces (see create_namespace_index).
+NAMESPACE_INDEX_PREFIX = "ix_langgraph_store_ns_"
 
 
 def namespace_condition(prefix: str | None, params: Params, alias: str = "i") -> str:
@@ -142,6 +145,7 @@ def search_items(
     limit: str,
     offset: str,
     half_dims: int | None = None,
+    tenant: str | None = None,
 ) -> str:
     """A page of live items nearest a query vector, by their best-matching field.
 
@@ -165,6 +169,11 @@ def search_items(
     With ``half_dims`` (full-precision vectors of that many dimensions), the
     index holds half-precision copies (migration 0010): the walk orders by
     the copies' distance, every candidate is then ranked by its exact one.
+
+    With ``tenant`` (and ``namespace_sql`` a :func:`namespace_literal_condition`)
+    the tenant is written into the text too, so the planner can prove the
+    predicate of the namespace's own index (:func:`create_namespace_index`)
+    and walk that small graph instead of the table's.
     """
     operator = DISTANCE[distance]
     walk = f"v.embedding {operator} {query}"
@@ -172,11 +181,12 @@ def search_items(
         half = f"halfvec({int(half_dims)})"
         walk = f"(v.embedding::{half}) {operator} ({query}::vector::{half})"
     vector_namespace = namespace_sql.replace("i.prefix", "v.prefix")
+    tenant_sql = "$1" if tenant is None else literal(tenant)
     candidates = f"""
     FROM {schema}.langgraph_store_vectors AS v
     JOIN {schema}.langgraph_store_items AS i
       ON i.tenant_id = v.tenant_id AND i.prefix = v.prefix AND i.key = v.key
-    WHERE v.tenant_id = $1 AND {vector_namespace} AND {LIVE} AND {filter_sql}"""
+    WHERE v.tenant_id = {tenant_sql} AND {vector_namespace} AND {LIVE} AND {filter_sql}"""
     return f"""
 WITH counted AS (
     SELECT count(*) AS vectors FROM (
@@ -240,12 +250,16 @@ def namespace_range_condition(prefix: str | None, alias: str = "v") -> str:
     )
 
 
-def namespace_size(schema: str, namespace_sql: str, cap: int) -> str:
+def namespace_size(schema: str, namespace_sql: str, cap: int, index_name: str = "") -> str:
     """How many vectors the namespace holds (counted up to ``cap``), and the table's estimate.
 
     ``namespace_sql`` is a :func:`namespace_range_condition` on ``v``. The
     table's count is the planner's estimate (``reltuples``): free to read,
-    and close enough to weigh a namespace's share of the HNSW graph.
+    and close enough to weigh a namespace's share of the HNSW graph. Also
+    whether the namespace has its own index ``index_name`` (``indexed``:
+    NULL none, false one a failed build left, true built or being built by
+    any session; ``usable``: built) and how many namespace indexes the
+    table has.
     """
     return f"""
 SELECT (SELECT count(*) FROM (
@@ -254,7 +268,70 @@ SELECT (SELECT count(*) FROM (
             LIMIT {int(cap)}
         ) AS c) AS vectors,
        (SELECT greatest(c.reltuples, 0)::float8 FROM pg_class AS c
-        WHERE c.oid = '{schema}.langgraph_store_vectors'::regclass) AS table_vectors"""
+        WHERE c.oid = '{schema}.langgraph_store_vectors'::regclass) AS table_vectors,
+       (SELECT x.indisvalid OR EXISTS (
+                   SELECT 1 FROM pg_stat_progress_create_index AS p
+                   WHERE p.index_relid = x.indexrelid)
+        FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+        WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
+          AND c.relname = {literal(index_name)}) AS indexed,
+       (SELECT x.indisvalid FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+        WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
+          AND c.relname = {literal(index_name)}) AS usable,
+       (SELECT count(*) FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+        WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
+          AND left(c.relname, {len(NAMESPACE_INDEX_PREFIX)}) = '{NAMESPACE_INDEX_PREFIX}'
+       ) AS namespace_indexes"""
+
+
+def namespace_index_name(tenant: str, prefix: str) -> str:
+    """The name of the namespace's own index: a digest, so any tenant and labels fit."""
+    digest = hashlib.sha256(f"{tenant}\x00{prefix}".encode()).hexdigest()[:32]
+    return NAMESPACE_INDEX_PREFIX + digest
+
+
+def create_namespace_index(
+    schema: str,
+    name: str,
+    tenant: str,
+    prefix: str,
+    expression: str,
+    opclass: str,
+    m: int,
+    ef_construction: int,
+) -> str:
+    """A partial HNSW index of one namespace's vectors (and those under it), built concurrently.
+
+    Its predicate is :func:`namespace_literal_condition` for one tenant: a
+    search of that namespace written with the same literals (the planner
+    proves the predicate from the identical condition, and estimates its rows
+    from the column's statistics) walks a graph of the namespace's vectors
+    only, instead of stepping over every other namespace's in the table's
+    graph. Writers are not blocked.
+    """
+    return (
+        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {schema}.langgraph_store_vectors "
+        f"USING hnsw (({expression}) {opclass}) "
+        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)}) "
+        f"WHERE tenant_id = {literal(tenant)} "
+        f"AND {namespace_literal_condition(prefix, 'langgraph_store_vectors')}"
+    )
+
+
+def drop_namespace_index(schema: str, name: str) -> str:
+    """Drop a namespace index (one a failed concurrent build left invalid) without blocking."""
+    return f"DROP INDEX CONCURRENTLY IF EXISTS {schema}.{name}"
+
+
+def namespace_indexes_of_tenant(schema: str) -> str:
+    """Names of the namespace indexes whose predicate names tenant ``$1``."""
+    return f"""
+SELECT c.relname AS name
+FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
+  AND left(c.relname, {len(NAMESPACE_INDEX_PREFIX)}) = '{NAMESPACE_INDEX_PREFIX}'
+  AND position('(tenant_id = ' || quote_literal($1) || '::text)'
+               IN pg_get_expr(x.indpred, x.indrelid)) > 0"""
 
 
 def search_items_quantized(

@@ -31,6 +31,7 @@ from memsvc.repositories.embedding_space import EmbeddingSpace
 from memsvc.repositories.filters import compile_where
 from memsvc.repositories.memory_asof import AsOfReads, validate_as_of
 from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.repositories.searchable_words import SearchableWords
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.repositories.text_terms import hybrid_terms
 from memsvc.scope import Include, Scope, validate_include
@@ -138,6 +139,7 @@ class MemoryRepository(Repository):
         self._insert_sql = q.insert_memory(self._schema)
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
         self._as_of = AsOfReads()
+        self._searchable = SearchableWords()
 
     def set_delete_hook(self, hook: DeleteHook | None) -> None:
         """Install the function run before memories are deleted (used by assemblies)."""
@@ -1070,11 +1072,18 @@ class MemoryRepository(Repository):
                 rows = await self._run_search(active, statement.exact_sql, statement.values)
             if statement.mode == "text":
                 # Text mode's statement has no row to carry the count: only
-                # an empty result asks whether the query had words at all.
-                terms = None if rows else await active.fetchval(
-                    q.query_terms(self._settings.text_search_config), statement.values[0]
+                # an empty result asks whether the query had words at all,
+                # unless it holds a word known to be searchable.
+                text = statement.values[0]
+                assert isinstance(text, str)
+                if rows or self._searchable.known_in(text):
+                    return rows, None
+                words = self._searchable.plain_words(text)
+                found = await active.fetchrow(
+                    q.query_terms(self._settings.text_search_config), text, words
                 )
-                return rows, terms
+                self._searchable.learn(found["searchable"])
+                return rows, found["terms"]
             return rows, rows[0]["query_terms"] if statement.mode == "hybrid" else None
 
         if self._space.migrating:

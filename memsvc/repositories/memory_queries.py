@@ -184,7 +184,9 @@ WITH old AS (
                   version = m.version + 1,
                   updated_at = now(),
                   change_key = {NEXT_CHANGE_KEY.format(row="m")}
-    RETURNING {MEMORY_COLUMNS}, (xmax = 0) AS inserted, change_key
+    -- An update always raises the version past 1. (Not xmax = 0: a
+    -- partitioned table cannot return system columns.)
+    RETURNING {MEMORY_COLUMNS}, (m.version = 1) AS inserted, change_key
 ), ev AS (
     INSERT INTO {schema}.memory_events
         ({EVENT_SCOPE}, memory_id, kind, version, prior, change_key)
@@ -369,8 +371,15 @@ def text_query(config: str, text_param: str) -> str:
 
 
 def query_terms(config: str) -> str:
-    """The number of nodes of a text query's tsquery (0: no searchable words)."""
-    return f"SELECT numnode({text_query(config, '$1')})"
+    """The number of nodes of a text query's tsquery (0: no searchable words).
+
+    And which of the words ``$2`` parse to lexemes on their own (see
+    :mod:`memsvc.repositories.searchable_words`).
+    """
+    return f"""
+SELECT numnode({text_query(config, "$1")}) AS terms,
+       ARRAY(SELECT w FROM unnest($2::text[]) AS w
+             WHERE numnode({text_query(config, "w")}) > 0) AS searchable"""
 
 
 @functools.lru_cache(maxsize=512)

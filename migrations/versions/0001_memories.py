@@ -14,6 +14,8 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 from memsvc.db.migrate import settings_for_migration
+from memsvc.db.partition_queries import create_partitions
+from memsvc.db.partitions import partition_by
 from memsvc.db.tables import OPCLASSES, SCOPE_COMMENTS, vector_column_type
 
 revision: str = "0001"
@@ -135,7 +137,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("tenant_id", "id", name=op.f("pk_memories")),
         schema=schema,
         comment="Long-term agent memories, one row each.",
+        # Settings.partitions > 1: hash partitions by tenant, fixed here like the
+        # dimension (0019 records the count). The indexes below are declared on
+        # the parent, so every partition gets its own.
+        postgresql_partition_by=partition_by(settings.partition_count),
     )
+    for statement in create_partitions(schema, "memories", settings.partition_count):
+        op.execute(statement)
     op.create_index(
         "ix_memories_embedding_hnsw",
         "memories",

@@ -354,6 +354,16 @@ class MemsvcStore(BaseStore):
 
     # -------------------------------------------------------------------- TTL
 
+    async def await_index_builds(self) -> None:
+        """Wait for the namespace index a search started building, if any.
+
+        A namespace of 2,000 vectors or more holding at most half the store's
+        gets an HNSW index of its own, built in the background (without
+        blocking writers) after the first search that counts it; searches use
+        it once built.
+        """
+        await self._repository.wait_for_index_builds()
+
     async def asweep_ttl(self, *, batch_size: int = 1000) -> int:
         """Delete this store's expired items now; returns how many."""
         return await self._repository.sweep_expired(tenant=self._tenant, batch_size=batch_size)
