@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from urllib.parse import urlsplit
 
@@ -10,6 +11,7 @@ import asyncpg
 import pytest
 
 from memsvc import Change, MemoryService, Scope, Settings, ValidationError
+from memsvc.repositories.change_signal import CHANNEL, NOTIFY_INTERVAL_S
 from memsvc.sync import SyncMemoryService
 from memsvc.testing.postgres import (
     MigratedTemplate,
@@ -285,3 +287,48 @@ async def test_an_erasure_reaches_scoped_consumers_as_erased_changes(
     assert [(c.kind, c.memory_id, c.version, c.scope) for c in after] == [
         ("erased", m.id, 2, scope)
     ]
+
+
+async def test_wake_ups_are_spaced_under_a_burst_and_the_last_write_still_wakes(
+    settings: Settings, scope: Scope
+) -> None:
+    # Wake-ups sent back to back cost writers throughput (a commit and a
+    # signal each); spaced NOTIFY_INTERVAL_S apart, one covers many writes.
+    # The burst's last write must still be announced: with an hour between
+    # polls only a wake-up delivers it within the guard.
+    quiet = settings.model_copy(update={"change_poll_interval_s": 3600.0})
+    counter = await asyncpg.connect(settings.database_url)
+    loop = asyncio.get_running_loop()
+    wake_ups: list[float] = []
+    await counter.add_listener(CHANNEL, lambda *_: wake_ups.append(loop.time()))
+    try:
+        async with MemoryService.open(quiet) as svc:
+            writes = 0
+            started = loop.time()
+
+            async def writer() -> None:
+                nonlocal writes
+                while loop.time() - started < 1.0:
+                    await svc.memories.add(scope, f"burst {uuid.uuid4().hex}")
+                    writes += 1
+
+            await asyncio.gather(*(writer() for _ in range(8)))
+            elapsed = loop.time() - started
+            await asyncio.sleep(0.2)  # the burst's own wake-ups arrive
+            during_burst = len(wake_ups)
+
+            async def until_seen(memory_id: uuid.UUID) -> None:
+                async with contextlib.aclosing(svc.changes(since="now")) as feed:
+                    async for change in feed:
+                        if change.memory_id == memory_id:
+                            return
+
+            last_id = uuid.uuid4()
+            consumer = asyncio.create_task(asyncio.wait_for(until_seen(last_id), 30))
+            await asyncio.sleep(0.2)  # let the consumer reach its wait
+            await svc.memories.add(scope, "the last write", id=last_id)
+            await consumer
+    finally:
+        await counter.close()
+    assert writes > 100
+    assert 1 <= during_burst <= elapsed / NOTIFY_INTERVAL_S + 5
