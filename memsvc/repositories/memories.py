@@ -861,9 +861,14 @@ class MemoryRepository(Repository):
                 routed=False,  # see memory_asof: a replica may not have replayed t yet
             )
             return [Memory.from_row(row) for row in rows if row["id"] is not None]
-        make = q.touch_by_ids if track_access else q.select_by_ids
+        if len(ids) == 1:
+            make = q.touch_by_id if track_access else q.select_by_id
+            key: object = ids[0]
+        else:
+            make = q.touch_by_ids if track_access else q.select_by_ids
+            key = ids
         sql = make(self._schema, tenant is not None)
-        args: builtins.list[object] = [ids] if tenant is None else [ids, tenant]
+        args: builtins.list[object] = [key] if tenant is None else [key, tenant]
         if track_access:
             async with self._connection(conn) as active:
                 rows = await active.fetch(sql, *args)
