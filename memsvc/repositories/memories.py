@@ -869,7 +869,14 @@ class MemoryRepository(Repository):
             key = ids
         sql = make(self._schema, tenant is not None)
         args: builtins.list[object] = [key] if tenant is None else [key, tenant]
-        if track_access:
+        if track_access and tenant is None:
+            # The id may exist in several tenants: that get fails, and must
+            # not have counted an access of each.
+            async with self._transaction(conn) as active:
+                rows = await active.fetch(sql, *args)
+                if len(rows) > 1:
+                    self._exactly_one(len(rows), f"memory {ids[0]}")
+        elif track_access:
             async with self._connection(conn) as active:
                 rows = await active.fetch(sql, *args)
         else:
