@@ -147,6 +147,28 @@ async def test_track_access_counts_reads(service: MemoryService, scope: Scope) -
     assert again.access_count == 2 and again.last_accessed_at is not None
 
 
+async def test_get_of_an_id_in_two_tenants_needs_the_tenant(
+    service: MemoryService, scope: Scope
+) -> None:
+    # get selects one id with a plain equality: it must still see every
+    # tenant's row, and a tenant= (with or without track_access) only its own;
+    # a get that fails writes nothing.
+    shared = uuid.uuid4()
+    await service.memories.add(scope, "acme's", id=shared)
+    await service.memories.add(Scope("other", "p"), "other's", id=shared)
+    with pytest.raises(ConflictError):
+        await service.memories.get(shared)
+    with pytest.raises(ConflictError):
+        await service.memories.get(str(shared), track_access=True)
+    other = await service.memories.get(shared, tenant="other", track_access=True)
+    assert other.content == "other's" and other.access_count == 1
+    mine = await service.memories.get(str(shared), tenant=scope.tenant)
+    # 0: the failed track_access get above counted nothing.
+    assert mine.content == "acme's" and mine.access_count == 0
+    with pytest.raises(NotFoundError):
+        await service.memories.get(shared, tenant="nobody")
+
+
 async def test_expired_memories_are_invisible(service: MemoryService, scope: Scope) -> None:
     memory = await service.memories.add(scope, "short-lived", ttl=60)
     assert memory.expires_at is not None

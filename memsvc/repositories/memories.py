@@ -861,10 +861,22 @@ class MemoryRepository(Repository):
                 routed=False,  # see memory_asof: a replica may not have replayed t yet
             )
             return [Memory.from_row(row) for row in rows if row["id"] is not None]
-        make = q.touch_by_ids if track_access else q.select_by_ids
+        if len(ids) == 1:
+            make = q.touch_by_id if track_access else q.select_by_id
+            key: object = ids[0]
+        else:
+            make = q.touch_by_ids if track_access else q.select_by_ids
+            key = ids
         sql = make(self._schema, tenant is not None)
-        args: builtins.list[object] = [ids] if tenant is None else [ids, tenant]
-        if track_access:
+        args: builtins.list[object] = [key] if tenant is None else [key, tenant]
+        if track_access and tenant is None:
+            # The id may exist in several tenants: that get fails, and must
+            # not have counted an access of each.
+            async with self._transaction(conn) as active:
+                rows = await active.fetch(sql, *args)
+                if len(rows) > 1:
+                    self._exactly_one(len(rows), f"memory {ids[0]}")
+        elif track_access:
             async with self._connection(conn) as active:
                 rows = await active.fetch(sql, *args)
         else:

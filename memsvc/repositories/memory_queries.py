@@ -217,6 +217,28 @@ SELECT {MEMORY_COLUMNS} FROM {schema}.memories
 WHERE id = ANY($1::uuid[]) {tenant} AND {NOT_EXPIRED}"""
 
 
+def select_by_id(schema: str, tenant_filter: bool) -> str:
+    """One live memory by id, ``$1`` a uuid (optionally within one tenant, ``$2``).
+
+    What ``get`` runs: a plain equality on the id costs the server less to
+    bind and run than ``= ANY`` of a one-element array.
+    """
+    tenant = "AND tenant_id = $2" if tenant_filter else ""
+    return f"""
+SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+WHERE id = $1 {tenant} AND {NOT_EXPIRED}"""
+
+
+def touch_by_id(schema: str, tenant_filter: bool) -> str:
+    """Like :func:`select_by_id`, and count the access."""
+    tenant = "AND tenant_id = $2" if tenant_filter else ""
+    return f"""
+UPDATE {schema}.memories
+SET access_count = access_count + 1, last_accessed_at = now()
+WHERE id = $1 {tenant} AND {NOT_EXPIRED}
+RETURNING {MEMORY_COLUMNS}"""
+
+
 def touch_by_ids(schema: str, tenant_filter: bool) -> str:
     """Like :func:`select_by_ids`, and count the access."""
     tenant = "AND tenant_id = $2" if tenant_filter else ""
