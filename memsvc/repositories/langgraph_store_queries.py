@@ -187,6 +187,15 @@ def search_items(
     JOIN {schema}.langgraph_store_items AS i
       ON i.tenant_id = v.tenant_id AND i.prefix = v.prefix AND i.key = v.key
     WHERE v.tenant_id = {tenant_sql} AND {vector_namespace} AND {LIVE} AND {filter_sql}"""
+    if tenant is not None:
+        # The namespace's own index exists only for namespaces far above
+        # EXACT_UP_TO: no count, no exact branch, the walk alone.
+        return f"""
+WITH hits AS (
+    SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
+    ORDER BY {walk}
+    LIMIT {int(scan)}
+){_ranked_page(schema, "hits", limit, offset)}"""
     return f"""
 WITH counted AS (
     SELECT count(*) AS vectors FROM (
