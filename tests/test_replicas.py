@@ -335,6 +335,9 @@ async def test_row_level_security_holds_on_the_replica(
         await admin.close()
     replica_dsn = with_database(servers.replica_dsn, name)
     runtime = Pair(servers, as_user(dsn, role), as_user(replica_dsn, role))
+    # The role must exist on the replica before the service connects there:
+    # a replica that refuses the login counts as down, and reads skip it.
+    await caught_up(runtime)
     try:
         settings = runtime.settings(row_level_security=True, replica_wait_s=60)
         async with opened(settings) as svc:
