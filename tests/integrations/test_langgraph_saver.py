@@ -247,10 +247,15 @@ async def check_retention_under_racing_writers(settings: Settings) -> None:
         children = await asyncio.gather(
             *(put(saver, thread, root, values={"a": n}) for n in range(WRITERS))
         )
-        kept = await history(saver, thread)
-        newest = sorted((c["configurable"]["checkpoint_id"] for c in children), reverse=True)[:4]
-        assert [t.checkpoint["id"] for t in kept] == newest
-        assert await blob_count(service, thread) == 4
+        kept = [t.checkpoint["id"] for t in await history(saver, thread)]
+        ids = sorted((c["configurable"]["checkpoint_id"] for c in children), reverse=True)
+        # The newest 4 are kept, whatever order the writers committed in. A
+        # put never deletes the checkpoint it wrote (its caller holds that
+        # config), so when the last writer to commit carried an older id, its
+        # checkpoint stays too, until the next put prunes it: at most one more.
+        assert kept[:4] == ids[:4]
+        assert len(kept) <= 5 and set(kept[4:]) <= set(ids[4:])
+        assert await blob_count(service, thread) == len(kept)
 
 
 async def test_prune_keep_latest_leaves_the_head_whole_and_drops_orphan_blobs(
