@@ -40,16 +40,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
 import numpy as np
 
 from benchmarks.bulk_load import VectorSource
+from benchmarks.bulk_load import create_database as create_migrated_database
 from benchmarks.memories import DEFAULT_DATA
 from memsvc import MemoryService, Scope, Settings
-from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.ops.bulk import VectorIndexRebuild
-from memsvc.testing.postgres import with_database
 
 DIM = 384
 BIG = "t0"
@@ -186,16 +184,8 @@ class Side:
 
 
 async def create_database(admin: str, name: str, settings: Settings) -> Settings:
-    conn = await asyncpg.connect(admin)
-    try:
-        await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        await conn.execute(f"CREATE DATABASE {name}")
-    finally:
-        await conn.close()
-    dsn = with_database(admin, name)
-    settings = settings.model_copy(update={"database_url": dsn})
-    await asyncio.to_thread(migrate.upgrade, settings, dsn)
-    return settings
+    dsn = await create_migrated_database(admin, name, settings)
+    return settings.model_copy(update={"database_url": dsn})
 
 
 async def load(side: Side, store: Store) -> None:

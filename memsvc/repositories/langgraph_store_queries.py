@@ -278,19 +278,21 @@ SELECT (SELECT count(*) FROM (
         ) AS c) AS vectors,
        (SELECT greatest(c.reltuples, 0)::float8 FROM pg_class AS c
         WHERE c.oid = '{schema}.langgraph_store_vectors'::regclass) AS table_vectors,
-       (SELECT x.indisvalid OR EXISTS (
-                   SELECT 1 FROM pg_stat_progress_create_index AS p
-                   WHERE p.index_relid = x.indexrelid)
-        FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
-        WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
-          AND c.relname = {literal(index_name)}) AS indexed,
-       (SELECT x.indisvalid FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
-        WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
-          AND c.relname = {literal(index_name)}) AS usable,
+       own.indisvalid OR own.building AS indexed,
+       own.indisvalid AS usable,
        (SELECT count(*) FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
         WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
           AND left(c.relname, {len(NAMESPACE_INDEX_PREFIX)}) = '{NAMESPACE_INDEX_PREFIX}'
-       ) AS namespace_indexes"""
+       ) AS namespace_indexes
+FROM (SELECT 1) AS one
+LEFT JOIN (
+    SELECT x.indisvalid, EXISTS (
+               SELECT 1 FROM pg_stat_progress_create_index AS p
+               WHERE p.index_relid = x.indexrelid) AS building
+    FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+    WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
+      AND c.relname = {literal(index_name)}
+) AS own ON true"""
 
 
 def namespace_index_name(tenant: str, prefix: str) -> str:
