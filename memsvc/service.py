@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import AsyncIterator, Generator
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -52,6 +53,10 @@ TENANT_TABLES = (
 )
 
 
+class _Stoppable(Protocol):
+    async def stop_background_work(self) -> None: ...
+
+
 class MemoryService:
     """Long-term memories, assemblies, checkpoints and working memory, on PostgreSQL.
 
@@ -89,6 +94,10 @@ class MemoryService:
         self._pool = pool
         self._embedded = embedded
         self._closed = False
+        # Integrations with background work of their own (a LangGraph store's
+        # sweeper and index builds), stopped before the pool closes: a pool
+        # waits for every connection out, and a build can hold one for minutes.
+        self._attached: weakref.WeakSet[_Stoppable] = weakref.WeakSet()
         # The pool's connections belong to the loop the service was opened on.
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -297,12 +306,18 @@ class MemoryService:
             raise MemsvcError("this MemoryService was not opened on an event loop")
         return self._loop
 
+    def stop_on_close(self, integration: _Stoppable) -> None:
+        """Have :meth:`close` first stop ``integration``'s background work (held weakly)."""
+        self._attached.add(integration)
+
     async def close(self) -> None:
         """Close the pool; stop the embedded server if this process started it."""
         if self._closed:
             return
         self._closed = True
         unwatch(self)
+        for attached in list(self._attached):
+            await attached.stop_background_work()
         await self._notifier.close()
         await self.maintenance.close()
         await self.working_store.close()

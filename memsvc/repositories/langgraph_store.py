@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import functools
 import logging
 import time
@@ -359,6 +360,14 @@ class LangGraphStoreRepository(Repository):
         building = self._building
         if building is not None:
             await asyncio.shield(building)
+
+    async def cancel_index_build(self) -> None:
+        """Cancel the namespace index being built (if any) and wait until it stopped."""
+        building = self._building
+        if building is not None:
+            building.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await building
 
     def _quantized_fits(self, size: NamespaceSize) -> bool:
         """Whether the namespace's size (as counted lately) suits a search by sign bits."""

@@ -9,8 +9,10 @@ the plan PostgreSQL really runs, not only the answers.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import asyncpg
 import pytest
 
 pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
@@ -178,3 +180,67 @@ async def test_a_failed_build_turns_builds_off_and_searches_keep_their_plans(
     assert [h.key for h in again] == [h.key for h in first] and len(again) == 10
     hits = await store.asearch(("big",), query="q4", filter={"i": {"$lt": 40}}, limit=10)
     assert len(hits) == 10 and all(h.value["i"] < 40 for h in hits)
+
+
+async def test_closing_the_service_cancels_a_build_and_the_next_one_replaces_it(
+    store: MemsvcStore, service: MemoryService
+) -> None:
+    """A build waits for older writers; closing does not wait for it (minutes when large)."""
+    table = f"{service.settings.db_schema}.langgraph_store_vectors"
+    name = q.namespace_index_name("default", "big")
+    writer = await asyncpg.connect(service.dsn)
+    try:
+        # An open writer's lock: CREATE INDEX CONCURRENTLY waits until it ends.
+        writer_transaction = writer.transaction()
+        await writer_transaction.start()
+        await writer.execute(f"LOCK TABLE {table} IN ROW EXCLUSIVE MODE")
+        await store.asearch(("big",), query="q1", limit=10)
+        await wait_for_waiting_build(service.dsn)
+
+        await asyncio.wait_for(service.close(), timeout=60)
+        await writer_transaction.rollback()
+        assert await namespace_indexes_at(service.dsn, service.settings.db_schema) in (
+            {},
+            {name: False},  # the cancelled build's leftover
+        )
+    finally:
+        await writer.close()
+
+    async with MemoryService.open(service.settings) as reopened:
+        dims = reopened.settings.embedding_dim
+        again = MemsvcStore(
+            reopened, index={"dims": dims, "embed": embed_function(dims), "fields": ["text"]}
+        )
+        assert len(await again.asearch(("big",), query="q1", limit=10)) == 10
+        await again.await_index_builds()
+        assert await namespace_indexes(reopened) == {name: True}
+
+
+async def wait_for_waiting_build(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        for _ in range(600):
+            waiting = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE query LIKE 'CREATE INDEX CONCURRENTLY%' AND wait_event_type = 'Lock'"
+            )
+            if waiting:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the namespace index build never started")
+    finally:
+        await conn.close()
+
+
+async def namespace_indexes_at(dsn: str, schema: str) -> dict[str, bool]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT c.relname, x.indisvalid FROM pg_index AS x "
+            "JOIN pg_class AS c ON c.oid = x.indexrelid "
+            f"WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass "
+            "AND c.relname LIKE 'ix\\_langgraph\\_store\\_ns\\_%'"
+        )
+    finally:
+        await conn.close()
+    return {row["relname"]: row["indisvalid"] for row in rows}

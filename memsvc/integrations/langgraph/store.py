@@ -156,6 +156,7 @@ class MemsvcStore(BaseStore):
         self.index_config = self._index(index)
         self.embeddings = ensure_embeddings(index.get("embed")) if index else None
         self._sweeper: asyncio.Task[None] | None = None
+        svc.stop_on_close(self)
 
     def _index(self, index: IndexConfig | None) -> IndexConfig | None:
         if index is None:
@@ -403,6 +404,15 @@ class MemsvcStore(BaseStore):
         else:
             self._sweeper = self._run(start())
         return self._sweeper
+
+    async def stop_background_work(self) -> None:
+        """Stop the sweeper and cancel an index build (the service calls this when it closes).
+
+        A cancelled build leaves an invalid index that the next build
+        replaces: closing never waits minutes for one.
+        """
+        await self.stop_ttl_sweeper()
+        await self._repository.cancel_index_build()
 
     async def stop_ttl_sweeper(self) -> None:
         """Stop the sweeper started by :meth:`start_ttl_sweeper`."""
