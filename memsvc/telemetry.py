@@ -271,9 +271,13 @@ def _scope_attributes(scope: object, attributes: dict[str, AttributeValue]) -> N
         attributes["memsvc.scope.level"] = "tenant"
 
 
+# A tuple, not ``list | tuple | dict``: that union would be built on every call.
+_SIZED = (list, tuple, dict)
+
+
 def _rows(result: object) -> int | None:
     """Rows an operation returned (a list, a dict) or affected (a count)."""
-    if isinstance(result, list | tuple | dict):
+    if isinstance(result, _SIZED):
         return len(result)
     if isinstance(result, int) and not isinstance(result, bool):
         return result
@@ -363,10 +367,16 @@ def traced(
             context: otel_context.Context | None = None
             token: object = None
             if instruments.tracing or instruments.global_tracing():
+                # The caller's context, looked up once: given to start_span,
+                # it is the one the sampler and span processors read too
+                # (each would look it up again), and the span's goes on it.
+                parent = otel_context.get_current()
                 # Attributes given at the start are the samplers' to see, and
                 # cost the SDK one copy instead of a locked update per attribute.
-                span = instruments.tracer.start_span(name, attributes=attributes_of(args, kwargs))
-                context = trace.set_span_in_context(span)
+                span = instruments.tracer.start_span(
+                    name, parent, attributes=attributes_of(args, kwargs)
+                )
+                context = trace.set_span_in_context(span, parent)
                 token = otel_context.attach(context)
             started = time.perf_counter()
             try:
