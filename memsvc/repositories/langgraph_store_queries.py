@@ -146,6 +146,7 @@ def search_items(
     offset: str,
     half_dims: int | None = None,
     tenant: str | None = None,
+    ef_search: int | None = None,
 ) -> str:
     """A page of live items nearest a query vector, by their best-matching field.
 
@@ -174,12 +175,26 @@ def search_items(
     the tenant is written into the text too, so the planner can prove the
     predicate of the namespace's own index (:func:`create_namespace_index`)
     and walk that small graph instead of the table's.
+
+    With ``ef_search`` (only with ``tenant``), the walk keeps that many
+    candidates instead of the connection's ``hnsw.ef_search``: the setting is
+    made by the subquery that yields the query vector, which the executor
+    runs before the index scan starts (the index needs the vector first),
+    and lasts until the transaction ends: only for a transaction memsvc owns
+    (in a caller's it would outlive the search).
     """
     operator = DISTANCE[distance]
-    walk = f"v.embedding {operator} {query}"
+    target = query
+    if ef_search is not None:
+        cast = "vector" if half_dims is not None else "halfvec"
+        target = (
+            f"(SELECT {query}::{cast} FROM (SELECT set_config('hnsw.ef_search', "
+            f"'{int(ef_search)}', true)) AS ef)"
+        )
+    walk = f"v.embedding {operator} {target}"
     if half_dims is not None:
         half = f"halfvec({int(half_dims)})"
-        walk = f"(v.embedding::{half}) {operator} ({query}::vector::{half})"
+        walk = f"(v.embedding::{half}) {operator} ({target}::vector::{half})"
     vector_namespace = namespace_sql.replace("i.prefix", "v.prefix")
     tenant_sql = "$1" if tenant is None else literal(tenant)
     candidates = f"""

@@ -244,3 +244,65 @@ async def namespace_indexes_at(dsn: str, schema: str) -> dict[str, bool]:
     finally:
         await conn.close()
     return {row["relname"]: row["indisvalid"] for row in rows}
+
+
+async def test_an_indexed_namespace_walk_sets_its_own_ef_search_for_its_statement_only(
+    store: MemsvcStore,
+    service: MemoryService,
+    statements: list[tuple[str, list[object]]],
+) -> None:
+    await store.asearch(("big",), query="q0", limit=1)
+    await store.await_index_builds()
+    configured = str(service.settings.hnsw_ef_search)
+    wanted = str(
+        min(
+            service.settings.hnsw_ef_search,
+            max(
+                langgraph_store.OWN_INDEX_EF_MIN,
+                int(10 * langgraph_store.SCAN_FACTOR) * langgraph_store.OWN_INDEX_EF_FACTOR,
+            ),
+        )
+    )
+    assert wanted != configured
+    statements.clear()
+    assert len(await store.asearch(("big",), query="q3", limit=10)) == 10
+    sql, values = statements[-1]
+    async with service.pool.acquire() as conn:
+        # Within the statement's transaction the walk's setting holds...
+        async with conn.transaction():
+            await conn.fetch(sql, *values)
+            assert await conn.fetchval("SHOW hnsw.ef_search") == wanted
+        # ...and ends with it.
+        assert await conn.fetchval("SHOW hnsw.ef_search") == configured
+
+        # The setting is made before the walk starts: without iterative scans
+        # a walk returns at most ef_search vectors.
+        tiny = q.search_items(
+            service.settings.db_schema,
+            q.namespace_literal_condition("big"),
+            "true",
+            service.settings.distance,
+            "$2",
+            50,
+            "$3",
+            "$4",
+            half_dims=service.settings.embedding_dim
+            if service.settings.vector_type == "vector"
+            else None,
+            tenant="default",
+            ef_search=3,
+        )
+        async with conn.transaction():
+            await conn.execute("SET LOCAL hnsw.iterative_scan = off")
+            rows = await conn.fetch(tiny, "default", values[1], 10, 0)
+        assert rows[0]["scanned"] == 3
+
+    # A caller's connection (its own transaction) is left as it was.
+    vector = [0.0] * service.settings.embedding_dim
+    vector[0] = 1.0
+    async with service.pool.acquire() as conn, conn.transaction():
+        found = await store._repository.search(
+            "default", "big", [], vector, limit=10, offset=0, conn=conn
+        )
+        assert len(found) == 10
+        assert await conn.fetchval("SHOW hnsw.ef_search") == configured
