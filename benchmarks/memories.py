@@ -439,6 +439,31 @@ async def bytes_connection(dsn: str, server_settings: dict[str, str]) -> asyncpg
     return conn
 
 
+async def bytes_pool(
+    dsn: str, server_settings: dict[str, str], *, min_size: int, max_size: int
+) -> asyncpg.Pool:
+    """A plain asyncpg pool of :func:`bytes_connection`-like connections.
+
+    Released connections skip asyncpg's reset round trip (``RESET ALL`` and
+    the rest), as memsvc's own do: neither side's statements leave session
+    state behind, so a raw pool paying that round trip would flatter memsvc.
+    """
+
+    async def init(conn: asyncpg.Connection) -> None:
+        await conn.set_type_codec(
+            "vector", schema="public", encoder=lambda b: b, decoder=lambda b: b, format="binary"
+        )
+
+    async def keep(conn: asyncpg.Connection) -> None:
+        return None
+
+    pool: asyncpg.Pool = await asyncpg.create_pool(
+        dsn, min_size=min_size, max_size=max_size, server_settings=server_settings,
+        init=init, reset=keep,
+    )
+    return pool
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--database-url", help="PostgreSQL with pgvector (default: embedded)")

@@ -65,7 +65,7 @@ import asyncpg
 import numpy as np
 
 from benchmarks.bulk_load import VectorSource
-from benchmarks.memories import DEFAULT_DATA, bytes_connection
+from benchmarks.memories import DEFAULT_DATA, bytes_connection, bytes_pool
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
@@ -86,6 +86,7 @@ MID_FROM_SIZE = 30_000
 BIG_SHARE = 0.3
 DELETE_ROWS = 10_000
 GC_ROWS = 10_000
+GC_TTL_S = 86_400.0
 DELETE_BATCH = 1_000  # delete_scope's default batch
 ID_PREFIX = 0x5CA1E << 64
 DELETE_ID_PREFIX = 0xDE1E7E << 64
@@ -309,13 +310,16 @@ class StoreBench:
     """Measures one size: memsvc's store against ``raw_table`` holding the same rows.
 
     ``admin`` runs set-up (fills, truth scans) so neither measured side's
-    connection does; ``raw`` is the raw side's connection (vectors as bytes,
-    memsvc's search settings).
+    connection does; ``raw`` is the raw side's pool, or connection (vectors
+    as bytes, memsvc's search settings): a pool the size of memsvc's is the
+    fair match, since memsvc acquires and releases a pooled connection per
+    call. ``raw_conn``, if given, is one dedicated connection ``get`` is also
+    timed on (an info figure: raw without a pool's acquire and release).
     """
 
     svc: MemoryService
     admin: asyncpg.Connection
-    raw: asyncpg.Connection
+    raw: asyncpg.Connection | asyncpg.Pool
     raw_table: str
     layout: Layout
     queries: np.ndarray
@@ -323,6 +327,7 @@ class StoreBench:
     ops: int = 200
     batch: int = 1_000
     gets: int = 300
+    raw_conn: asyncpg.Connection | None = None
     results: list[Result] = field(default_factory=list)
 
     def report(self, result: Result) -> None:
@@ -361,6 +366,7 @@ class StoreBench:
                "AND (expires_at IS NULL OR expires_at > now())")
         mine: list[float] = []
         theirs: list[float] = []
+        dedicated: list[float] = []
         for i, n in enumerate(rows):
             memory_id, tenant = row_id(int(n)), self.layout.tenants[int(n)]
             m, r = await self.paired(
@@ -374,8 +380,16 @@ class StoreBench:
             )
             mine.append(m)
             theirs.append(r)
+            if self.raw_conn is not None:
+                started = time.perf_counter()
+                await self.raw_conn.fetchrow(sql, memory_id, tenant)
+                dedicated.append(time.perf_counter() - started)
         self.report(Result(size, "get p50", "ms", percentile(mine, 50) * 1000,
                            percentile(theirs, 50) * 1000, "latency"))
+        if dedicated:
+            self.report(Result(size, "get p50 vs one raw connection (no pool)", "ms",
+                               percentile(mine, 50) * 1000, percentile(dedicated, 50) * 1000,
+                               "info"))
 
     async def searches(self, size: int, where: SearchScope, memsvc_first: bool) -> None:
         scope, include = where.scope, where.include
@@ -524,30 +538,45 @@ class StoreBench:
         # loading 10,000 vectors per side with the index in place would take
         # longer than the gc measured).
         scope = Scope("expiring", f"stage{stage}")
-        ttl = 3.0
+        # A TTL far longer than any load and set-up takes, so no row expires
+        # early (a short one let rows vanish in the untimed gc below on a
+        # loaded machine); expiry is then forced on both sides at once.
         for start in range(0, GC_ROWS, 1_000):
             await self.svc.memories.add_many(scope, [
-                {"content": f"expiring {stage} {i}", "ttl": ttl}
+                {"content": f"expiring {stage} {i}", "ttl": GC_TTL_S}
                 for i in range(start, start + 1_000)
             ])
-        expires = time.monotonic() + ttl
         # Set-up, untimed: gc also copies the commit times of every history
         # event written since its last run (the growth's import, the adds
         # above). Run it now so the measured run does the work of these
         # rows' expiry only: deleting them and their tombstones' commit times.
         await self.svc.maintenance.gc()
-        expired = datetime.now(UTC) - timedelta(seconds=1)
+        later = datetime.now(UTC) + timedelta(seconds=GC_TTL_S)
         await self.admin.copy_records_to_table(
             self.raw_table.split(".")[1], schema_name=self.raw_table.split(".")[0],
             records=[
                 (scope.tenant, scope.project, None, None, uuid.uuid4(), None,
                  f"expiring {stage} {i}", content_hash(f"expiring {stage} {i}"), "{}", None,
-                 0.5, expired)
+                 0.5, later)
                 for i in range(GC_ROWS)
             ],
             columns=[*COPY_COLUMNS, "expires_at"],
         )
-        await asyncio.sleep(max(0.0, expires - time.monotonic()) + 0.2)  # memsvc's expire
+        # Time passes: the same update on both sides (memsvc keeps no history
+        # of expires_at changes made in SQL), then each holds exactly GC_ROWS
+        # expired rows, whatever the machine's speed.
+        memsvc_table = f"{self.svc.settings.db_schema}.memories"
+        for table in (memsvc_table, self.raw_table):
+            await self.admin.execute(
+                f"UPDATE {table} SET expires_at = now() - interval '1 second' "
+                "WHERE tenant_id = $1 AND project_id = $2",
+                scope.tenant, scope.project,
+            )
+            expired = await self.admin.fetchval(
+                f"SELECT count(*) FROM {table} WHERE expires_at <= now()"
+            )
+            if expired != GC_ROWS:
+                raise SystemExit(f"{table} holds {expired} expired rows, expected {GC_ROWS}")
         removed: dict[str, int] = {}
 
         async def mine() -> None:
@@ -890,10 +919,15 @@ async def run(args: argparse.Namespace) -> None:
     print(f"vectors: {source.label}; {len(queries)} queries per scope; sizes {sizes}", flush=True)
     svc = await MemoryService.open(settings)
     admin = await bytes_connection(dsn, {})
-    raw = await bytes_connection(dsn, {
+    raw_settings = {
         "hnsw.ef_search": str(settings.hnsw_ef_search), "hnsw.iterative_scan": "relaxed_order",
         "hnsw.max_scan_tuples": str(settings.hnsw_max_scan_tuples),
-    })
+    }
+    # memsvc takes a pooled connection per call: raw does too, from a pool
+    # of the same size.
+    raw = await bytes_pool(dsn, raw_settings, min_size=settings.pool_min_size,
+                           max_size=settings.pool_max_size)
+    raw_conn = await bytes_connection(dsn, raw_settings)
     results: list[Result] = []
     loads: dict[int, list[str]] = {}
     layout = Layout()
@@ -903,7 +937,7 @@ async def run(args: argparse.Namespace) -> None:
             write_json(args.out, sizes, results, loads, source.label)
 
     bench = StoreBench(svc, admin, raw, RAW_TABLE, layout, queries, source, ops=args.ops,
-                       batch=args.batch)
+                       batch=args.batch, raw_conn=raw_conn)
     try:
         await admin.execute(f"DROP TABLE IF EXISTS {RAW_TABLE}")
         await admin.execute(
@@ -931,6 +965,7 @@ async def run(args: argparse.Namespace) -> None:
             print(f"  load average at the end: {loads[size][1]}", flush=True)
             save(results)
     finally:
+        await raw_conn.close()
         await raw.close()
         await admin.close()
         await svc.close()

@@ -7,6 +7,8 @@ import threading
 import time
 import uuid
 
+from memsvc.errors import ValidationError
+
 _lock = threading.Lock()
 _last_millis = 0
 _sequence = 0
@@ -38,8 +40,6 @@ def new_id() -> uuid.UUID:
 
 def parse_id(field: str, value: object) -> uuid.UUID:
     """Accept a UUID or its string form; anything else is a ValidationError."""
-    from memsvc.errors import ValidationError
-
     if isinstance(value, uuid.UUID):
         return value
     if isinstance(value, str):

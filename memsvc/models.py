@@ -20,7 +20,13 @@ _REPR_VALUES = 2
 
 def scope_from_row(row: Mapping[str, Any]) -> Scope:
     """Build a Scope from a row's scope columns."""
-    return Scope.trusted(row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"])
+    return _trusted_scope(row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"])
+
+
+# Scopes are immutable values and rows repeat a few of them: one instance per
+# scope serves every row read from it (a cache hit is a tuple hash, cheaper
+# than building a frozen dataclass).
+_trusted_scope = functools.lru_cache(maxsize=4096)(Scope.trusted)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -79,21 +85,23 @@ class Memory:
         exact-scope search shares one), saving a Scope per row.
         """
         embedding = row["embedding"]
+        # Positional, in field order: every read builds Memory objects, and
+        # fourteen keyword arguments cost more to match than the values do.
         return cls(
-            id=row["id"],
-            scope=scope_from_row(row) if scope is None else scope,
-            content=row["content"],
-            content_hash=row["content_hash"],
-            metadata=row["metadata"],
-            embedding=None if embedding is None else embedding.tolist(),
-            importance=real_value(row["importance"]),
-            version=row["version"],
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            key=row["key"],
-            expires_at=row["expires_at"],
-            access_count=row["access_count"],
-            last_accessed_at=row["last_accessed_at"],
+            row["id"],
+            scope_from_row(row) if scope is None else scope,
+            row["content"],
+            row["content_hash"],
+            row["metadata"],
+            None if embedding is None else embedding.tolist(),
+            real_value(row["importance"]),
+            row["version"],
+            row["created_at"],
+            row["updated_at"],
+            row["key"],
+            row["expires_at"],
+            row["access_count"],
+            row["last_accessed_at"],
         )
 
     def __repr__(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from dataclasses import dataclass
 from typing import Literal
@@ -56,6 +57,18 @@ class Scope:
                 validate_id(f"scope.{level}", value)
 
     @classmethod
+    def checked_tenant(cls, tenant: object) -> str:
+        """``tenant`` once checked as a scope's tenant id (ValidationError if it is not one).
+
+        Lookups by id pass the same few tenants over and over: ids found
+        valid are remembered, so checking one again costs a dict lookup
+        instead of a pass over its characters.
+        """
+        if type(tenant) is str:
+            return _checked_tenant(tenant)
+        return cls(tenant).tenant  # type: ignore[arg-type]  # raises: not a string
+
+    @classmethod
     def trusted(
         cls, tenant: str, project: str | None, agent: str | None, session: str | None
     ) -> Scope:
@@ -107,3 +120,9 @@ def validate_include(include: object) -> Include:
     if include not in INCLUDE_MODES:
         raise ValidationError("include", f"must be one of {', '.join(INCLUDE_MODES)}")
     return include  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_tenant(tenant: str) -> str:
+    # Only valid ids are remembered: a ValidationError is raised, not cached.
+    return Scope(tenant).tenant

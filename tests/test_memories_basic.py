@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import numpy as np
 import pytest
 
 from memsvc import ConflictError, MemoryService, NotFoundError, Scope, ValidationError
+from memsvc.models import Memory
 
 
 async def test_add_returns_the_stored_memory(service: MemoryService, scope: Scope) -> None:
@@ -227,3 +229,54 @@ async def test_large_unicode_and_deep_values_round_trip(
         nested = {f"level{level}": nested}
     memory = await service.memories.add(scope, "deep", metadata=nested)
     assert (await service.memories.get(memory.id)).metadata == nested
+
+
+async def test_get_returns_exactly_the_memory_as_stored(
+    service: MemoryService, scope: Scope
+) -> None:
+    metadata = {
+        "int": 3, "float": 1.5, "whole float": 2.0, "big float": 1e20, "bool": True,
+        "null": None, "text": "0.1", "nested": [1, 2.5, {"deep": False}],
+    }
+    vector = np.random.default_rng(3).normal(size=384)
+    added = await service.memories.add(
+        scope, "read back as written", embedding=vector, metadata=metadata, importance=0.3,
+        ttl=3600,
+    )
+    keyed = await service.memories.put(scope, "k", "keyed", importance=0.7)
+    for stored in (added, keyed):
+        got = await service.memories.get(stored.id)
+        assert got == stored
+        assert await service.memories.get(str(stored.id), tenant=scope.tenant) == stored
+        assert await service.memories.get_many([stored.id]) == [stored]
+        assert type(got) is Memory and type(got.scope) is Scope and got.scope == scope
+        assert got.created_at.utcoffset() is not None
+        assert got.updated_at.utcoffset() is not None
+    got = await service.memories.get(added.id)
+    assert got.key is None and keyed.key == "k"
+    assert got.expires_at is not None and got.expires_at.utcoffset() is not None
+    # Numbers keep their JSON types; importance reads back as written.
+    assert got.metadata == metadata
+    assert {k: type(v) for k, v in got.metadata.items()} == {
+        k: type(v) for k, v in metadata.items()
+    }
+    assert got.importance == 0.3
+    assert type(got.embedding) is list and all(type(x) is float for x in got.embedding)
+    assert got.embedding == np.asarray(vector, dtype=np.float32).tolist()
+    touched = await service.memories.get(added.id, track_access=True)
+    assert touched.access_count == 1 and touched.last_accessed_at is not None
+    assert touched.last_accessed_at.utcoffset() is not None
+    assert touched == dataclasses.replace(
+        added, access_count=1, last_accessed_at=touched.last_accessed_at
+    )
+
+
+async def test_get_refuses_a_bad_tenant_every_time(service: MemoryService, scope: Scope) -> None:
+    memory = await service.memories.add(scope, "tenant checked")
+    for tenant in ("bad\x00tenant", "bad\x00tenant", "", 5):
+        with pytest.raises(ValidationError) as caught:
+            await service.memories.get(memory.id, tenant=tenant)  # type: ignore[arg-type]
+        assert caught.value.field == "scope.tenant"
+    assert await service.memories.get(memory.id, tenant=scope.tenant) == memory
+    with pytest.raises(NotFoundError):
+        await service.memories.get(memory.id, tenant="someone-else")

@@ -49,6 +49,16 @@ def translate(exc: BaseException) -> MemsvcError:
     raise exc  # not a driver error: a bug, let it surface unchanged
 
 
+# What translate_errors translates (a memsvc error passes through unchanged).
+DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+
+
 @contextmanager
 def translate_errors() -> Iterator[None]:
     """Re-raise driver exceptions inside the block as memsvc errors."""
@@ -56,13 +66,7 @@ def translate_errors() -> Iterator[None]:
         yield
     except MemsvcError:
         raise
-    except (
-        asyncpg.PostgresError,
-        asyncpg.InterfaceError,
-        asyncpg.InternalClientError,
-        OSError,
-        TimeoutError,
-    ) as exc:
+    except DRIVER_ERRORS as exc:
         raise translate(exc) from exc
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -10,12 +11,13 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from memsvc.db.errors import connection_is_broken, translate_errors
-from memsvc.db.pool import release
+from memsvc.db.errors import DRIVER_ERRORS, connection_is_broken, translate, translate_errors
+from memsvc.db.pool import has_idle_connection, release
 from memsvc.db.replicas import ReadRouter
 from memsvc.errors import (
     ConcurrencyError,
     ConflictError,
+    MemsvcError,
     NotFoundError,
     StorageError,
     ValidationError,
@@ -115,7 +117,9 @@ class Repository:
         Written out rather than nested context managers: a read is most of
         what a search costs on the client, and each layer costs a generator.
         """
-        with translate_errors():
+        # translate_errors() written out too: a generator-based context
+        # manager costs about as much as the rest of this function.
+        try:
             pooled = await self._acquire()
             try:
                 result = await statement(pooled)
@@ -127,6 +131,10 @@ class Repository:
                 pooled.mark_clean()
             finally:
                 await release(self._pool, pooled)
+        except MemsvcError:
+            raise
+        except DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
         return result
 
     async def _acquire(self) -> Any:
@@ -138,7 +146,7 @@ class Repository:
         ``asyncio.timeout`` rather than ``acquire(timeout=)``: the latter wraps
         every acquire in ``wait_for``, a new task per call.
         """
-        if self._pool.get_idle_size() > 0:
+        if has_idle_connection(self._pool):
             return await self._pool.acquire()
         with waiting_for_connection(self._pool):
             async with asyncio.timeout(self._settings.command_timeout_s):
@@ -184,18 +192,22 @@ class Repository:
         to act on must not wait for a replica to replay the previous write.
         """
 
-        async def attempt() -> T:
-            if conn is None and not self._settings.row_level_security:
-                return await self._on_pooled(statement)
-            async with self._connection(conn, writes=False) as active:
-                return await statement(active)
+        attempt: Callable[[], Awaitable[T]]
+        if conn is None and not self._settings.row_level_security:
+            # The common case: no closure, one coroutine layer less.
+            attempt = functools.partial(self._on_pooled, statement)
+        else:
 
-        async def on_primary() -> T:
-            return await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
+            async def attempt() -> T:
+                async with self._connection(conn, writes=False) as active:
+                    return await statement(active)
 
         if routed and conn is None and self._reads is not None and self._reads.has_replicas:
-            return await self._reads.run(self._scoped(statement), on_primary)
-        return await on_primary()
+            return await self._reads.run(
+                self._scoped(statement),
+                lambda: self._retrying(attempt, owns_transaction=True, idempotent=True),
+            )
+        return await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
 
     def _scoped(
         self, statement: Callable[[asyncpg.Connection], Awaitable[T]]
