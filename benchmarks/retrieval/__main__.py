@@ -334,12 +334,16 @@ class RetrievalBench:
         versus = ["text", "raw", "raw own", "raw pool"] if raw_sql else []
         lat: dict[str, list[float]] = {side: [] for side in modes}
         lat.update({f"{side} *": [] for side in versus})
-        agree = 0
+        # Client CPU per call (this process only; the server runs apart):
+        # what memsvc's Python side costs beyond the raw statement's.
+        cpu: dict[str, list[float]] = {key: [] for key in lat}
+        agree = matched = 0
 
         async def timed(side: str, key: str, text: str, vector: np.ndarray) -> set[Any]:
             # "-" and "_" inside a word: spaces, as memsvc sends the text (and
             # the column's raw-token half reads it), so both run one tsquery.
             joined = JOINED.sub(" ", text)
+            c = time.process_time()
             t = time.perf_counter()
             ids: set[Any] = set()
             if side == "raw vector":
@@ -360,6 +364,7 @@ class RetrievalBench:
                 hits = await self.run(side, dataset.BIG_SCOPE, text, vector)
                 ids = {hit.memory.id for hit in hits}
             lat[key].append(time.perf_counter() - t)
+            cpu[key].append(time.process_time() - c)
             return ids
 
         for sides in (modes, versus):
@@ -371,22 +376,33 @@ class RetrievalBench:
                     found[side] = await timed(side, key, text, vector)
                 if sides is versus:
                     agree += found["raw"] == found["text"]
+                    matched += bool(found["text"])
         print(f"  latency, {len(queries)} queries in the {big_rows:,}-row scope of {rows:,} rows")
         if raw_sql is not None:
             # The peer is only fair if it does the same work: same rows back.
             print(f"    raw SQL and text mode returned the same rows for {agree}/{len(queries)}")
+            print(f"    text mode found rows for {matched}/{len(queries)} (the rest: none)")
             print("    (* text and its raw peers, timed in turns among themselves)")
         figures: dict[str, Any] = {}
         for side, values in lat.items():
             p50, p99 = ms(values, 50), ms(values, 99)
-            figures[side] = {"p50_ms": round(p50, 3), "p99_ms": round(p99, 3)}
+            # Median: a garbage collection or a background task lands in a few calls.
+            cpu_us = statistics.median(cpu[side]) * 1e6
+            figures[side] = {
+                "p50_ms": round(p50, 3),
+                "p99_ms": round(p99, 3),
+                "client_cpu_us": round(cpu_us, 1),
+            }
             label = {
                 "raw *": "raw SQL text *",
                 "raw own *": "raw, memories *",
                 "raw pool *": "raw, pool *",
                 "raw vector": "raw SQL vector",
             }.get(side, side)
-            print(f"    {label:<15} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms")
+            print(
+                f"    {label:<15} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms   "
+                f"client CPU {cpu_us:5.0f} us"
+            )
         self.results["latency"] = figures
 
     def targets(self) -> None:
