@@ -66,12 +66,16 @@ class RetrievalBench:
         admin: asyncpg.Connection,
         raw: asyncpg.Connection,
         raw_pool: asyncpg.Pool,
+        unreset_pool: asyncpg.Pool,
     ) -> None:
         self.svc = svc
         self.admin = admin
         self.raw = raw
         # The raw text statement as an app runs it: through asyncpg's pool.
         self.raw_pool = raw_pool
+        # The same without the reset query asyncpg sends when a connection
+        # goes back (memsvc skips it for connections it left clean).
+        self.unreset_pool = unreset_pool
         self.row_of: dict[Any, int] = {}
         self.scope_rows: dict[str, int] = {}
         self.results: dict[str, Any] = {}
@@ -331,7 +335,7 @@ class RetrievalBench:
         )
         # The same raw statement on memsvc's own table: tells the table from the client path.
         own_sql = raw_sql.replace("FROM bench_raw,", "FROM memsvc.memories,") if raw_sql else None
-        versus = ["text", "raw", "raw own", "raw pool"] if raw_sql else []
+        versus = ["text", "raw", "raw own", "raw pool", "raw pool, no reset"] if raw_sql else []
         lat: dict[str, list[float]] = {side: [] for side in modes}
         lat.update({f"{side} *": [] for side in versus})
         # Client CPU per call (this process only; the server runs apart):
@@ -355,9 +359,10 @@ class RetrievalBench:
                 assert sql is not None
                 rows = await self.raw.fetch(sql, joined, TENANT, dataset.BIG_SCOPE)
                 ids = {row["id"] for row in rows}
-            elif side == "raw pool":
+            elif side in ("raw pool", "raw pool, no reset"):
                 assert raw_sql is not None
-                async with self.raw_pool.acquire() as conn:
+                pool = self.raw_pool if side == "raw pool" else self.unreset_pool
+                async with pool.acquire() as conn:
                     rows = await conn.fetch(raw_sql, joined, TENANT, dataset.BIG_SCOPE)
                 ids = {row["id"] for row in rows}
             else:
@@ -397,10 +402,11 @@ class RetrievalBench:
                 "raw *": "raw SQL text *",
                 "raw own *": "raw, memories *",
                 "raw pool *": "raw, pool *",
+                "raw pool, no reset *": "raw, pool, no reset *",
                 "raw vector": "raw SQL vector",
             }.get(side, side)
             print(
-                f"    {label:<15} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms   "
+                f"    {label:<21} p50 {p50:7.2f} ms   p99 {p99:7.2f} ms   "
                 f"client CPU {cpu_us:5.0f} us"
             )
         self.results["latency"] = figures
@@ -429,6 +435,8 @@ class RetrievalBench:
             rows.append(("text p50 / raw SQL text p50", f"{ratio:.2f}x", "<= 1.3x"))
             ratio = text / lat["raw pool *"]["p50_ms"]
             rows.append(("text p50 / raw SQL through a pool p50", f"{ratio:.2f}x", "<= 1.3x"))
+            ratio = text / lat["raw pool, no reset *"]["p50_ms"]
+            rows.append(("text p50 / raw SQL, pool without reset", f"{ratio:.2f}x", "<= 1.3x"))
         if not rows:
             print("  none measurable: this memsvc has no text/hybrid modes yet")
         for name, value, target in rows:
@@ -444,6 +452,10 @@ def _text_config(expression: str | None, svc: MemoryService) -> str:
     # Else the first configuration named in the generated column's expression.
     found = re.search(r"'(\w+)'::regconfig", expression or "")
     return found.group(1) if found else "simple"
+
+
+async def _no_reset(conn: asyncpg.Connection) -> None:
+    """A pool reset that sends nothing (the raw statements leave no session state)."""
 
 
 async def main() -> None:
@@ -501,7 +513,8 @@ async def main() -> None:
         },
     )
     raw_pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4)
-    bench = RetrievalBench(svc, admin, raw, raw_pool)
+    unreset_pool = await asyncpg.create_pool(dsn, min_size=1, max_size=4, reset=_no_reset)
+    bench = RetrievalBench(svc, admin, raw, raw_pool, unreset_pool)
     bench.results["corpus"] = description
     try:
         await bench.load(data, vectors)
@@ -522,6 +535,7 @@ async def main() -> None:
         bench.targets()
     finally:
         await raw_pool.close()
+        await unreset_pool.close()
         await raw.close()
         await admin.close()
         await svc.close()
