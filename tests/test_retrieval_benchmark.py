@@ -73,3 +73,35 @@ def test_recall_and_reciprocal_rank() -> None:
     assert dataset.recall_at(list(range(10)), list(range(12))) == 1.0
     assert dataset.reciprocal_rank([5, 6, 2], [2]) == 1 / 3
     assert dataset.reciprocal_rank([5, 6], [2]) == 0.0
+
+
+def test_copies_fill_other_scopes_with_the_stored_text_and_nearby_embeddings() -> None:
+    texts = [f"Snippet number {i} about the retry delay of the client." for i in range(5)]
+    sources = ["deb-a", "deb-a", "py-b", "py-b", "py-c"]
+    scopes = [dataset.BIG_SCOPE, dataset.BIG_SCOPE, dataset.BIG_SCOPE, "py-b", "py-c"]
+    data = dataset.Dataset(texts, sources, scopes)
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(5, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    extra = dataset.copies(data, vectors, 12, seed=3)
+
+    assert len(extra.texts) == len(extra.scopes) == len(extra.vectors) == 12
+    # Every snippet is copied twice before any is copied a third time.
+    assert extra.rounds == [1] * 5 + [2] * 5 + [3] * 2
+    assert sorted(extra.texts[:5]) == sorted(texts) == sorted(extra.texts[5:10])
+    assert dataset.BIG_SCOPE not in extra.scopes
+    for text, source, scope, round_, vector in zip(
+        extra.texts, extra.sources, extra.scopes, extra.rounds, extra.vectors, strict=True
+    ):
+        original = texts.index(text)
+        assert source == sources[original]
+        assert scope == f"{source}#{round_}"
+        assert abs(float(np.linalg.norm(vector)) - 1) < 1e-5
+        # Near the original, yet not the same vector.
+        assert 0.8 < float(vector @ vectors[original]) < 0.9999
+    # Within one scope no text repeats (a store refuses duplicates in a scope).
+    assert len(set(zip(extra.scopes, extra.texts, strict=True))) == 12
+    # The same seed gives the same copies.
+    again = dataset.copies(data, vectors, 12, seed=3)
+    assert again.texts == extra.texts and np.array_equal(again.vectors, extra.vectors)

@@ -394,6 +394,37 @@ async def test_text_mode_learns_searchable_words_and_still_refuses_empty_queries
         assert len(statements) == 1
 
 
+async def test_a_question_mark_or_comma_after_a_known_word_needs_no_second_question(
+    service: MemoryService, scope: Scope
+) -> None:
+    await service.memories.add(scope, "kettle descaled on friday")
+    statements: list[str] = []
+    async with service.pool.acquire() as conn:
+        conn.add_query_logger(lambda record: statements.append(record.query))
+
+        async def search(query: str) -> list[object]:
+            statements.clear()
+            try:
+                return list(await service.memories.search(scope, query, mode="text", conn=conn))
+            finally:
+                for _ in range(3):
+                    await asyncio.sleep(0)
+
+        # "work?" is the word "work" to the server, and so to what memsvc learns.
+        assert await search("does the zeppelin work?") == []
+        assert len(statements) == 2
+        for query in ("how does omp_init_allocator work?", "zeppelin, again!", "why: zeppelin;"):
+            assert await search(query) == []
+            assert len(statements) == 1, query
+        # Stop words stay stop words, punctuation or not: asked, and refused.
+        for query in ("what does it do?", "or?", "the, of: and!"):
+            with pytest.raises(ValidationError) as caught:
+                await search(query)
+            assert caught.value.field == "query"
+            assert len(statements) == 2, query
+        assert len(await search("kettle?")) == 1
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [

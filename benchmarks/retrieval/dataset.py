@@ -4,6 +4,10 @@ Layout: ``n`` snippets sampled from the machine's text. Each source (a Debian
 package, a Python package) is a scope, which gives heavy-tailed sizes, except
 that the largest sources are poured into one big scope of ``min(10,000, n/2)``
 rows (10,000 of 100,000 with ``--snippets 100000``) where latency is measured.
+For latency the store can be filled further with copies of the stored
+snippets (:func:`copies`: same text, embedding perturbed and renormalised,
+scopes of their own), so the big scope sits among 100,000 rows without
+embedding 100,000 texts.
 
 Query sets (half of each drawn from the big scope, half from the other rows):
 
@@ -38,6 +42,8 @@ CORPUS_VERSION = 1
 BIG_SCOPE = "big"
 MODEL_NAME = "all-MiniLM-L6-v2"
 _DOCSTRING_CAP = 150_000
+# Noise per dimension on a copied snippet's embedding (as benchmarks.bulk_load's copies).
+COPY_NOISE = 0.02
 
 _TOKEN = re.compile(r"/?[A-Za-z0-9_][A-Za-z0-9_./:+#~-]*[A-Za-z0-9_]")
 _IDENTIFIER = re.compile(
@@ -94,6 +100,45 @@ class Dataset:
             "exact_term_kinds": dict(kinds),
             "semantic_queries": len(self.semantic),
         }
+
+
+@dataclass
+class Copies:
+    """Filler rows around the big scope: stored snippets again, in scopes of their own."""
+
+    texts: list[str]
+    sources: list[str]
+    scopes: list[str]
+    vectors: np.ndarray
+    rounds: list[int]  # which copy of its snippet each row is (1, 2, ...)
+
+
+def copies(data: Dataset, vectors: np.ndarray, count: int, seed: int) -> Copies:
+    """``count`` copies of stored snippets, so the big scope sits in a larger table.
+
+    Copy ``c`` of a snippet has its text, its embedding plus Gaussian noise of
+    ``COPY_NOISE`` per dimension renormalised (close to the original, as a
+    reworded note would be, without embedding new text), a new id when
+    stored, and the scope ``"{source}#{c}"``: the sources' heavy-tailed
+    layout again, never the big scope, whose rows and queries stay the real
+    ones. Snippets are copied in a seeded order, every one once before any
+    twice.
+    """
+    rng = np.random.default_rng(seed)
+    n = len(data.texts)
+    picks = np.concatenate([rng.permutation(n) for _ in range(-(-count // n))])[:count]
+    rounds = [i // n + 1 for i in range(count)]
+    noisy = vectors[picks].astype(np.float64) + rng.normal(
+        scale=COPY_NOISE, size=(count, vectors.shape[1])
+    )
+    noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+    return Copies(
+        texts=[data.texts[r] for r in picks],
+        sources=[data.sources[r] for r in picks],
+        scopes=[f"{data.sources[r]}#{c}" for r, c in zip(picks, rounds, strict=True)],
+        vectors=noisy.astype(np.float32),
+        rounds=rounds,
+    )
 
 
 def _bucket(n: int) -> str:

@@ -9,9 +9,13 @@ text search configuration or it does not, whatever query it is in:
 ``websearch_to_tsquery``'s operators are quotes, ``-`` before a word and
 ``or`` as a word, and its parser splits at whitespace, so a query holding a
 plain word (letters and digits between spaces, not ``or``) that parses to
-lexemes on its own has searchable words. When the server is asked, it also
-says which of the query's plain words parse to lexemes; later empty results
-of queries holding one of them need no question.
+lexemes on its own has searchable words. Closing punctuation after a word
+(``?``, ``!``, ``,``, ``;``, ``:``) is a separator to the parser, so
+``work?`` holds the plain word ``work``: questions end in one, and without it
+a query such as ``how does omp_init_allocator work?`` (stop words, a word
+with underscores, ``work?``) would ask on every empty result. When the
+server is asked, it also says which of the query's plain words parse to
+lexemes; later empty results of queries holding one of them need no question.
 
 The configuration cannot change under a running service (a different one is
 a migration, and the service refuses a schema built with another); only an
@@ -24,8 +28,9 @@ from __future__ import annotations
 
 import re
 
-# A plain word: letters and digits only, between whitespace or the text's ends.
-_PLAIN_WORD = re.compile(r"(?<!\S)[^\W_]+(?!\S)")
+# A plain word: letters and digits only, between whitespace or the text's ends,
+# maybe followed by closing punctuation the parser drops (only the word is kept).
+_PLAIN_WORD = re.compile(r"(?<!\S)([^\W_]+)[?!,;:]*(?!\S)")
 # Remembered at most; past it the set starts again (it is only a shortcut).
 MAX_WORDS = 10_000
 # Plain words of one query sent to the server to learn from, at most.
