@@ -410,10 +410,21 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
+# "[%.9g,...]" per vector length: one %-format of a tuple formats a vector in
+# about two thirds of the time a join over per-element f-strings takes
+# (same text: both are C's %.9g).
+_VECTOR_TEMPLATES: dict[int, str] = {}
+
+
 def _floats(vector: Vector | None) -> str:
     if vector is None:
         return "null"
-    return "[" + ",".join(f"{x:.9g}" for x in vector.tolist()) + "]"
+    values = vector.tolist()
+    template = _VECTOR_TEMPLATES.get(len(values))
+    if template is None:
+        template = "[" + ",".join(["%.9g"] * len(values)) + "]"
+        _VECTOR_TEMPLATES[len(values)] = template
+    return template % tuple(values)
 
 
 def _dumps(
