@@ -82,7 +82,7 @@ def _cross_tenant() -> dict[str, str]:
         bulk_queries.count_up_to(s, "memories"): "import / doctor: rows in the table (up to "
         "a cap), to size an HNSW index build",
         loader_queries.direct_copy_possible(s): "import: is the table empty (then COPY "
-        "straight in)",
+        "straight in without checking each batch's ids first)",
         langgraph_store_queries.sweep_expired(s, None): "gc: expired LangGraph store items "
         "of every tenant",
         doctor_queries.assembly_mismatches(s): "doctor: assembly counters of every tenant",

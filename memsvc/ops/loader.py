@@ -2,12 +2,12 @@
 
 :class:`Loader` takes records one at a time, with where each came from (a
 line number, a file path), and writes them in batches on a connection of its
-own: memories by binary COPY into a staging table and one ``INSERT ... ON
-CONFLICT DO NOTHING`` per batch (with their ``created`` events), or, into
-a table that was empty when the load began, by COPY straight into the table
-(events copied in the same transaction; any error sends the batch, and the
-rest of the load, down the staging path); assemblies and checkpoints as
-they come. Nothing is ever duplicated: a record whose id
+own: memories by COPY straight into the table (events copied in the same
+transaction), or by binary COPY into a staging table and one ``INSERT ... ON
+CONFLICT DO NOTHING`` per batch (with their ``created`` events) for a batch
+holding an id already stored (checked unless the table was empty when the
+load began), and for every batch after any error of a direct copy;
+assemblies and checkpoints as they come. Nothing is ever duplicated: a record whose id
 is already stored as the same row counts as ``already present``; one that
 collides with a different row (its id, its content in the scope, its key)
 is rejected with the reason and its source. Memory held is one batch.
@@ -221,9 +221,11 @@ class Loader:
         self._store_items: list[StoreItemRecord] = []
         self._insert_sql = ""
         # Whether batches may be copied straight into the table (decided on
-        # entering: an empty table without row-level security; any failure
-        # turns it off for the rest of the load).
+        # entering: not under row-level security; any failure turns it off for
+        # the rest of the load), and whether each must first be checked for
+        # ids already stored (the table held rows when the load began).
         self._direct = False
+        self._check_stored = True
         # The memory batch being written while the next one is parsed: the
         # server inserts (and parses vectors) as Python reads on, which uses
         # both cores of a small machine.
@@ -241,7 +243,8 @@ class Loader:
                         vector_schema, self._settings.vector_type, self._settings.embedding_dim
                     )
                 )
-                self._direct = bool(await conn.fetchval(q.direct_copy_possible(self._schema)))
+                direct = await conn.fetchrow(q.direct_copy_possible(self._schema))
+                self._direct, self._check_stored = direct["possible"], not direct["empty"]
         except BaseException:
             await conn.close()
             raise
@@ -358,10 +361,19 @@ class Loader:
         One transaction: the rows and their ``created`` events commit
         together or not at all. On any error the transaction is rolled back,
         direct copies stop for this load, and the caller stages the batch.
+        A batch with an id already stored is left to the staging path before
+        anything is copied (a re-import would fail its copy, late and after
+        updating every index, on its first row).
         """
         conn = self.conn
         try:
             async with conn.transaction():
+                if self._check_stored and await conn.fetchval(
+                    q.any_stored(self._schema),
+                    [r.scope.tenant for r, _ in batch],
+                    [r.id for r, _ in batch],
+                ):
+                    return False
                 now: datetime = await conn.fetchval(q.NOW)
                 now_text = now.isoformat()
                 data = "\n".join(_copy_line(r, now_text) for r, _ in batch) + "\n"

@@ -6,10 +6,11 @@ scope) or key is already taken is skipped, never duplicated, which is what
 makes an import safe to run twice. Each inserted memory gets its
 ``created`` history event in the same statement.
 
-Into a table that was empty when the load began, batches are first copied
-(text COPY) straight into ``memories``, with their events copied in the same
-transaction: no staging round trip. Any error (a duplicate, a bad vector)
-rolls that batch back and it goes through the staging path instead.
+Batches are first copied (text COPY) straight into ``memories``, with their
+events copied in the same transaction: no staging round trip. Into a table
+that held rows when the load began, a batch any of whose ids is stored
+already is staged instead. Any error (a duplicate, a bad vector) rolls that
+batch back and it goes through the staging path instead.
 """
 
 from __future__ import annotations
@@ -49,16 +50,24 @@ NOW = "SELECT now()"
 
 
 def direct_copy_possible(schema: str) -> str:
-    """Whether batches may be copied straight into memories (see the module docstring).
+    """Whether batches may be copied straight into memories, and whether it is empty.
 
-    Only into an empty table (nothing an import could collide with but its
-    own duplicates), and only without row-level security in force for this
-    role: COPY FROM refuses tables whose policies apply.
+    Not with row-level security in force for this role: COPY FROM refuses
+    tables whose policies apply. ``empty``: nothing stored an import could
+    collide with but its own duplicates, so batches need no id check.
     """
     return f"""
 SELECT NOT row_security_active('{schema}.memories')
-       AND NOT row_security_active('{schema}.memory_events')
-       AND NOT EXISTS (SELECT 1 FROM {schema}.memories)"""
+       AND NOT row_security_active('{schema}.memory_events') AS possible,
+       NOT EXISTS (SELECT 1 FROM {schema}.memories) AS empty"""
+
+
+def any_stored(schema: str) -> str:
+    """Whether any of the memories ``$1`` (tenants) / ``$2`` (ids) is stored already."""
+    return f"""
+SELECT EXISTS (
+    SELECT 1 FROM unnest($1::text[], $2::uuid[]) AS b(tenant_id, id)
+    JOIN {schema}.memories AS m ON m.tenant_id = b.tenant_id AND m.id = b.id)"""
 
 
 # Before the session's first temporary table: a batch of staged rows fits in

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import asyncpg
 import numpy as np
+import pytest
 
 from memsvc import HashingEmbedder, MemoryService, Scope
 from memsvc.ops.bulk import MEMORY_VECTOR_INDEX
@@ -162,6 +164,48 @@ async def test_import_reports_each_rejected_line_and_loads_the_rest(
     assert "line 8: memory: scope.tenant: must not contain control characters or NUL" in out
     assert "line 10: line: line: must be a JSON object, not list" in out
     assert (await service.memories.get("0190a5c0-0000-7000-8000-000000000001")).content == "fine"
+
+
+async def test_import_into_a_populated_store_copies_new_rows_and_stages_collisions(
+    service: MemoryService, db: asyncpg.Connection, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stored = await service.memories.add(Scope("t"), "already here")
+
+    def write(name: str, contents: dict[int, str]) -> Path:
+        path = tmp_path / name
+        path.write_text("".join(
+            json.dumps({"type": "memory", "tenant": "t", "content": content,
+                        "id": f"0190a5c0-0000-7000-8000-{n:012d}"}) + "\n"
+            for n, content in contents.items()
+        ))
+        return path
+
+    fresh = write("fresh.jsonl", {n: f"new {n}" for n in range(1, 6)})
+    first = await service.maintenance.import_file(fresh, index_mode="keep")
+    assert (first.memories.inserted, first.rejected_total) == (5, 0)
+
+    # New ids, one holding content already stored in the scope: the batch is
+    # copied, refused by the unique index, and staged, which names the row.
+    clash = write("clash.jsonl", {6: "new 6", 7: "already here", 8: "new 8"})
+    with caplog.at_level(logging.INFO, logger="memsvc.ops.loader"):
+        second = await service.maintenance.import_file(clash, index_mode="keep")
+    assert any("direct COPY of a batch failed" in r.getMessage() for r in caplog.records)
+    assert (second.memories.inserted, second.memories.rejected) == (2, 1)
+    assert [str(p) for p in second.rejected] == [
+        f"line 2: memory: the same content is already stored in this scope as memory {stored.id}"
+    ]
+
+    again = await service.maintenance.import_file(fresh, index_mode="keep")
+    assert (again.memories.inserted, again.memories.already_present) == (0, 5)
+    rows = await db.fetch(
+        "SELECT m.content, count(e.*) AS events FROM memsvc.memories m "
+        "LEFT JOIN memsvc.memory_events e ON e.tenant_id = m.tenant_id AND e.memory_id = m.id "
+        "AND e.kind = 'created' WHERE m.tenant_id = 't' GROUP BY m.content ORDER BY m.content"
+    )
+    assert [(r["content"], r["events"]) for r in rows] == [
+        ("already here", 1), *((f"new {n}", 1) for n in (1, 2, 3, 4, 5, 6, 8))
+    ]
 
 
 async def test_bulk_import_rebuilds_the_vector_index_valid_and_searchable(
