@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -353,10 +354,11 @@ async def test_queries_without_searchable_words_are_refused(
     assert caught.value.field == "query"
 
 
-async def test_text_mode_learns_searchable_words_and_still_refuses_empty_queries(
+@contextlib.asynccontextmanager
+async def counted_text_search(
     service: MemoryService, scope: Scope
-) -> None:
-    await service.memories.add(scope, "kettle descaled on friday")
+) -> AsyncIterator[tuple[Callable[[str], Awaitable[list[object]]], list[str]]]:
+    """A text search on one connection, and the statements its last call sent."""
     statements: list[str] = []
     async with service.pool.acquire() as conn:
         conn.add_query_logger(lambda record: statements.append(record.query))
@@ -370,6 +372,14 @@ async def test_text_mode_learns_searchable_words_and_still_refuses_empty_queries
                 for _ in range(3):
                     await asyncio.sleep(0)
 
+        yield search, statements
+
+
+async def test_text_mode_learns_searchable_words_and_still_refuses_empty_queries(
+    service: MemoryService, scope: Scope
+) -> None:
+    await service.memories.add(scope, "kettle descaled on friday")
+    async with counted_text_search(service, scope) as (search, statements):
         # No match: the server says whether the query had searchable words.
         assert await search("zeppelin ENG 4312") == []
         assert len(statements) == 2
@@ -398,18 +408,7 @@ async def test_a_question_mark_or_comma_after_a_known_word_needs_no_second_quest
     service: MemoryService, scope: Scope
 ) -> None:
     await service.memories.add(scope, "kettle descaled on friday")
-    statements: list[str] = []
-    async with service.pool.acquire() as conn:
-        conn.add_query_logger(lambda record: statements.append(record.query))
-
-        async def search(query: str) -> list[object]:
-            statements.clear()
-            try:
-                return list(await service.memories.search(scope, query, mode="text", conn=conn))
-            finally:
-                for _ in range(3):
-                    await asyncio.sleep(0)
-
+    async with counted_text_search(service, scope) as (search, statements):
         # "work?" is the word "work" to the server, and so to what memsvc learns.
         assert await search("does the zeppelin work?") == []
         assert len(statements) == 2
