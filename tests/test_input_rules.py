@@ -29,6 +29,7 @@ from memsvc import (
     Scope,
     Settings,
     ValidationError,
+    jsontext,
 )
 from memsvc.models import Memory
 from memsvc.ops.records import memory_from_json
@@ -374,6 +375,39 @@ async def test_metadata_reads_back_as_written_everywhere(service: MemoryService)
         assert_same_json(memory.metadata, JSON_VALUES)
     for hit in await memories.search(SCOPE, "added", k=5):
         assert_same_json(hit.memory.metadata, JSON_VALUES)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{}",
+        '{"b": 1, "topic": "ops"}',
+        json.dumps(JSON_VALUES),
+        ' {"a": 1}',
+        '{"a": 1} ',
+        '{"x": 1, "x": 2}',
+        "NaN",
+        "\ufeff{}",
+        '{"a": }',
+        '{"a": 1}x',
+        "",
+        '{"a": "\x01"}',
+    ],
+)
+def test_json_decoding_is_json_loads(text: str) -> None:
+    """The jsonb decoder's shortcut gives json.loads's value, or raises its error."""
+    try:
+        expected = json.loads(text)
+    except json.JSONDecodeError as exc:
+        with pytest.raises(json.JSONDecodeError) as raised:
+            jsontext.loads(text)
+        assert (raised.value.msg, raised.value.pos) == (exc.msg, exc.pos)
+        return
+    got = jsontext.loads(text)
+    if isinstance(expected, float) and math.isnan(expected):
+        assert isinstance(got, float) and math.isnan(got)
+    else:
+        assert_same_json(got, expected)
 
 
 async def test_assembly_metadata_reads_back_as_written(service: MemoryService) -> None:

@@ -216,3 +216,52 @@ async def test_search_returns_embeddings_only_when_asked(
     with pytest.raises(ValidationError) as caught:
         await service.memories.search(scope, vector, with_embeddings="yes")  # type: ignore[arg-type]
     assert caught.value.field == "with_embeddings"
+
+
+async def test_statements_reused_by_shape_give_each_call_its_own_answer(
+    service: MemoryService,
+) -> None:
+    """Searches of many shapes, each twice, in one repository (its statements are cached)."""
+    project = Scope("acme", "cache")
+    session = Scope("acme", "cache", "agent", "s1")
+    vectors = unit_vectors(24, seed=11)
+    for i, vector in enumerate(vectors):
+        where = session if i % 2 else project
+        await service.memories.add(
+            where, f"m{i}", embedding=vector, metadata={"b": i % 3}, importance=i / 24
+        )
+
+    def expected(i: int, scopes: set[Scope], b: int | None, floor: float | None) -> list[str]:
+        rows = [
+            (float(vectors[j] @ vectors[i]), f"m{j}")
+            for j in range(24)
+            if (session if j % 2 else project) in scopes
+            and (b is None or j % 3 == b)
+            and (floor is None or j / 24 >= floor)
+        ]
+        return [content for _, content in sorted(rows, reverse=True)[:3]]
+
+    shapes = [
+        (project, "exact", {project}),
+        (session, "exact", {session}),
+        (session, "ancestors", {session, project}),
+        (project, "descendants", {session, project}),
+    ]
+    for _ in range(2):
+        for i, (scope, include, scopes) in enumerate(shapes):
+            for b in (None, 0, 1):
+                for floor in (None, 0.5):
+                    for plan in ("auto", "exact"):
+                        hits = await service.memories.search(
+                            scope,
+                            vectors[i],
+                            k=3,
+                            include=include,  # type: ignore[arg-type]
+                            where=None if b is None else {"b": b},
+                            min_importance=floor,
+                            plan=plan,  # type: ignore[arg-type]
+                        )
+                        assert [h.memory.content for h in hits] == expected(
+                            i, scopes, b, floor
+                        ), (scope, include, b, floor, plan)
+                        assert all(h.memory.scope in scopes for h in hits)

@@ -69,6 +69,10 @@ KEY_MAX_LENGTH = 1024
 # candidates (at most MAX_K) to reciprocal rank fusion (constant q.RRF_K).
 HYBRID_MIN_CANDIDATES = 50
 
+# Search statements kept per repository (see MemoryRepository._search_sqls).
+_SEARCH_SQL_CACHE = 256
+_VECTOR_ARMS = ("vector",)
+
 # "-" and "_" inside a word: read as spaces in text queries, as the text search
 # column reads them in its raw-token half (see tables.content_tsv_expression),
 # so "node-07" or "retry_backoff_ms" match however the parser split them. A
@@ -152,6 +156,11 @@ class MemoryRepository(Repository):
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
         self._as_of = AsOfReads()
         self._searchable = SearchableWords()
+        # Search statements (and their exact fallbacks) by plan and statement
+        # shape: the SQL text depends only on which placeholders and filter
+        # texts a call has, never on bound values, and building it costs a
+        # tenth of a small-scope search's client work.
+        self._search_sql: dict[tuple[object, ...], tuple[str, str | None]] = {}
 
     def set_delete_hook(self, hook: DeleteHook | None) -> None:
         """Install the function run before memories are deleted (used by assemblies)."""
@@ -1130,8 +1139,11 @@ class MemoryRepository(Repository):
                 f"{self._settings.text_search_config!r} (empty, only stop words, or only "
                 "operators)",
             )
-        found = (row for row in rows if row["id"] is not None)
-        hits = [self._hit(statement, place, row) for place, row in enumerate(found, 1)]
+        if statement.mode == "vector":
+            hits = self._vector_hits(rows, statement.scope)
+        else:
+            found = (row for row in rows if row["id"] is not None)
+            hits = [self._hit(statement, place, row) for place, row in enumerate(found, 1)]
         if self._reranker is not None and statement.text is not None:
             hits = await ranking.rerank(self._reranker, statement.text, hits)
         if statement.rank == "recall":
@@ -1141,6 +1153,36 @@ class MemoryRepository(Repository):
         if statement.diversity is not None:
             return ranking.diversify(hits, statement.diversity, statement.k)
         return hits[: statement.k]
+
+    def _search_sqls(self, plan: str, options: dict[str, Any]) -> tuple[str, str | None]:
+        """The statement of ``options`` under ``plan``, and its exact fallback (auto plan)."""
+        key = (plan, *options.values())
+        cached = self._search_sql.get(key)
+        if cached is not None:
+            return cached
+        sql = q.search(self._schema, exact=plan == "exact", **options)
+        fallback = None
+        if plan == "auto" and options["mode"] != "text":
+            fallback = q.search(self._schema, exact=True, **options)
+        if len(self._search_sql) >= _SEARCH_SQL_CACHE:
+            # Filters' texts vary with their keys: forget all, rebuild what recurs.
+            self._search_sql.clear()
+        self._search_sql[key] = sql, fallback
+        return sql, fallback
+
+    @staticmethod
+    def _vector_hits(rows: Sequence[Any], scope: Scope | None) -> builtins.list[SearchHit]:
+        """Vector mode's hits: :meth:`_hit` for the commonest mode, without its dispatch per row."""
+        hits = []
+        place = 0
+        from_row = Memory.from_row
+        for row in rows:
+            if row["id"] is None:
+                continue
+            place += 1
+            nearness = float(row["similarity"])
+            hits.append(SearchHit(from_row(row, scope), nearness, nearness, _VECTOR_ARMS, place))
+        return hits
 
     @staticmethod
     def _hit(statement: _SearchStatement, place: int, row: Any) -> SearchHit:
@@ -1336,10 +1378,7 @@ class MemoryRepository(Repository):
             # Diversity compares the candidates' vectors: they are read for it.
             "with_embeddings": with_embeddings or diversity is not None,
         }
-        sql = q.search(self._schema, exact=plan == "exact", **options)
-        fallback = None
-        if plan == "auto" and search_mode != "text":
-            fallback = q.search(self._schema, exact=True, **options)
+        sql, fallback = self._search_sqls(plan, options)
         return _SearchStatement(
             sql,
             params.values,
