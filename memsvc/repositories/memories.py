@@ -1165,7 +1165,8 @@ class MemoryRepository(Repository):
         if plan == "auto" and options["mode"] != "text":
             fallback = q.search(self._schema, exact=True, **options)
         if len(self._search_sql) >= _SEARCH_SQL_CACHE:
-            # Filters' texts vary with their keys: forget all, rebuild what recurs.
+            # Filter texts vary with their structure (operators, how many
+            # conditions): past the bound, forget all and rebuild what recurs.
             self._search_sql.clear()
         self._search_sql[key] = sql, fallback
         return sql, fallback
