@@ -27,13 +27,24 @@ def validate_id(field: str, value: object) -> str:
         raise ValidationError(field, "must not be empty")
     if len(value) > MAX_ID_LENGTH:
         raise ValidationError(field, f"must be at most {MAX_ID_LENGTH} characters")
+    problem = _characters_problem(value)
+    if problem is not None:
+        raise ValidationError(field, problem)
+    return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _characters_problem(value: str) -> str | None:
+    # Remembered per id: every scope built (by callers, imports, lookups by
+    # id) checks its ids, and a few ids recur, so a repeat costs a dict lookup
+    # instead of a pass over the characters.
     for char in value:
         category = unicodedata.category(char)
         if category == "Cc":
-            raise ValidationError(field, "must not contain control characters or NUL")
+            return "must not contain control characters or NUL"
         if category == "Cs":
-            raise ValidationError(field, "must not contain lone surrogates")
-    return value
+            return "must not contain lone surrogates"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,18 +66,6 @@ class Scope:
             value = getattr(self, level)
             if value is not None:
                 validate_id(f"scope.{level}", value)
-
-    @classmethod
-    def checked_tenant(cls, tenant: object) -> str:
-        """``tenant`` once checked as a scope's tenant id (ValidationError if it is not one).
-
-        Lookups by id pass the same few tenants over and over: ids found
-        valid are remembered, so checking one again costs a dict lookup
-        instead of a pass over its characters.
-        """
-        if type(tenant) is str:
-            return _checked_tenant(tenant)
-        return cls(tenant).tenant  # type: ignore[arg-type]  # raises: not a string
 
     @classmethod
     def trusted(
@@ -120,9 +119,3 @@ def validate_include(include: object) -> Include:
     if include not in INCLUDE_MODES:
         raise ValidationError("include", f"must be one of {', '.join(INCLUDE_MODES)}")
     return include  # type: ignore[return-value]
-
-
-@functools.lru_cache(maxsize=4096)
-def _checked_tenant(tenant: str) -> str:
-    # Only valid ids are remembered: a ValidationError is raised, not cached.
-    return Scope(tenant).tenant

@@ -26,7 +26,6 @@ importing the same file twice never duplicates rows.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import uuid
@@ -185,25 +184,9 @@ def _int(field_name: str, value: object, default: int, minimum: int) -> int:
 
 def scope_of(obj: Mapping[str, Any]) -> Scope:
     """The scope named by an object's ``tenant``/``project``/``agent``/``session``."""
-    levels = (
-        obj.get("tenant", "default"),
-        obj.get("project"),
-        obj.get("agent"),
-        obj.get("session"),
+    return Scope(
+        obj.get("tenant", "default"), obj.get("project"), obj.get("agent"), obj.get("session")
     )
-    if all(level is None or type(level) is str for level in levels):
-        return _checked_scope(*levels)
-    return Scope(*levels)
-
-
-@functools.lru_cache(maxsize=4096)
-def _checked_scope(
-    tenant: str, project: str | None, agent: str | None, session: str | None
-) -> Scope:
-    # Rows of a file share a few scopes; checking each id character by
-    # character was a tenth of an import's time. Only valid scopes are
-    # cached (a bad one raises every time, with the same message).
-    return Scope(tenant, project, agent, session)
 
 
 def check_key(value: object) -> str | None:

@@ -871,7 +871,7 @@ class MemoryRepository(Repository):
         as_of: datetime | None = None,
     ) -> builtins.list[Memory]:
         if tenant is not None:
-            tenant = Scope.checked_tenant(tenant)
+            tenant = Scope(tenant).tenant
         if as_of is not None:
             moment = validate_as_of(as_of)
             as_of_sql = asof_q.by_ids(self._schema, None if tenant is None else "$3")
@@ -1173,7 +1173,7 @@ class MemoryRepository(Repository):
 
     @staticmethod
     def _vector_hits(rows: Sequence[Any], scope: Scope | None) -> builtins.list[SearchHit]:
-        """Vector mode's hits: :meth:`_hit` for the commonest mode, without its dispatch per row."""
+        """Vector mode's hits, in one loop (the commonest search: no per-row mode dispatch)."""
         hits = []
         place = 0
         from_row = Memory.from_row
@@ -1187,12 +1187,9 @@ class MemoryRepository(Repository):
 
     @staticmethod
     def _hit(statement: _SearchStatement, place: int, row: Any) -> SearchHit:
-        mode = statement.mode
+        """A text or hybrid hit (vector hits: :meth:`_vector_hits`)."""
         memory = Memory.from_row(row, statement.scope)
-        if mode == "vector":
-            nearness = float(row["similarity"])
-            return SearchHit(memory, nearness, nearness, ("vector",), place)
-        if mode == "text":
+        if statement.mode == "text":
             return SearchHit(memory, float(row["text_score"]), None, ("text",), None, place)
         arms = tuple(
             arm
