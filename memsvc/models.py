@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -41,6 +41,10 @@ def real_value(value: float) -> float:
     return float(str(np.float32(value)))
 
 
+_VECTOR_ARM = ("vector",)
+_new = object.__new__
+
+
 def _vector_repr(values: list[float] | None) -> str:
     if values is None or len(values) <= _REPR_VALUES + 1:
         return repr(values)
@@ -58,7 +62,12 @@ def _short_repr(obj: Any, vector_field: str) -> str:
     return f"{type(obj).__name__}({', '.join(parts)})"
 
 
-@dataclass(frozen=True, slots=True)
+# Memory and SearchHit keep their fields in an instance dict (no slots): a
+# row read back fills it in one update of an instance made without __init__
+# (the values are memsvc's own, already typed), where a slotted frozen
+# dataclass's __init__ makes one object.__setattr__ call per field, which
+# was the largest share of a search's client work.
+@dataclass(frozen=True)
 class Memory:
     """A long-term memory."""
 
@@ -85,30 +94,32 @@ class Memory:
         exact-scope search shares one), saving a Scope per row.
         """
         embedding = row["embedding"]
-        # Positional, in field order: every read builds Memory objects, and
-        # fourteen keyword arguments cost more to match than the values do.
-        return cls(
-            row["id"],
-            scope_from_row(row) if scope is None else scope,
-            row["content"],
-            row["content_hash"],
-            row["metadata"],
-            None if embedding is None else embedding.tolist(),
-            real_value(row["importance"]),
-            row["version"],
-            row["created_at"],
-            row["updated_at"],
-            row["key"],
-            row["expires_at"],
-            row["access_count"],
-            row["last_accessed_at"],
+        memory = _new(cls)
+        memory.__dict__.update(
+            {
+                "id": row["id"],
+                "scope": scope_from_row(row) if scope is None else scope,
+                "content": row["content"],
+                "content_hash": row["content_hash"],
+                "metadata": row["metadata"],
+                "embedding": None if embedding is None else embedding.tolist(),
+                "importance": real_value(row["importance"]),
+                "version": row["version"],
+                "created_at": row["created_at"],
+                "updated_at": row["updated_at"],
+                "key": row["key"],
+                "expires_at": row["expires_at"],
+                "access_count": row["access_count"],
+                "last_accessed_at": row["last_accessed_at"],
+            }
         )
+        return memory
 
     def __repr__(self) -> str:
         return _short_repr(self, "embedding")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SearchHit:
     """A search result: the memory and its score (higher is better).
 
@@ -126,6 +137,36 @@ class SearchHit:
     arms: tuple[str, ...] = ("vector",)
     vector_rank: int | None = None
     text_rank: int | None = None
+
+    @classmethod
+    def vector_hits(cls, rows: Iterable[Mapping[str, Any]], scope: Scope | None) -> list[SearchHit]:
+        """Vector-mode hits of search rows (``similarity`` column; rows without an id skipped).
+
+        Each scored by its similarity and ranked by its place; ``scope`` as in
+        :meth:`Memory.from_row`. One loop with no call per row but the
+        Memory's: the commonest search's result.
+        """
+        hits = []
+        place = 0
+        from_row = Memory.from_row
+        for row in rows:
+            if row["id"] is None:
+                continue
+            place += 1
+            similarity = float(row["similarity"])
+            hit = _new(cls)
+            hit.__dict__.update(
+                {
+                    "memory": from_row(row, scope),
+                    "score": similarity,
+                    "similarity": similarity,
+                    "arms": _VECTOR_ARM,
+                    "vector_rank": place,
+                    "text_rank": None,
+                }
+            )
+            hits.append(hit)
+        return hits
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.db.partition_queries import name_partition_indexes
+from memsvc.models import Memory, SearchHit
 from memsvc.testing.postgres import settings_for_tests
 
 
@@ -265,3 +267,23 @@ async def test_statements_reused_by_shape_give_each_call_its_own_answer(
                             i, scopes, b, floor
                         ), (scope, include, b, floor, plan)
                         assert all(h.memory.scope in scopes for h in hits)
+
+
+async def test_hits_and_memories_read_back_equal_ones_built_by_their_constructors(
+    service: MemoryService, scope: Scope
+) -> None:
+    # Rows fill Memory and SearchHit without __init__ (for speed): every
+    # field must be there, with the value __init__ would have been given.
+    stored = await service.memories.add(
+        scope, "the deploy runs at noon", embedding=[1.0] + [0.0] * 383, metadata={"a": 1}
+    )
+    [hit] = await service.memories.search(
+        scope, [1.0] + [0.0] * 383, k=1, with_embeddings=True
+    )
+    fields = [f.name for f in dataclasses.fields(Memory)]
+    assert hit.memory == Memory(**{name: getattr(stored, name) for name in fields})
+    assert hit == SearchHit(hit.memory, hit.score, hit.score, ("vector",), 1, None)
+    assert sorted(vars(hit.memory)) == sorted(fields)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hit.memory.content = "changed"  # type: ignore[misc]
+    assert hash(hit.memory.scope) == hash(scope)

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 
 from memsvc import MemoryService, Scope
-from memsvc.db.pool import release
+from memsvc.db.pool import release, take_idle
 
 
 def _complete_without_suspending(coro: Any) -> bool:
@@ -135,3 +135,28 @@ async def test_cancelled_searches_and_reads_return_their_connections(
     assert open_transactions == 0
     # And the service still works.
     assert len(await repository.search(scope, "deploy", k=5, mode="text")) == 5
+
+
+async def test_an_idle_connection_is_taken_without_suspending(service: MemoryService) -> None:
+    pool = service.pool
+    async with pool.acquire() as conn:
+        await conn.fetchval("SELECT 1")  # at least one connection open and idle after
+    idle = pool.get_idle_size()
+    # asyncpg's internals as take_idle reads them: an upgrade that changes
+    # them sends every read back to the slower acquire, and fails here.
+    conn = take_idle(pool)
+    assert conn is not None
+    assert pool.get_idle_size() == idle - 1
+    assert await conn.fetchval("SELECT 2") == 2
+    conn.mark_clean()
+    assert _complete_without_suspending(release(pool, conn))
+    assert pool.get_idle_size() == idle
+    # What acquire must handle itself is left to it, the holder in its place.
+    await pool.expire_connections()
+    stale = take_idle(pool)
+    if stale is not None:
+        await pool.release(stale)
+    assert stale is None
+    assert pool.get_idle_size() == idle
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT 3") == 3

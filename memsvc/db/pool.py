@@ -76,15 +76,71 @@ async def release(pool: asyncpg.Pool, conn: Any) -> None:
     call, a measurable share of a short search. A connection memsvc marked
     clean, outside any transaction, with no cancellation, close or expiry
     pending, has nothing to wait for: asyncpg's release sends nothing and
-    never suspends, so it cannot be interrupted either and runs inline. Every
-    other connection takes ``Pool.release``.
+    never suspends, so it cannot be interrupted either, and memsvc does its
+    steps inline (see :func:`_release_clean`). Every other connection takes
+    ``Pool.release``.
     """
     if _releases_inline(pool, conn):
-        conn._con._on_release()
-        holder = conn._holder
-        await holder.release(holder._timeout)
+        _release_clean(conn)
         return
     await pool.release(conn)
+
+
+def _release_clean(proxy: Any) -> None:
+    """What ``Pool.release`` does for a connection ``_releases_inline`` accepted.
+
+    Step by step as asyncpg does them, without the coroutines around them:
+    the release hook, ``Connection._reset`` (only the listeners to drop, as
+    no transaction is open), memsvc's reset (nothing to send), then the
+    holder back in the queue with its inactivity timer armed again.
+    """
+    con = proxy._con
+    holder = proxy._holder
+    con._on_release()
+    con._check_open()
+    con._listeners.clear()
+    con._log_listeners.clear()
+    con._memsvc_clean = False
+    holder._timeout = None
+    holder._release()
+    holder._setup_inactive_callback()
+
+
+def take_idle(pool: asyncpg.Pool) -> Any | None:
+    """An idle connection checked out without suspending, or None to use ``pool.acquire()``.
+
+    What ``pool.acquire()`` does when its queue's last holder is connected,
+    current and the pool has no ``setup`` hook (memsvc sets none), without
+    the five coroutine layers asyncpg wraps around it: a search's whole
+    client work is a few of those. Anything else (no idle connection, an
+    expired one, a closing pool, an asyncpg whose internals differ) answers
+    None and takes the ordinary path.
+    """
+    try:
+        if pool._closing or pool._closed or not pool._initialized:
+            return None
+        queue = pool._queue
+        if not queue._queue:
+            return None
+        # The last connected holder, as acquire would take it.
+        holder = queue.get_nowait()
+        con = holder._con
+        if (
+            con is None
+            or con.is_closed()
+            or holder._generation != pool._generation
+            or holder._setup is not None
+            or holder._in_use is not None
+        ):
+            queue.put_nowait(holder)  # where it was: acquire deals with it
+            return None
+        holder._maybe_cancel_inactive_callback()
+        holder._proxy = proxy = PoolConnectionProxy(holder, con)
+        holder._in_use = pool._loop.create_future()
+        holder._timeout = None
+        return proxy
+    except AttributeError:
+        return None
 
 
 def has_idle_connection(pool: asyncpg.Pool) -> bool:

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from memsvc.db.errors import DRIVER_ERRORS, connection_is_broken, translate, translate_errors
-from memsvc.db.pool import has_idle_connection, release
+from memsvc.db.pool import has_idle_connection, release, take_idle
 from memsvc.db.replicas import ReadRouter
 from memsvc.errors import (
     ConcurrencyError,
@@ -140,12 +140,15 @@ class Repository:
     async def _acquire(self) -> Any:
         """A pooled connection, waited for at most ``command_timeout_s``.
 
-        With a connection idle, ``acquire`` takes it without waiting, so the
-        deadline (a timer scheduled and cancelled per call, a measurable share
-        of a single add) is only set up when the pool is busy.
+        An idle connection is taken at once (:func:`memsvc.db.pool.take_idle`),
+        so the deadline (a timer scheduled and cancelled per call, a
+        measurable share of a single add) is only set up when the pool is busy.
         ``asyncio.timeout`` rather than ``acquire(timeout=)``: the latter wraps
         every acquire in ``wait_for``, a new task per call.
         """
+        taken = take_idle(self._pool)
+        if taken is not None:
+            return taken
         if has_idle_connection(self._pool):
             return await self._pool.acquire()
         with waiting_for_connection(self._pool):

@@ -71,7 +71,6 @@ HYBRID_MIN_CANDIDATES = 50
 
 # Search statements kept per repository (see MemoryRepository._search_sqls).
 _SEARCH_SQL_CACHE = 256
-_VECTOR_ARMS = ("vector",)
 
 # "-" and "_" inside a word: read as spaces in text queries, as the text search
 # column reads them in its raw-token half (see tables.content_tsv_expression),
@@ -89,7 +88,9 @@ def _scope_params(scope: Scope) -> list[object]:
     return [scope.tenant, scope.project, scope.agent, scope.session]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: built once per search, and a frozen dataclass's __init__ costs
+# one object.__setattr__ call per field.
+@dataclass(slots=True)
 class _SearchStatement:
     sql: str
     values: builtins.list[object]
@@ -1140,7 +1141,7 @@ class MemoryRepository(Repository):
                 "operators)",
             )
         if statement.mode == "vector":
-            hits = self._vector_hits(rows, statement.scope)
+            hits = SearchHit.vector_hits(rows, statement.scope)
         else:
             found = (row for row in rows if row["id"] is not None)
             hits = [self._hit(statement, place, row) for place, row in enumerate(found, 1)]
@@ -1172,22 +1173,8 @@ class MemoryRepository(Repository):
         return sql, fallback
 
     @staticmethod
-    def _vector_hits(rows: Sequence[Any], scope: Scope | None) -> builtins.list[SearchHit]:
-        """Vector mode's hits, in one loop (the commonest search: no per-row mode dispatch)."""
-        hits = []
-        place = 0
-        from_row = Memory.from_row
-        for row in rows:
-            if row["id"] is None:
-                continue
-            place += 1
-            nearness = float(row["similarity"])
-            hits.append(SearchHit(from_row(row, scope), nearness, nearness, _VECTOR_ARMS, place))
-        return hits
-
-    @staticmethod
     def _hit(statement: _SearchStatement, place: int, row: Any) -> SearchHit:
-        """A text or hybrid hit (vector hits: :meth:`_vector_hits`)."""
+        """A text or hybrid hit (vector hits: :meth:`SearchHit.vector_hits`)."""
         memory = Memory.from_row(row, statement.scope)
         if statement.mode == "text":
             return SearchHit(memory, float(row["text_score"]), None, ("text",), None, place)
