@@ -230,6 +230,60 @@ async def test_gc_persists_commit_times_and_answers_stay_the_same(
     assert (await service.maintenance.gc()).commit_times_persisted == 0
 
 
+async def test_gc_places_an_expired_memorys_deletion_at_its_start_with_the_same_answers(
+    service: MemoryService, scope: Scope
+) -> None:
+    """gc's event for a memory already expired needs no commit time copied later:
+    placed at gc's start, every as-of read answers as with the commit time, even
+    at a moment between the two (gc held there by an assembly lock)."""
+    memories = service.memories
+    memory = await memories.add(scope, "short lived", ttl=0.3)
+    assembly = await service.assemblies.create(scope, "holder", memory_ids=[memory.id])
+    before_expiry = _now()
+    await asyncio.sleep(0.5)
+    async with service.pool.acquire() as conn:
+        lock = conn.transaction()
+        await lock.start()
+        await conn.execute(
+            "SELECT 1 FROM memsvc.assemblies WHERE id = $1 FOR UPDATE", assembly.id
+        )
+        gc = asyncio.create_task(service.maintenance.gc())
+        await asyncio.sleep(0.3)  # gc has started and waits for the assembly
+        between = _now()
+        await asyncio.sleep(0.1)
+        await lock.commit()
+    report = await gc
+    assert report.expired_deleted == 1
+    # The memory's created event only: the deleted one was written with its time.
+    assert report.commit_times_persisted == 1
+    async with service.pool.acquire() as conn:
+        event = await conn.fetchrow(
+            "SELECT committed_at, at, pg_xact_commit_timestamp(xmin) AS ts,"
+            " (prior->>'expires_at')::timestamptz AS expired"
+            " FROM memsvc.memory_events WHERE kind = 'deleted'"
+        )
+    assert event["committed_at"] == event["at"]
+    assert event["expired"] <= event["at"] < between < event["ts"]
+
+    async def answers() -> list[object]:
+        found = await memories.get_many([memory.id], as_of=between)
+        return [
+            (await memories.get(memory.id, as_of=before_expiry)).content,
+            found,
+            await memories.count(scope, as_of=between),
+            await memories.count(scope, as_of=before_expiry),
+        ]
+
+    placed_at_start = await answers()
+    assert placed_at_start == ["short lived", [], 0, 1]
+    # The same answers as with the event placed at its commit.
+    async with service.pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE memsvc.memory_events SET committed_at = NULL WHERE kind = 'deleted'"
+        )
+    assert await answers() == placed_at_start
+
+
 async def test_caller_repeatable_read_transaction_reads_its_snapshot(
     service: MemoryService, scope: Scope
 ) -> None:

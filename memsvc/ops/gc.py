@@ -2,7 +2,9 @@
 change events past ``Settings.change_retention_days``.
 
 gc also persists the commit time of history events (``committed_at``, read
-by as-of reads) before the server forgets it; it never deletes history.
+by as-of reads) before the server forgets it; it never deletes history. The
+``deleted`` events of its expired batches need no such copy: they are
+written with their time (see ``DELETED_COMMITTED_AT`` in the memory queries).
 
 Work happens in bounded batches, each its own short transaction, with rows
 locked ``FOR UPDATE SKIP LOCKED``: any number of gc workers (processes,

@@ -133,7 +133,10 @@ def delete_history_events(schema: str) -> str:
     gone, a moment before the newest one removed can no longer be rebuilt, and
     as-of reads refuse it (``history_horizon`` in ``schema_info``). The commit
     time is the persisted one, else the server's (when it tracks them), else
-    the transaction's start.
+    the transaction's start. (The deletion of a memory already expired carries
+    its transaction's start instead of its commit: a horizon placed there
+    admits, beyond the commit's, only moments at which that memory was
+    expired, whose answers the removed event cannot change.)
     """
     return f"""
 WITH gone AS (

@@ -14,7 +14,10 @@ after it was not visible at ``t``, yet its ``at`` says otherwise; ordering by
 servers turn it on), so the reads place each change at its commit, and gc
 persists those times in ``memory_events.committed_at`` before the server
 forgets them (it truncates them with the commit log, for frozen
-transactions).
+transactions). One kind of event carries its time from the start: the
+deletion of a memory already expired when its transaction began (gc's
+expired batches) is placed at that start, which no read can tell from the
+commit (see ``DELETED_COMMITTED_AT`` in the memory queries).
 
 As-of reads run on the primary, never on a read replica: a replica that has
 not replayed up to ``t`` would leave out commits at or before it, and it

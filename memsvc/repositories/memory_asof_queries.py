@@ -11,7 +11,9 @@ The state at ``t`` is rebuilt backwards from the present, so only history
   stripped by erasure, leaves nothing to show.
 
 "Committed after ``t``" uses the commit time of the event's transaction:
-``committed_at`` once gc has persisted it, else the server's commit
+``committed_at`` once gc has persisted it (or, for the deletion of a memory
+already expired, the deleting transaction's start, written with the event:
+the memory is hidden from that moment on either way), else the server's commit
 timestamp of the row's ``xmin`` (``track_commit_timestamp``), else (an event
 written while commit timestamps were off, or whose timestamp the server has
 since truncated) its transaction's start time ``at``. The events of one

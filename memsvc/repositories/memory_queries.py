@@ -347,6 +347,19 @@ DELETED_COLUMNS = (
 )
 
 
+# ``committed_at`` of a ``deleted`` event, written with it: the deletion of a
+# memory already expired at this transaction's start (gc's expired batches;
+# the row is locked, so its expiry is the one recorded in ``prior``) is
+# placed at that start instead of at the commit a few ms later, and no as-of
+# read can tell: for t before the start both place the deletion after t; for
+# t from the start on, the memory was expired at t, hidden whether the
+# deletion counts as after t (its prior, expired) or not (no row). gc then
+# has no commit time to copy for these events, an update of each about as
+# costly as the delete itself. Every other deletion is placed at its commit
+# (NULL until gc copies it).
+DELETED_COMMITTED_AT = "CASE WHEN old.expires_at <= now() THEN now() END"
+
+
 def delete_locked(schema: str) -> str:
     """Delete locked memories (given as tenant/id arrays) and record their events.
 
@@ -364,9 +377,9 @@ WITH gone AS (
     RETURNING {qualified(DELETED_COLUMNS, "old")}
 ), ev AS (
     INSERT INTO {schema}.memory_events
-        ({EVENT_SCOPE}, memory_id, kind, version, prior, change_key)
+        ({EVENT_SCOPE}, memory_id, kind, version, prior, change_key, committed_at)
     SELECT {qualified(EVENT_SCOPE, "old")}, old.id, 'deleted', old.version, {PRIOR},
-           {NEXT_CHANGE_KEY.format(row="old")}
+           {NEXT_CHANGE_KEY.format(row="old")}, {DELETED_COMMITTED_AT}
     FROM gone AS old
 )
 SELECT count(*) FROM gone"""
