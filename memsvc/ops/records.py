@@ -271,15 +271,16 @@ def parse_vector_texts(
             return [None]
         # One text numpy cannot read spoils the batch: read them one by one.
         return [parse_vector_texts([text], dim, vector_type, distance)[0] for text in texts]
-    # As validate_embedding: NaN fails the comparison, infinity exceeds the limit.
+    # As validate_embedding: NaN fails the comparison, infinity exceeds the
+    # limit. Rows out of range overflow in the casts below: they are refused.
     ok = np.abs(matrix).max(axis=1) <= VECTOR_LIMITS[vector_type]
-    vectors = matrix.astype(np.float32)
-    if distance == "cosine":
-        # pgvector sums the squares in single precision, of the stored values.
-        stored = vectors
-        if vector_type == "halfvec":
-            stored = vectors.astype(np.float16).astype(np.float32)
-        with np.errstate(over="ignore", under="ignore"):
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        vectors = matrix.astype(np.float32)
+        if distance == "cosine":
+            # pgvector sums the squares in single precision, of the stored values.
+            stored = vectors
+            if vector_type == "halfvec":
+                stored = vectors.astype(np.float16).astype(np.float32)
             ok &= np.einsum("ij,ij->i", stored, stored) > 0.0
     return [vector if good else None for vector, good in zip(vectors, ok.tolist(), strict=True)]
 
