@@ -292,17 +292,16 @@ class Loader:
 
     async def _start_memory_batch(self) -> None:
         """Write the buffered memories in the background (after the previous batch)."""
-        await self._wait_in_flight()
         batch, self._memories = self._memories, []
+        # Vectors are parsed while the server still writes the batch before.
+        batch = self._parse_text_embeddings(batch)
+        await self._wait_in_flight()
         if batch:
-            self._in_flight = asyncio.get_running_loop().create_task(self._write_memories(batch))
+            self._in_flight = asyncio.get_running_loop().create_task(self._insert_memories(batch))
 
     async def _flush_memories(self) -> None:
         await self._start_memory_batch()
         await self._wait_in_flight()
-
-    async def _write_memories(self, batch: list[tuple[MemoryRecord, str]]) -> None:
-        await self._insert_memories(self._parse_text_embeddings(batch))
 
     def _parse_text_embeddings(
         self, batch: list[tuple[MemoryRecord, str]]
