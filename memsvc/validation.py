@@ -19,7 +19,7 @@ from memsvc.errors import ValidationError
 from memsvc.scope import Scope, validate_id
 
 # Largest finite values each vector type can store.
-_VECTOR_LIMITS = {"vector": float(np.finfo(np.float32).max), "halfvec": 65504.0}
+VECTOR_LIMITS = {"vector": float(np.finfo(np.float32).max), "halfvec": 65504.0}
 
 
 def check_text(field: str, value: str) -> None:
@@ -168,7 +168,7 @@ def validate_embedding(
         raise ValidationError(field, "must be one-dimensional")
     if array.shape[0] != dim:
         raise ValidationError(field, f"has {array.shape[0]} dimensions, expected {dim}")
-    limit = _VECTOR_LIMITS[vector_type]
+    limit = VECTOR_LIMITS[vector_type]
     # One pass for both checks: NaN fails the comparison, infinity exceeds the limit.
     if not np.abs(array).max(initial=0.0) <= limit:
         if not np.isfinite(array).all():

@@ -32,6 +32,7 @@ from memsvc import (
     jsontext,
 )
 from memsvc.models import Memory
+from memsvc.ops import records
 from memsvc.ops.records import memory_from_json
 from memsvc.sync import SyncMemoryService
 from memsvc.validation import validate_embedding
@@ -302,6 +303,69 @@ async def test_import_refuses_zero_vectors_on_the_fast_text_path(
     ]  # fmt: skip
     stored = await service.memories.list(Scope("imports"))
     assert sorted(m.content for m in stored) == ["fine", "tiny but one"]
+
+
+def _export_line_with_numbers(content: str, numbers: list[str]) -> str:
+    """An export-style memory line whose vector is written exactly as ``numbers``."""
+    head = json.dumps({"type": "memory", "tenant": "imports", "content": content})
+    return f'{head[:-1]},"embedding":[{",".join(numbers)}]}}\n'
+
+
+async def test_import_stores_vector_text_as_json_numbers_and_names_bad_ones(
+    service: MemoryService, tmp_path: Path
+) -> None:
+    # Just above the midpoint of 1 and the next float32: its nearest double
+    # is the midpoint itself, which rounds to 1.0, as add() of the json
+    # numbers stores it (and PostgreSQL's vector input reads it).
+    near_midpoint = "1.0000000596046447755"
+    fine = [near_midpoint] + ["0.25"] * (DIM - 1)
+    too_large = ["1e39"] + ["0.25"] * (DIM - 1)
+    unreadable = ["1-2"] + ["0.25"] * (DIM - 1)
+    path = tmp_path / "export.jsonl"
+    path.write_text(
+        _export_line_with_numbers("fine", fine)
+        + _export_line_with_numbers("too large", too_large)
+        + _export_line_with_numbers("unreadable", unreadable)
+        + _export_line_with_numbers("also fine", ["0.5"] * DIM)
+    )
+    report = await service.maintenance.import_file(path)
+    with pytest.raises(ValueError) as not_json:
+        json.loads("[" + ",".join(unreadable) + "]")
+    assert [(p.source, p.reason) for p in report.rejected] == [
+        ("line 2", "embedding: has values outside the vector range (±3.40282e+38)"),
+        ("line 3", f"embedding: {not_json.value}"),
+    ]
+    stored = {m.content: m for m in await service.memories.list(Scope("imports"))}
+    assert sorted(stored) == ["also fine", "fine"]
+    expected = np.asarray(json.loads("[" + ",".join(fine) + "]"), dtype=np.float64)
+    assert np.array_equal(np.asarray(stored["fine"].embedding), expected.astype(np.float32))
+    assert float(np.asarray(stored["fine"].embedding)[0]) == 1.0
+
+
+@pytest.mark.parametrize("vector_type", ["vector", "halfvec"])
+def test_batch_vector_parsing_agrees_with_validate_embedding(vector_type: str) -> None:
+    rows = [
+        ["0.1", "-2.5e-3", "7"],
+        ["1e39", "0", "0"],  # outside both types' range
+        ["70000", "1", "1"],  # outside halfvec's only
+        ["0", "-0", "0"],  # no direction under cosine
+        ["1e-8", "1e-8", "1e-8"],  # no length once stored as halfvec
+        ["1-2", "0", "0"],  # not numbers: the batch is read row by row
+        ["3", "4", "1.0000000596046447755"],
+    ]
+    texts = [",".join(row).encode() for row in rows]
+    parsed = records.parse_vector_texts(texts, 3, vector_type, "cosine")
+    for row, vector in zip(rows, parsed, strict=True):
+        try:
+            expected = validate_embedding(
+                json.loads("[" + ",".join(row) + "]"), 3, vector_type, distance="cosine"
+            )
+        except (ValidationError, ValueError):
+            assert vector is None, row
+        else:
+            assert vector is not None and vector.dtype == np.float32, row
+            assert np.array_equal(vector, expected), row
+    assert records.parse_vector_texts(texts[:1], 4, vector_type) == [None]  # wrong length
 
 
 async def test_legacy_import_refuses_vectors_that_cannot_be_compared(

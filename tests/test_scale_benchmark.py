@@ -47,7 +47,7 @@ def test_growth_lines_are_import_lines_on_the_fast_path() -> None:
     assert record.content_hash == content_hash("memory 7")
     assert json.loads(record.metadata) == {"n": 7, "b": 3}
     np.testing.assert_allclose(np.asarray(record.embedding, dtype=np.float64), vector, atol=1e-6)
-    # The import cuts the vector out as text for PostgreSQL to parse.
+    # The import cuts the vector's numbers out, to parse them a batch at a time.
     assert records.split_embedding(line.encode(), scale.DIM, "cosine") is not None
 
 

@@ -54,6 +54,30 @@ def _encode_json(value: Any) -> str:
     return value if isinstance(value, str) else jsontext.dumps(value)
 
 
+def _encode_jsonb_binary(value: Any) -> bytes:
+    # jsonb's binary format: a version byte (1), then the JSON text.
+    return b"\x01" + _encode_json(value).encode()
+
+
+def _decode_jsonb_binary(data: bytes) -> Any:
+    return jsontext.loads(data[1:].decode())
+
+
+async def register_binary_jsonb(conn: asyncpg.Connection) -> None:
+    """Send and read ``jsonb`` in binary, same values as the text codec.
+
+    For a connection that writes rows by binary COPY (a loader's own), which
+    needs a binary codec for every column.
+    """
+    await conn.set_type_codec(
+        "jsonb",
+        schema="pg_catalog",
+        encoder=_encode_jsonb_binary,
+        decoder=_decode_jsonb_binary,
+        format="binary",
+    )
+
+
 async def register_codecs(conn: asyncpg.Connection, vector_schema: str) -> None:
     """Install the vector and jsonb codecs on a new connection."""
     await conn.set_type_codec(

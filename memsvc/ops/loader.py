@@ -2,8 +2,8 @@
 
 :class:`Loader` takes records one at a time, with where each came from (a
 line number, a file path), and writes them in batches on a connection of its
-own: memories by COPY straight into the table (events copied in the same
-transaction), or by binary COPY into a staging table and one ``INSERT ... ON
+own: memories by binary COPY straight into the table (events copied in the
+same transaction), or by binary COPY into a staging table and one ``INSERT ... ON
 CONFLICT DO NOTHING`` per batch (with their ``created`` events) for a batch
 holding an id already stored (checked unless the table was empty when the
 load began), and for every batch after any error of a direct copy;
@@ -11,6 +11,8 @@ assemblies and checkpoints as they come. Nothing is ever duplicated: a record wh
 is already stored as the same row counts as ``already present``; one that
 collides with a different row (its id, its content in the scope, its key)
 is rejected with the reason and its source. Memory held is one batch.
+Vectors that came as text (an import's lines) are parsed, a batch at a time,
+just before their batch is written.
 """
 
 from __future__ import annotations
@@ -25,12 +27,11 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
-import numpy as np
 
-from memsvc.db.codecs import register_codecs, vector_bytes
+from memsvc.db.codecs import register_binary_jsonb, register_codecs, vector_bytes
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, find_vector_schema
-from memsvc.errors import MemsvcError, StorageError, ValidationError
+from memsvc.errors import MemsvcError, ValidationError
 from memsvc.ops import loader_queries as q
 from memsvc.ops.records import (
     AssemblyRecord,
@@ -38,6 +39,7 @@ from memsvc.ops.records import (
     MemoryRecord,
     Record,
     StoreItemRecord,
+    parse_vector_texts,
 )
 from memsvc.repositories.assemblies import AssemblyRepository, can_see
 from memsvc.repositories.tenancy import SET_TENANT
@@ -138,56 +140,32 @@ def _scope_params(scope: Scope) -> list[str | None]:
     return [scope.tenant, scope.project, scope.agent, scope.session]
 
 
-def _copy_text(value: str | None) -> str:
-    """A value in COPY's text format: backslash, newline, return and tab escaped."""
-    if value is None:
-        return "\\N"
-    if "\\" in value:
-        value = value.replace("\\", "\\\\")
-    if "\n" in value:
-        value = value.replace("\n", "\\n")
-    if "\r" in value:
-        value = value.replace("\r", "\\r")
-    if "\t" in value:
-        value = value.replace("\t", "\\t")
-    return value
+def _copy_row(record: MemoryRecord, now: datetime) -> tuple[Any, ...]:
+    """One memory as a row of binary COPY into memories (``q.DIRECT_COLUMNS``).
 
-
-def _copy_time(value: datetime | None) -> str:
-    return "\\N" if value is None else value.isoformat()
-
-
-def _copy_line(record: MemoryRecord, now: str) -> str:
-    """One memory as a line of text COPY into memories (``q.DIRECT_COLUMNS``).
-
-    ``now`` is the transaction's ``now()`` as text, for missing timestamps
-    (what the staging path's ``coalesce(created_at, now())`` gives).
+    ``now`` is the transaction's ``now()``, for missing timestamps (what the
+    staging path's ``coalesce(created_at, now())`` gives).
     """
     scope = record.scope
-    embedding = record.embedding
-    if not isinstance(embedding, str | None):
-        raise TypeError("only vectors given as text are copied directly")
-    created = now if record.created_at is None else record.created_at.isoformat()
-    return "\t".join(
-        (
-            _copy_text(scope.tenant),
-            _copy_text(scope.project),
-            _copy_text(scope.agent),
-            _copy_text(scope.session),
-            str(record.id),
-            _copy_text(record.key),
-            _copy_text(record.content),
-            _copy_text(record.content_hash),
-            _copy_text(record.metadata),
-            _copy_text(embedding),
-            repr(record.importance),
-            str(record.version),
-            created,
-            created if record.updated_at is None else record.updated_at.isoformat(),
-            _copy_time(record.expires_at),
-            str(record.access_count),
-            _copy_time(record.last_accessed_at),
-        )
+    created = now if record.created_at is None else record.created_at
+    return (
+        scope.tenant,
+        scope.project,
+        scope.agent,
+        scope.session,
+        record.id,
+        record.key,
+        record.content,
+        record.content_hash,
+        record.metadata,
+        record.embedding,
+        record.importance,
+        record.version,
+        created,
+        created if record.updated_at is None else record.updated_at,
+        record.expires_at,
+        record.access_count,
+        record.last_accessed_at,
     )
 
 
@@ -237,6 +215,7 @@ class Loader:
             with translate_errors():
                 vector_schema = await find_vector_schema(conn)
                 await register_codecs(conn, vector_schema)
+                await register_binary_jsonb(conn)  # rows go in by binary COPY
                 await conn.execute(q.STAGING_SESSION)
                 await conn.execute(
                     q.create_staging(
@@ -248,10 +227,7 @@ class Loader:
         except BaseException:
             await conn.close()
             raise
-        settings = self._settings
-        self._insert_sql = q.insert_staged(
-            self._schema, f"{vector_schema}.{settings.vector_type}({settings.embedding_dim})"
-        )
+        self._insert_sql = q.insert_staged(self._schema)
         self._conn = conn
         return self
 
@@ -316,42 +292,46 @@ class Loader:
 
     async def _start_memory_batch(self) -> None:
         """Write the buffered memories in the background (after the previous batch)."""
-        await self._wait_in_flight()
         batch, self._memories = self._memories, []
+        # Vectors are parsed while the server still writes the batch before.
+        batch = self._parse_text_embeddings(batch)
+        await self._wait_in_flight()
         if batch:
-            self._in_flight = asyncio.get_running_loop().create_task(self._write_memories(batch))
+            self._in_flight = asyncio.get_running_loop().create_task(self._insert_memories(batch))
 
     async def _flush_memories(self) -> None:
         await self._start_memory_batch()
         await self._wait_in_flight()
 
-    async def _write_memories(self, batch: list[tuple[MemoryRecord, str]]) -> None:
-        try:
-            await self._insert_memories(batch)
-        except (StorageError, ValidationError):
-            if not any(isinstance(r.embedding, str) for r, _ in batch):
-                raise
-            # PostgreSQL refused a vector given as text (out of range, say):
-            # parse those in Python, which names the bad ones, and retry.
-            await self._insert_memories(self._parse_text_embeddings(batch))
-
     def _parse_text_embeddings(
         self, batch: list[tuple[MemoryRecord, str]]
     ) -> list[tuple[MemoryRecord, str]]:
+        """Turn the batch's vector texts into arrays; reject (with the reason) bad ones."""
+        settings = self._settings
+        texts = [r.embedding for r, _ in batch if isinstance(r.embedding, bytes)]
+        parsed = iter(
+            parse_vector_texts(
+                texts, settings.embedding_dim, settings.vector_type, settings.distance
+            )
+        )
         kept = []
         for record, source in batch:
-            if isinstance(record.embedding, str):
-                try:
-                    record.embedding = validate_embedding(
-                        json.loads(record.embedding),
-                        self._settings.embedding_dim,
-                        self._settings.vector_type,
-                        distance=self._settings.distance,
-                    )
-                except (ValidationError, ValueError) as exc:
-                    reason = exc.reason if isinstance(exc, ValidationError) else str(exc)
-                    self.report.reject(source, "memory", f"embedding: {reason}")
-                    continue
+            if isinstance(record.embedding, bytes):
+                vector = next(parsed)
+                if vector is None:
+                    # The whole check, on this one alone: it names the problem.
+                    try:
+                        vector = validate_embedding(
+                            json.loads(b"[" + record.embedding + b"]"),
+                            settings.embedding_dim,
+                            settings.vector_type,
+                            distance=settings.distance,
+                        )
+                    except (ValidationError, ValueError) as exc:
+                        reason = exc.reason if isinstance(exc, ValidationError) else str(exc)
+                        self.report.reject(source, "memory", f"embedding: {reason}")
+                        continue
+                record.embedding = vector
             kept.append((record, source))
         return kept
 
@@ -375,14 +355,11 @@ class Loader:
                 ):
                     return False
                 now: datetime = await conn.fetchval(q.NOW)
-                now_text = now.isoformat()
-                data = "\n".join(_copy_line(r, now_text) for r, _ in batch) + "\n"
-                await conn.copy_to_table(
+                await conn.copy_records_to_table(
                     "memories",
                     schema_name=self._schema,
-                    source=memoryview(data.encode()),  # bytes would be taken for a path
+                    records=[_copy_row(r, now) for r, _ in batch],
                     columns=q.DIRECT_COLUMNS,
-                    format="text",
                 )
                 await conn.copy_records_to_table(
                     "memory_events",
@@ -402,11 +379,7 @@ class Loader:
     async def _insert_memories(self, batch: list[tuple[MemoryRecord, str]]) -> None:
         if not batch:
             return
-        if (
-            self._direct
-            and not any(isinstance(r.embedding, np.ndarray) for r, _ in batch)
-            and await self._copy_memories(batch)
-        ):
+        if self._direct and await self._copy_memories(batch):
             return
         rows = [
             (
@@ -417,8 +390,7 @@ class Loader:
                 r.content,
                 r.content_hash,
                 r.metadata,
-                None if isinstance(r.embedding, str) else r.embedding,
-                r.embedding if isinstance(r.embedding, str) else None,
+                r.embedding,
                 r.importance,
                 r.version,
                 r.created_at,

@@ -6,10 +6,10 @@ scope) or key is already taken is skipped, never duplicated, which is what
 makes an import safe to run twice. Each inserted memory gets its
 ``created`` history event in the same statement.
 
-Batches are first copied (text COPY) straight into ``memories``, with their
+Batches are first copied (binary COPY) straight into ``memories``, with their
 events copied in the same transaction: no staging round trip. Into a table
 that held rows when the load began, a batch any of whose ids is stored
-already is staged instead. Any error (a duplicate, a bad vector) rolls that
+already is staged instead. Any error (a duplicate in the input, say) rolls that
 batch back and it goes through the staging path instead.
 """
 
@@ -31,7 +31,6 @@ STAGING_COLUMNS = (
     "content_hash",
     "metadata",
     "embedding",
-    "embedding_text",
     "importance",
     "version",
     "created_at",
@@ -79,28 +78,23 @@ def create_staging(vector_schema: str, vector_type: str, dim: int) -> str:
     """A session-private staging table, emptied at every commit.
 
     ``metadata`` is text here (cast on insert): binary COPY needs a binary
-    codec for every column, and memsvc's jsonb codec is a text one. Vector
-    text is stored uncompressed (``STORAGE EXTERNAL``): it lives for one
-    batch, and compressing it cost more than the whole COPY.
+    codec for every column, and memsvc's jsonb codec is a text one.
     """
     return f"""
 CREATE TEMP TABLE IF NOT EXISTS {STAGING} (
     ord int NOT NULL,
     tenant_id text, project_id text, agent_id text, session_id text,
     id uuid, key text, content text, content_hash text, metadata text,
-    embedding {vector_schema}.{vector_type}({dim}), embedding_text text,
+    embedding {vector_schema}.{vector_type}({dim}),
     importance real, version int,
     created_at timestamptz, updated_at timestamptz, expires_at timestamptz,
     access_count bigint, last_accessed_at timestamptz
-) ON COMMIT DELETE ROWS;
-ALTER TABLE {STAGING} ALTER COLUMN embedding_text SET STORAGE EXTERNAL"""
+) ON COMMIT DELETE ROWS"""
 
 
-def insert_staged(schema: str, vector_sql: str) -> str:
+def insert_staged(schema: str) -> str:
     """Insert the staged memories that take no existing id, content or key; with events.
 
-    Embeddings staged as text are parsed here by ``vector_sql`` (e.g.
-    ``public.vector(384)``), which also checks their dimension and range.
     Returns the staging ``ord`` of every row inserted.
     """
     return f"""
@@ -110,7 +104,7 @@ WITH ins AS (
          metadata, embedding, importance, version, created_at, updated_at, expires_at,
          access_count, last_accessed_at)
     SELECT tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
-           metadata::jsonb, coalesce(embedding, embedding_text::{vector_sql}),
+           metadata::jsonb, embedding,
            importance, version,
            coalesce(created_at, now()), coalesce(updated_at, created_at, now()), expires_at,
            access_count, last_accessed_at
