@@ -142,6 +142,20 @@ def validate_embedding(
     a zero vector (or one so small that its length is zero once stored)
     has no direction, and would score NaN against everything.
     """
+    if (
+        type(value) is np.ndarray
+        and value.dtype == np.float32
+        and value.shape == (dim,)
+        and vector_type == "vector"
+    ):
+        # The commonest query (an embedder's float32 array): a float32 value
+        # is within the vector type's range unless it is NaN or infinite, and
+        # then the sum of squares is NaN or infinite too, as it is when a
+        # vector has no length. One pass answers all three; anything it
+        # does not clear takes the checks below, which name the problem.
+        vector = value.copy()  # the caller may reuse its array
+        if 0.0 < float(np.dot(vector, vector)) < math.inf:
+            return vector
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "fiu":
             raise ValidationError(field, f"must contain only real numbers, not {value.dtype}")

@@ -120,3 +120,29 @@ async def test_filter_values_never_become_sql(service: MemoryService, scope: Sco
             assert await service.memories.search(scope, "canary", where={text: text}) == []
         assert await service.memories.search(scope, "canary", where={"k": {"$in": [text]}}) == []
     assert await service.memories.count(scope) == 1
+
+
+def test_float32_query_arrays_get_the_same_answers_as_any_other_embedding() -> None:
+    # A float32 array of the right length takes a one-pass check; whatever it
+    # does not clear must still get the full check's answer.
+    import numpy as np
+
+    from memsvc.validation import validate_embedding
+
+    good = np.full(8, 0.5, dtype=np.float32)
+    checked = validate_embedding(good, 8, distance="cosine")
+    assert checked.dtype == np.float32 and checked.tolist() == good.tolist()
+    assert checked is not good  # a copy: the caller may reuse its array
+    huge = np.full(8, 1e30, dtype=np.float32)  # its sum of squares overflows
+    assert validate_embedding(huge, 8, distance="cosine").tolist() == huge.tolist()
+    zero = np.zeros(8, dtype=np.float32)
+    assert validate_embedding(zero, 8, distance="l2").tolist() == [0.0] * 8
+    for bad, message in (
+        (np.array([math.nan] * 8, dtype=np.float32), "NaN"),
+        (np.array([math.inf] + [0.5] * 7, dtype=np.float32), "NaN or infinity"),
+        (zero, "zero vector"),
+        (np.full(7, 0.5, dtype=np.float32), "7 dimensions"),
+    ):
+        with pytest.raises(ValidationError, match=message) as caught:
+            validate_embedding(bad, 8, field="query", distance="cosine")
+        assert caught.value.field == "query"
