@@ -33,6 +33,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -172,22 +173,17 @@ class DeleteCost:
 
     async def delete_scope(self, memsvc_first: bool) -> float:
         scope = await self.fill("doomed")
-        timed: dict[str, float] = {}
-        for side in ("memsvc", "raw") if memsvc_first else ("raw", "memsvc"):
-            started = time.perf_counter()
-            if side == "memsvc":
-                deleted = await self.svc.memories.delete_scope(scope)
-            else:
-                deleted = await self.raw_batches(
-                    "tenant_id = $1 AND project_id = $2", "tenant_id, id",
-                    (scope.tenant, scope.project), 1_000,
-                )
-            timed[side] = time.perf_counter() - started
-            assert deleted == ROWS, (side, deleted)
-        print(f"delete_scope: memsvc {ROWS / timed['memsvc']:,.0f} rows/s, raw "
-              f"{ROWS / timed['raw']:,.0f} rows/s, {timed['raw'] / timed['memsvc']:.2f}x "
-              f"(load {load()})", flush=True)
-        return timed["raw"] / timed["memsvc"]
+
+        async def mine() -> int:
+            return await self.svc.memories.delete_scope(scope)
+
+        async def theirs() -> int:
+            return await self.raw_batches(
+                "tenant_id = $1 AND project_id = $2", "tenant_id, id",
+                (scope.tenant, scope.project), 1_000,
+            )
+
+        return await self.paired("delete_scope", memsvc_first, mine, theirs)
 
     async def gc(self, memsvc_first: bool) -> float:
         scope = await self.fill("expiring", ttl=86_400.0)
@@ -196,18 +192,32 @@ class DeleteCost:
                 f"UPDATE {table} SET expires_at = now() - interval '1 second' "
                 "WHERE tenant_id = $1 AND project_id = $2", scope.tenant, scope.project,
             )
+
+        async def mine() -> int:
+            return (await self.svc.maintenance.gc()).expired_deleted
+
+        async def theirs() -> int:
+            return await self.raw_batches(
+                "expires_at IS NOT NULL AND expires_at <= now()", "expires_at", (), GC_BATCH
+            )
+
+        return await self.paired("gc", memsvc_first, mine, theirs)
+
+    async def paired(
+        self,
+        name: str,
+        memsvc_first: bool,
+        mine: Callable[[], Awaitable[int]],
+        theirs: Callable[[], Awaitable[int]],
+    ) -> float:
+        """Time both sides' removal of ROWS rows in the given order; print and return raw/memsvc."""
         timed: dict[str, float] = {}
         for side in ("memsvc", "raw") if memsvc_first else ("raw", "memsvc"):
             started = time.perf_counter()
-            if side == "memsvc":
-                deleted = (await self.svc.maintenance.gc()).expired_deleted
-            else:
-                deleted = await self.raw_batches(
-                    "expires_at IS NOT NULL AND expires_at <= now()", "expires_at", (), GC_BATCH
-                )
+            deleted = await (mine() if side == "memsvc" else theirs())
             timed[side] = time.perf_counter() - started
             assert deleted == ROWS, (side, deleted)
-        print(f"gc: memsvc {ROWS / timed['memsvc']:,.0f} rows/s, raw "
+        print(f"{name}: memsvc {ROWS / timed['memsvc']:,.0f} rows/s, raw "
               f"{ROWS / timed['raw']:,.0f} rows/s, {timed['raw'] / timed['memsvc']:.2f}x "
               f"(load {load()})", flush=True)
         return timed["raw"] / timed["memsvc"]

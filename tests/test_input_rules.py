@@ -277,8 +277,7 @@ def test_a_zero_vector_is_refused_only_under_cosine() -> None:
 
 def _export_style_line(content: str, vector: list[float]) -> str:
     """A memory line as ``memsvc export`` writes it: the embedding last, as plain numbers."""
-    head = json.dumps({"type": "memory", "tenant": "imports", "content": content})
-    return f'{head[:-1]},"embedding":[{",".join(f"{x:.9g}" for x in vector)}]}}\n'
+    return _export_line_with_numbers(content, [f"{x:.9g}" for x in vector])
 
 
 async def test_import_refuses_zero_vectors_on_the_fast_text_path(
