@@ -143,23 +143,6 @@ def take_idle(pool: asyncpg.Pool) -> Any | None:
         return None
 
 
-def has_idle_connection(pool: asyncpg.Pool) -> bool:
-    """Whether ``pool.acquire()`` would take an open idle connection, without waiting.
-
-    ``Pool.get_idle_size`` answers by walking every holder in a generator;
-    asyncpg's queue hands out the last open holder, which is usually the last
-    one released, so checking it first answers most calls at once.
-    """
-    try:
-        holders = pool._queue._queue
-        if holders and holders[-1].is_connected():
-            return True
-    except AttributeError:
-        pass  # an asyncpg whose internals differ: ask the public way
-    idle: int = pool.get_idle_size()
-    return idle > 0
-
-
 def _releases_inline(pool: asyncpg.Pool, proxy: Any) -> bool:
     """Whether asyncpg's release of ``proxy`` completes without suspending (see release)."""
     try:

@@ -77,14 +77,14 @@ STAGING_SESSION = "SET temp_buffers = '256MB'"
 def create_staging(vector_schema: str, vector_type: str, dim: int) -> str:
     """A session-private staging table, emptied at every commit.
 
-    ``metadata`` is text here (cast on insert): binary COPY needs a binary
-    codec for every column, and memsvc's jsonb codec is a text one.
+    Filled by binary COPY, which the loader's connection can do for every
+    column (jsonb included: see ``register_binary_jsonb``).
     """
     return f"""
 CREATE TEMP TABLE IF NOT EXISTS {STAGING} (
     ord int NOT NULL,
     tenant_id text, project_id text, agent_id text, session_id text,
-    id uuid, key text, content text, content_hash text, metadata text,
+    id uuid, key text, content text, content_hash text, metadata jsonb,
     embedding {vector_schema}.{vector_type}({dim}),
     importance real, version int,
     created_at timestamptz, updated_at timestamptz, expires_at timestamptz,
@@ -104,7 +104,7 @@ WITH ins AS (
          metadata, embedding, importance, version, created_at, updated_at, expires_at,
          access_count, last_accessed_at)
     SELECT tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
-           metadata::jsonb, embedding,
+           metadata, embedding,
            importance, version,
            coalesce(created_at, now()), coalesce(updated_at, created_at, now()), expires_at,
            access_count, last_accessed_at

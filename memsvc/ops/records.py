@@ -26,6 +26,7 @@ importing the same file twice never duplicates rows.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -461,21 +462,19 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-# "[%.9g,...]" per vector length: one %-format of a tuple formats a vector in
-# about two thirds of the time a join over per-element f-strings takes
-# (same text: both are C's %.9g).
-_VECTOR_TEMPLATES: dict[int, str] = {}
+@functools.cache
+def _vector_template(length: int) -> str:
+    # "[%.9g,...]": one %-format of a tuple formats a vector in about two
+    # thirds of the time a join over per-element f-strings takes (same text:
+    # both are C's %.9g).
+    return "[" + ",".join(["%.9g"] * length) + "]"
 
 
 def _floats(vector: Vector | None) -> str:
     if vector is None:
         return "null"
     values = vector.tolist()
-    template = _VECTOR_TEMPLATES.get(len(values))
-    if template is None:
-        template = "[" + ",".join(["%.9g"] * len(values)) + "]"
-        _VECTOR_TEMPLATES[len(values)] = template
-    return template % tuple(values)
+    return _vector_template(len(values)) % tuple(values)
 
 
 def _dumps(

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from memsvc.db.errors import DRIVER_ERRORS, connection_is_broken, translate, translate_errors
-from memsvc.db.pool import has_idle_connection, release, take_idle
+from memsvc.db.pool import release, take_idle
 from memsvc.db.replicas import ReadRouter
 from memsvc.errors import (
     ConcurrencyError,
@@ -149,8 +149,6 @@ class Repository:
         taken = take_idle(self._pool)
         if taken is not None:
             return taken
-        if has_idle_connection(self._pool):
-            return await self._pool.acquire()
         with waiting_for_connection(self._pool):
             async with asyncio.timeout(self._settings.command_timeout_s):
                 return await self._pool.acquire()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import hashlib
 import json
 import re
@@ -69,8 +70,22 @@ KEY_MAX_LENGTH = 1024
 # candidates (at most MAX_K) to reciprocal rank fusion (constant q.RRF_K).
 HYBRID_MIN_CANDIDATES = 50
 
-# Search statements kept per repository (see MemoryRepository._search_sqls).
-_SEARCH_SQL_CACHE = 256
+
+@functools.lru_cache(maxsize=256)
+def _search_sqls(schema: str, plan: str, **options: Any) -> tuple[str, str | None]:
+    """A search statement under ``plan``, and its exact fallback (auto plan).
+
+    Cached: the SQL text depends only on the schema, which placeholders and
+    filter texts a call has, never on bound values, and building it costs a
+    tenth of a small-scope search's client work. Filter texts vary with
+    their structure, so the cache is bounded.
+    """
+    sql = q.search(schema, exact=plan == "exact", **options)
+    fallback = None
+    if plan == "auto" and options["mode"] != "text":
+        fallback = q.search(schema, exact=True, **options)
+    return sql, fallback
+
 
 # "-" and "_" inside a word: read as spaces in text queries, as the text search
 # column reads them in its raw-token half (see tables.content_tsv_expression),
@@ -157,11 +172,6 @@ class MemoryRepository(Repository):
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
         self._as_of = AsOfReads()
         self._searchable = SearchableWords()
-        # Search statements (and their exact fallbacks) by plan and statement
-        # shape: the SQL text depends only on which placeholders and filter
-        # texts a call has, never on bound values, and building it costs a
-        # tenth of a small-scope search's client work.
-        self._search_sql: dict[tuple[object, ...], tuple[str, str | None]] = {}
 
     def set_delete_hook(self, hook: DeleteHook | None) -> None:
         """Install the function run before memories are deleted (used by assemblies)."""
@@ -1155,23 +1165,6 @@ class MemoryRepository(Repository):
             return ranking.diversify(hits, statement.diversity, statement.k)
         return hits[: statement.k]
 
-    def _search_sqls(self, plan: str, options: dict[str, Any]) -> tuple[str, str | None]:
-        """The statement of ``options`` under ``plan``, and its exact fallback (auto plan)."""
-        key = (plan, *options.values())
-        cached = self._search_sql.get(key)
-        if cached is not None:
-            return cached
-        sql = q.search(self._schema, exact=plan == "exact", **options)
-        fallback = None
-        if plan == "auto" and options["mode"] != "text":
-            fallback = q.search(self._schema, exact=True, **options)
-        if len(self._search_sql) >= _SEARCH_SQL_CACHE:
-            # Filter texts vary with their structure (operators, how many
-            # conditions): past the bound, forget all and rebuild what recurs.
-            self._search_sql.clear()
-        self._search_sql[key] = sql, fallback
-        return sql, fallback
-
     @staticmethod
     def _hit(statement: _SearchStatement, place: int, row: Any) -> SearchHit:
         """A text or hybrid hit (vector hits: :meth:`SearchHit.vector_hits`)."""
@@ -1363,7 +1356,7 @@ class MemoryRepository(Repository):
             # Diversity compares the candidates' vectors: they are read for it.
             "with_embeddings": with_embeddings or diversity is not None,
         }
-        sql, fallback = self._search_sqls(plan, options)
+        sql, fallback = _search_sqls(self._schema, plan, **options)
         return _SearchStatement(
             sql,
             params.values,
