@@ -140,20 +140,16 @@ class SearchHit:
 
     @classmethod
     def vector_hits(cls, rows: Iterable[Mapping[str, Any]], scope: Scope | None) -> list[SearchHit]:
-        """Vector-mode hits of search rows (``similarity`` column; rows without an id skipped).
+        """Vector-mode hits of search rows, best first (a ``similarity`` column, a float).
 
         Each scored by its similarity and ranked by its place; ``scope`` as in
         :meth:`Memory.from_row`. One loop with no call per row but the
         Memory's: the commonest search's result.
         """
         hits = []
-        place = 0
         from_row = Memory.from_row
-        for row in rows:
-            if row["id"] is None:
-                continue
-            place += 1
-            similarity = float(row["similarity"])
+        for place, row in enumerate(rows, 1):
+            similarity = row["similarity"]
             hit = _new(cls)
             hit.__dict__.update(
                 {

@@ -10,7 +10,7 @@ import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -126,6 +126,38 @@ def _is_real_type(kind: type) -> bool:
     return issubclass(kind, numbers.Real) and not issubclass(kind, bool | np.bool_)
 
 
+_FLOAT32 = np.dtype(np.float32)
+
+
+def is_plain_float32(
+    value: object, dim: int, vector_type: str
+) -> TypeGuard[np.ndarray[Any, np.dtype[np.float32]]]:
+    """Whether ``value`` is the commonest embedding: a float32 array of ``dim`` values.
+
+    Such a value needs only :func:`has_finite_length` of
+    :func:`validate_embedding`'s checks, for the ``vector`` type (whose range
+    is float32's). A native float32 array's dtype is numpy's one instance of
+    it: an identity test, where ``==`` converts its other side first.
+    """
+    return (
+        type(value) is np.ndarray
+        and value.dtype is _FLOAT32
+        and value.shape == (dim,)
+        and vector_type == "vector"
+    )
+
+
+def has_finite_length(vector: np.ndarray[Any, Any]) -> bool:
+    """Whether a float32 vector has no NaN or infinity and a non-zero length.
+
+    One pass answers all three: a NaN or infinite value makes the sum of
+    squares NaN or infinite too, as no length makes it 0. A vector it does
+    not clear goes through :func:`validate_embedding`'s full checks, which
+    name the problem (a sum can also overflow with finite values).
+    """
+    return 0.0 < float(np.dot(vector, vector)) < math.inf
+
+
 def validate_embedding(
     value: object,
     dim: int,
@@ -142,19 +174,9 @@ def validate_embedding(
     a zero vector (or one so small that its length is zero once stored)
     has no direction, and would score NaN against everything.
     """
-    if (
-        type(value) is np.ndarray
-        and value.dtype == np.float32
-        and value.shape == (dim,)
-        and vector_type == "vector"
-    ):
-        # The commonest query (an embedder's float32 array): a float32 value
-        # is within the vector type's range unless it is NaN or infinite, and
-        # then the sum of squares is NaN or infinite too, as it is when a
-        # vector has no length. One pass answers all three; anything it
-        # does not clear takes the checks below, which name the problem.
+    if is_plain_float32(value, dim, vector_type):
         vector = value.copy()  # the caller may reuse its array
-        if 0.0 < float(np.dot(vector, vector)) < math.inf:
+        if has_finite_length(vector):
             return vector
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "fiu":

@@ -146,3 +146,52 @@ def test_float32_query_arrays_get_the_same_answers_as_any_other_embedding() -> N
         with pytest.raises(ValidationError, match=message) as caught:
             validate_embedding(bad, 8, field="query", distance="cosine")
         assert caught.value.field == "query"
+
+
+async def test_plain_vector_searches_check_every_argument_though_their_statement_is_reused(
+    service: MemoryService, scope: Scope
+) -> None:
+    # A plain vector search (a float32 array, a scope, k, include, plan)
+    # builds its statement once per set of arguments and reuses it: each
+    # argument must still be checked, and each scope must get its own rows.
+    import numpy as np
+
+    sibling = Scope(scope.tenant, scope.project, scope.agent, "s-43")
+    mine = await service.memories.add(scope, "kept in the first session")
+    theirs = await service.memories.add(sibling, "kept in the second session")
+    query = np.asarray((await service.embedder(["kept in a session"]))[0], dtype=np.float32)
+    for _ in range(2):  # the second round runs on reused statements
+        for where, memory in ((scope, mine), (sibling, theirs)):
+            hits = await service.memories.search(where, query, k=5)
+            assert [hit.memory.id for hit in hits] == [memory.id]
+            assert hits[0].memory.scope == where
+            # The same search through the general path (a list query) agrees.
+            (general,) = await service.memories.search(where, query.tolist(), k=5)
+            assert general.memory.id == memory.id
+            assert math.isclose(general.similarity or 0, hits[0].similarity or 0, abs_tol=1e-6)
+        descendants = await service.memories.search(
+            Scope(scope.tenant), query, k=5, include="descendants"
+        )
+        assert {hit.memory.id for hit in descendants} == {mine.id, theirs.id}
+    bad_calls = [
+        ("k", {"k": True}),  # equal to k=1 as a key, but not an int
+        ("k", {"k": 0}),
+        ("k", {"k": 1.0}),
+        ("include", {"include": "everything"}),
+        ("plan", {"plan": "fastest"}),
+        ("query", {"query": np.full(384, math.nan, dtype=np.float32)}),
+        ("query", {"query": np.zeros(384, dtype=np.float32)}),
+        ("query", {"query": np.full(383, 0.5, dtype=np.float32)}),
+        ("scope", {"scope": {"tenant": scope.tenant}}),
+    ]
+    await service.memories.search(scope, query, k=1)
+    for field, change in bad_calls:
+        arguments = {"scope": scope, "query": query, "k": 1, **change}
+        target = arguments.pop("scope")
+        vector = arguments.pop("query")
+        with pytest.raises(ValidationError) as refused:
+            await service.memories.search(target, vector, **arguments)
+        assert refused.value.field == field, change
+    # A float32 array that is not native (big-endian) takes the full check.
+    (hit,) = await service.memories.search(scope, query.astype(">f4"), k=1)
+    assert hit.memory.id == mine.id

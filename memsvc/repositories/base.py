@@ -120,7 +120,8 @@ class Repository:
         # translate_errors() written out too: a generator-based context
         # manager costs about as much as the rest of this function.
         try:
-            pooled = await self._acquire()
+            # _acquire()'s fast path without its coroutine.
+            pooled = take_idle(self._pool) or await self._acquire()
             try:
                 result = await statement(pooled)
             except BaseException as exc:
@@ -195,7 +196,6 @@ class Repository:
 
         attempt: Callable[[], Awaitable[T]]
         if conn is None and not self._settings.row_level_security:
-            # The common case: no closure, one coroutine layer less.
             attempt = functools.partial(self._on_pooled, statement)
         else:
 
@@ -208,6 +208,15 @@ class Repository:
                 self._scoped(statement),
                 lambda: self._retrying(attempt, owns_transaction=True, idempotent=True),
             )
+        if conn is None and not self._settings.row_level_security:
+            # The commonest read: its first attempt without _retrying's
+            # coroutine (a small search's client work is a few such layers).
+            try:
+                return await self._on_pooled(statement)
+            except (ConcurrencyError, StorageError) as exc:
+                if not await self._retry_after(exc, 1, owns_transaction=True, idempotent=True):
+                    raise
+            return await self._retrying(attempt, owns_transaction=True, idempotent=True, tries=2)
         return await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
 
     def _scoped(
@@ -224,25 +233,31 @@ class Repository:
 
         return in_tenant
 
-    async def _run_search(
+    def _run_search(
         self, conn: asyncpg.Connection, sql: str, values: list[object]
-    ) -> list[Any]:
+    ) -> Awaitable[list[Any]]:
         """Run a vector search statement with memsvc's HNSW settings in force.
 
-        Normally they are the connection's startup settings (no round trip).
+        Normally they are the connection's startup settings (no round trip),
+        and the fetch is returned as it is, without a coroutine around it.
         Behind pgbouncer those are not ours, so they are set for one
         transaction only.
         """
         if not self._settings.pgbouncer:
-            rows: list[Any] = await conn.fetch(sql, *values)
-            return rows
+            fetched: Awaitable[list[Any]] = conn.fetch(sql, *values)
+            return fetched
+        return self._run_search_in_transaction(conn, sql, values)
+
+    async def _run_search_in_transaction(
+        self, conn: asyncpg.Connection, sql: str, values: list[object]
+    ) -> list[Any]:
         async with conn.transaction():
             await conn.execute(
                 f"SET LOCAL hnsw.ef_search = {int(self._settings.hnsw_ef_search)};"
                 " SET LOCAL hnsw.iterative_scan = relaxed_order;"
                 f" SET LOCAL hnsw.max_scan_tuples = {int(self._settings.hnsw_max_scan_tuples)}"
             )
-            rows = await conn.fetch(sql, *values)
+            rows: list[Any] = await conn.fetch(sql, *values)
         return rows
 
     @staticmethod
@@ -297,8 +312,26 @@ class Repository:
         owns_transaction: bool,
         *,
         idempotent: bool = False,
+        tries: int = 1,
     ) -> T:
-        """Run ``attempt``, retrying what a retry can fix.
+        """Run ``attempt``, retrying what a retry can fix (see :meth:`_retry_after`).
+
+        ``tries``: the number of this first attempt, when a caller made the
+        ones before it.
+        """
+        for number in range(tries, MAX_ATTEMPTS + 1):
+            try:
+                return await attempt()
+            except (ConcurrencyError, StorageError) as exc:
+                if not await self._retry_after(exc, number, owns_transaction, idempotent):
+                    raise
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    async def _retry_after(
+        exc: MemsvcError, tries: int, owns_transaction: bool, idempotent: bool
+    ) -> bool:
+        """Whether attempt number ``tries``, failed with ``exc``, is worth another (after a pause).
 
         Only where memsvc owns the transaction (inside a caller's transaction
         the whole transaction is doomed, so the error goes to the caller):
@@ -310,24 +343,20 @@ class Repository:
 
         Lock timeouts are not retried: they already used the time budget.
         """
-        for tries in range(1, MAX_ATTEMPTS + 1):
-            try:
-                return await attempt()
-            except ConcurrencyError as exc:
-                state = getattr(exc.__cause__, "sqlstate", None)
-                if not owns_transaction or state not in RETRY_SQLSTATES or tries == MAX_ATTEMPTS:
-                    raise
-                await asyncio.sleep(min(0.5, 0.01 * 2**tries) * random.random())
-            except StorageError as exc:
-                unsent = isinstance(exc.__cause__, asyncpg.InternalClientError)
-                # A statement prepared before a schema change (the switch of an
-                # embedding-model migration) ran in a transaction, so the
-                # driver could not re-prepare it: the whole attempt can.
-                unsent = unsent or isinstance(exc.__cause__, asyncpg.InvalidCachedStatementError)
-                # A timeout used the call's deadline up: it is reported, not retried.
-                timed_out = isinstance(exc.__cause__, TimeoutError)
-                broken = idempotent and connection_is_broken(exc) and not timed_out
-                if not owns_transaction or not (unsent or broken) or tries == MAX_ATTEMPTS:
-                    raise
-                # The broken connection was closed; the next attempt gets another.
-        raise AssertionError("unreachable")
+        if not owns_transaction or tries >= MAX_ATTEMPTS:
+            return False
+        if isinstance(exc, ConcurrencyError):
+            if getattr(exc.__cause__, "sqlstate", None) not in RETRY_SQLSTATES:
+                return False
+            await asyncio.sleep(min(0.5, 0.01 * 2**tries) * random.random())
+            return True
+        unsent = isinstance(exc.__cause__, asyncpg.InternalClientError)
+        # A statement prepared before a schema change (the switch of an
+        # embedding-model migration) ran in a transaction, so the driver
+        # could not re-prepare it: the whole attempt can.
+        unsent = unsent or isinstance(exc.__cause__, asyncpg.InvalidCachedStatementError)
+        # A timeout used the call's deadline up: it is reported, not retried.
+        timed_out = isinstance(exc.__cause__, TimeoutError)
+        broken = idempotent and connection_is_broken(exc) and not timed_out
+        # The broken connection was closed; the next attempt gets another.
+        return unsent or broken

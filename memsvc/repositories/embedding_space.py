@@ -98,9 +98,13 @@ class EmbeddingSpace:
             self._switched(EmbeddingMigration(row["id"], row["embedder"], row["dim"]))
         self._seen = row["id"]
 
+    def refresh_due(self) -> bool:
+        """Whether the last read of the migration state is older than the interval."""
+        return time.monotonic() - self._checked >= self._interval
+
     async def refresh_if_due(self, pool: asyncpg.Pool) -> None:
         """Re-read the migration state when the last read is older than the interval."""
-        if time.monotonic() - self._checked >= self._interval:
+        if self.refresh_due():
             await self.refresh(pool)
 
     async def hold(self, conn: asyncpg.Connection) -> None:

@@ -40,6 +40,8 @@ from memsvc.settings import Settings
 from memsvc.telemetry import traced_operations
 from memsvc.validation import (
     check_text,
+    has_finite_length,
+    is_plain_float32,
     validate_content,
     validate_embedded,
     validate_embedding,
@@ -119,6 +121,24 @@ class _SearchStatement:
     candidates: int  # rows each hybrid arm contributes at most
     scope: Scope | None = None  # the scope of every hit, when include="exact"
 
+    def bound(self, vector: object) -> _SearchStatement:
+        """This statement with ``vector`` as its query vector (``$1``), the rest shared."""
+        values = self.values.copy()
+        values[0] = vector
+        return _SearchStatement(
+            self.sql,
+            values,
+            self.fetch,
+            self.exact_sql,
+            self.mode,
+            self.text,
+            self.k,
+            self.rank,
+            self.diversity,
+            self.candidates,
+            self.scope,
+        )
+
 
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
 @tenant_scoped
@@ -172,6 +192,11 @@ class MemoryRepository(Repository):
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
         self._as_of = AsOfReads()
         self._searchable = SearchableWords()
+        # Plain vector searches' statements, by their arguments but the query
+        # (see _search_statement). Bounded: apps search many scopes.
+        self._vector_search_templates = functools.lru_cache(maxsize=4096)(
+            self._vector_search_template
+        )
 
     def set_delete_hook(self, hook: DeleteHook | None) -> None:
         """Install the function run before memories are deleted (used by assemblies)."""
@@ -1083,50 +1108,28 @@ class MemoryRepository(Repository):
         """
         if not isinstance(with_embeddings, bool):
             raise ValidationError("with_embeddings", "must be True or False")
-        await self._follow_space()
+        # _follow_space() when due, without its coroutines otherwise (a
+        # search's client work is a few such layers).
+        if self._space.refresh_due():
+            await self._follow_space()
+        self._space.check()
 
-        async def prepare() -> _SearchStatement:
-            return await self._search_statement(
-                scope,
-                query,
-                k,
-                include,
-                where,
-                min_importance,
-                created_after,
-                created_before,
-                rank,
-                mode,
-                query_embedding,
-                diversity,
-                plan,
-                with_embeddings,
-            )
-
-        async def run(
-            active: asyncpg.Connection, statement: _SearchStatement
-        ) -> tuple[builtins.list[Any], int | None]:
-            rows = await self._run_search(active, statement.sql, statement.values)
-            if statement.exact_sql is not None and self._short(statement, rows):
-                # The index ran out (max_scan_tuples) before filters let k rows
-                # through, or the scope is small: scan exactly to be sure.
-                rows = await self._run_search(active, statement.exact_sql, statement.values)
-            if statement.mode == "text":
-                # Text mode's statement has no row to carry the count: only
-                # an empty result asks whether the query had words at all,
-                # unless it holds a word known to be searchable.
-                text = statement.values[0]
-                assert isinstance(text, str)
-                if rows or self._searchable.known_in(text):
-                    return rows, None
-                words = self._searchable.plain_words(text)
-                found = await active.fetchrow(
-                    q.query_terms(self._settings.text_search_config), text, words
-                )
-                self._searchable.learn(found["searchable"])
-                return rows, found["terms"]
-            return rows, rows[0]["query_terms"] if statement.mode == "hybrid" else None
-
+        arguments = (
+            scope,
+            query,
+            k,
+            include,
+            where,
+            min_importance,
+            created_after,
+            created_before,
+            rank,
+            mode,
+            query_embedding,
+            diversity,
+            plan,
+            with_embeddings,
+        )
         if self._space.migrating:
             # Embed the query and search under the migration's row: both in the
             # old model, or (if it switched meanwhile) both in the new one.
@@ -1134,15 +1137,15 @@ class MemoryRepository(Repository):
                 async with self._transaction(conn) as active:
                     await self._space.hold(active)
                     self._space.check()
-                    held_statement = await prepare()
-                    return held_statement, await run(active, held_statement)
+                    held_statement = await self._search_statement(*arguments)
+                    return held_statement, await self._search_rows(held_statement, active)
 
             statement, (rows, terms) = await self._retrying(
                 held, owns_transaction=conn is None, idempotent=True
             )
         else:
-            statement = await prepare()
-            rows, terms = await self._read(conn, lambda active: run(active, statement))
+            statement = await self._search_statement(*arguments)
+            rows, terms = await self._read(conn, functools.partial(self._search_rows, statement))
         if terms == 0:
             raise ValidationError(
                 "query",
@@ -1164,6 +1167,33 @@ class MemoryRepository(Repository):
         if statement.diversity is not None:
             return ranking.diversify(hits, statement.diversity, statement.k)
         return hits[: statement.k]
+
+    async def _search_rows(
+        self, statement: _SearchStatement, active: asyncpg.Connection
+    ) -> tuple[builtins.list[Any], int | None]:
+        """The statement's rows, and (text and hybrid modes) how many terms the query had."""
+        rows = await self._run_search(active, statement.sql, statement.values)
+        if statement.exact_sql is not None and self._short(statement, rows):
+            # The index ran out (max_scan_tuples) before filters let k rows
+            # through, or the scope is small: scan exactly to be sure.
+            rows = await self._run_search(active, statement.exact_sql, statement.values)
+        if statement.mode == "vector":
+            return rows, None
+        if statement.mode == "text":
+            # Text mode's statement has no row to carry the count: only
+            # an empty result asks whether the query had words at all,
+            # unless it holds a word known to be searchable.
+            text = statement.values[0]
+            assert isinstance(text, str)
+            if rows or self._searchable.known_in(text):
+                return rows, None
+            words = self._searchable.plain_words(text)
+            found = await active.fetchrow(
+                q.query_terms(self._settings.text_search_config), text, words
+            )
+            self._searchable.learn(found["searchable"])
+            return rows, found["terms"]
+        return rows, rows[0]["query_terms"]
 
     @staticmethod
     def _hit(statement: _SearchStatement, place: int, row: Any) -> SearchHit:
@@ -1284,30 +1314,151 @@ class MemoryRepository(Repository):
         plan: SearchPlan,
         with_embeddings: bool = True,
     ) -> _SearchStatement:
-        scope = validate_scope(scope)
-        include = validate_include(include)
-        k = validate_limit(k, "k", MAX_K)
+        if (
+            type(query) is np.ndarray
+            and type(scope) is Scope
+            and type(include) is str
+            and type(k) is int
+            and type(plan) is str
+            and where is None
+            and min_importance is None
+            and created_after is None
+            and created_before is None
+            and rank == "similarity"
+            and mode is None
+            and query_embedding is None
+            and diversity is None
+        ):
+            # The commonest search: an embedding, nothing but a scope. Its
+            # statement differs between calls only in the query vector, so it
+            # is built (and its arguments checked) once per set of arguments:
+            # on a small scope, building it cost as much client time as the
+            # rest of the search. Exact types in the key: True == 1, and a
+            # value equal to a checked one is only as good when it is one.
+            template = self._vector_search_templates(
+                self._space.generation, scope, include, k, plan, with_embeddings
+            )
+            return template.bound(self._query_vector(query, "query"))
+        scope, include, k, diversity = self._search_arguments(
+            scope, include, k, rank, plan, diversity
+        )
+        search_mode, text = self._search_mode(query, mode, query_embedding)
+        vector: object = None
+        if search_mode != "text":
+            if query_embedding is not None:
+                vector = self._query_vector(query_embedding, "query_embedding")
+            elif text is not None:
+                vector = (await self._embed([text], "query"))[0]
+            else:
+                vector = self._query_vector(query, "query")
+        return self._statement(
+            scope,
+            include,
+            k,
+            where,
+            min_importance,
+            created_after,
+            created_before,
+            rank,
+            diversity,
+            plan,
+            with_embeddings,
+            search_mode,
+            text,
+            vector,
+        )
+
+    def _search_arguments(
+        self,
+        scope: object,
+        include: object,
+        k: object,
+        rank: object,
+        plan: object,
+        diversity: object,
+    ) -> tuple[Scope, Include, int, float | None]:
+        """The search arguments every mode checks first, normalised."""
+        checked_scope = validate_scope(scope)
+        checked_include = validate_include(include)
+        checked_k = validate_limit(k, "k", MAX_K)
         if rank not in ("similarity", "recall"):
             raise ValidationError("rank", "must be similarity or recall")
         if plan not in ("auto", "exact", "index"):
             raise ValidationError("plan", "must be auto, exact or index")
-        if diversity is not None:
-            if (
-                isinstance(diversity, bool)
-                or not isinstance(diversity, int | float)
-                or not 0 <= diversity <= 1
-            ):
-                raise ValidationError("diversity", "must be a number from 0 to 1")
-            diversity = float(diversity)
-        search_mode, text = self._search_mode(query, mode, query_embedding)
-        vector = None
-        if search_mode != "text":
-            if query_embedding is not None:
-                vector = self._vector(query_embedding, "query_embedding")
-            elif text is not None:
-                vector = (await self._embed([text], "query"))[0]
-            else:
-                vector = self._vector(query, "query")
+        if diversity is None:
+            return checked_scope, checked_include, checked_k, None
+        if (
+            isinstance(diversity, bool)
+            or not isinstance(diversity, int | float)
+            or not 0 <= diversity <= 1
+        ):
+            raise ValidationError("diversity", "must be a number from 0 to 1")
+        return checked_scope, checked_include, checked_k, float(diversity)
+
+    def _vector_search_template(
+        self,
+        generation: int,
+        scope: Scope,
+        include: Include,
+        k: int,
+        plan: SearchPlan,
+        with_embeddings: bool,
+    ) -> _SearchStatement:
+        """A plain vector search's statement, its query vector left out (see ``bound``).
+
+        ``generation``, the embedding space's, is part of the cache key only:
+        a switch of model may change the dimension the query is checked for.
+        """
+        del generation
+        scope, include, k, _ = self._search_arguments(scope, include, k, "similarity", plan, None)
+        return self._statement(
+            scope,
+            include,
+            k,
+            None,
+            None,
+            None,
+            None,
+            "similarity",
+            None,
+            plan,
+            with_embeddings,
+            "vector",
+            None,
+            None,
+        )
+
+    def _query_vector(self, value: object, field: str) -> object:
+        """A query embedding, checked, as the statement will send it.
+
+        The commonest query, a float32 array, is sent in the wire format at
+        once: the bytes are the snapshot a check must hold (the caller may
+        reuse its array) and the codec passes them through, where the array
+        would be copied twice more. Anything else is checked in full.
+        """
+        space, settings = self._space, self._settings
+        if is_plain_float32(value, space.dim, settings.vector_type) and has_finite_length(value):
+            return vector_bytes(value)
+        return self._vector(value, field)
+
+    def _statement(
+        self,
+        scope: Scope,
+        include: Include,
+        k: int,
+        where: Mapping[str, Any] | None,
+        min_importance: float | None,
+        created_after: datetime | None,
+        created_before: datetime | None,
+        rank: Rank,
+        diversity: float | None,
+        plan: SearchPlan,
+        with_embeddings: bool,
+        search_mode: str,
+        text: str | None,
+        vector: object,
+    ) -> _SearchStatement:
+        """The search statement of checked arguments; the query vector (if any) is ``$1``."""
         reordered = (
             rank == "recall"
             or diversity is not None
@@ -1317,7 +1468,7 @@ class MemoryRepository(Repository):
         candidates = min(MAX_K, max(2 * fetch, HYBRID_MIN_CANDIDATES))
 
         params = Params()
-        query_param = None if vector is None else params.add(vector)
+        query_param = None if search_mode == "text" else params.add(vector)
         text_param = required_param = ranked_param = None
         if search_mode != "vector":
             assert text is not None
