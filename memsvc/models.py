@@ -63,10 +63,11 @@ def _short_repr(obj: Any, vector_field: str) -> str:
 
 
 # Memory and SearchHit keep their fields in an instance dict (no slots): a
-# row read back fills it in one update of an instance made without __init__
-# (the values are memsvc's own, already typed), where a slotted frozen
-# dataclass's __init__ makes one object.__setattr__ call per field, which
-# was the largest share of a search's client work.
+# row read back is stored into the dict of an instance made without
+# __init__ (the values are memsvc's own, already typed), one dict store per
+# field, where a slotted frozen dataclass's __init__ makes one
+# object.__setattr__ call per field, which was the largest share of a
+# search's client work (and a dict literal merged in costs a dict more).
 @dataclass(frozen=True)
 class Memory:
     """A long-term memory."""
@@ -95,24 +96,21 @@ class Memory:
         """
         embedding = row["embedding"]
         memory = _new(cls)
-        memory.__dict__.update(
-            {
-                "id": row["id"],
-                "scope": scope_from_row(row) if scope is None else scope,
-                "content": row["content"],
-                "content_hash": row["content_hash"],
-                "metadata": row["metadata"],
-                "embedding": None if embedding is None else embedding.tolist(),
-                "importance": real_value(row["importance"]),
-                "version": row["version"],
-                "created_at": row["created_at"],
-                "updated_at": row["updated_at"],
-                "key": row["key"],
-                "expires_at": row["expires_at"],
-                "access_count": row["access_count"],
-                "last_accessed_at": row["last_accessed_at"],
-            }
-        )
+        fields = memory.__dict__
+        fields["id"] = row["id"]
+        fields["scope"] = scope_from_row(row) if scope is None else scope
+        fields["content"] = row["content"]
+        fields["content_hash"] = row["content_hash"]
+        fields["metadata"] = row["metadata"]
+        fields["embedding"] = None if embedding is None else embedding.tolist()
+        fields["importance"] = real_value(row["importance"])
+        fields["version"] = row["version"]
+        fields["created_at"] = row["created_at"]
+        fields["updated_at"] = row["updated_at"]
+        fields["key"] = row["key"]
+        fields["expires_at"] = row["expires_at"]
+        fields["access_count"] = row["access_count"]
+        fields["last_accessed_at"] = row["last_accessed_at"]
         return memory
 
     def __repr__(self) -> str:
@@ -151,16 +149,13 @@ class SearchHit:
         for place, row in enumerate(rows, 1):
             similarity = row["similarity"]
             hit = _new(cls)
-            hit.__dict__.update(
-                {
-                    "memory": from_row(row, scope),
-                    "score": similarity,
-                    "similarity": similarity,
-                    "arms": _VECTOR_ARM,
-                    "vector_rank": place,
-                    "text_rank": None,
-                }
-            )
+            fields = hit.__dict__
+            fields["memory"] = from_row(row, scope)
+            fields["score"] = similarity
+            fields["similarity"] = similarity
+            fields["arms"] = _VECTOR_ARM
+            fields["vector_rank"] = place
+            fields["text_rank"] = None
             hits.append(hit)
         return hits
 
