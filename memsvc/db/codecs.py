@@ -18,7 +18,8 @@ from memsvc import jsontext
 _HEADER = struct.Struct(">HH")
 
 
-_WIRE_DTYPES = {"vector": ">f4", "halfvec": ">f2"}
+# dtype objects, not strings: numpy parses a string at every call.
+_WIRE_DTYPES: dict[str, np.dtype[Any]] = {"vector": np.dtype(">f4"), "halfvec": np.dtype(">f2")}
 
 
 def vector_bytes(value: Any, vector_type: str = "vector") -> bytes:
@@ -27,8 +28,11 @@ def vector_bytes(value: Any, vector_type: str = "vector") -> bytes:
     Arrays of vectors are sent pre-encoded: asyncpg would otherwise take each
     numpy array for one more array dimension.
     """
-    array = np.asarray(value, dtype=_WIRE_DTYPES[vector_type])
-    return _HEADER.pack(array.shape[0], 0) + array.tobytes()
+    dtype = _WIRE_DTYPES[vector_type]
+    # astype: an array's own conversion, without asarray's dispatch.
+    array = value.astype(dtype) if type(value) is np.ndarray else np.asarray(value, dtype=dtype)
+    encoded: bytes = _HEADER.pack(array.shape[0], 0) + array.tobytes()
+    return encoded
 
 
 def _encoder(vector_type: str) -> Any:
@@ -40,7 +44,7 @@ def _encoder(vector_type: str) -> Any:
     return encode
 
 
-def _decoder(dtype: str) -> Any:
+def _decoder(dtype: np.dtype[Any]) -> Any:
     def decode(data: bytes) -> np.ndarray[Any, Any]:
         return np.frombuffer(data, dtype=dtype, offset=4).astype(np.float32)
 

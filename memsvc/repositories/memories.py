@@ -1336,7 +1336,17 @@ class MemoryRepository(Repository):
             # rest of the search. Exact types in the key: True == 1, and a
             # value equal to a checked one is only as good when it is one.
             template = self._vector_search_templates(
-                self._space.generation, scope, include, k, plan, with_embeddings
+                self._space.generation,
+                # The scope by its levels: strings hash and compare in C,
+                # a Scope through its dataclass methods.
+                scope.tenant,
+                scope.project,
+                scope.agent,
+                scope.session,
+                include,
+                k,
+                plan,
+                with_embeddings,
             )
             return template.bound(self._query_vector(query, "query"))
         scope, include, k, diversity = self._search_arguments(
@@ -1398,7 +1408,10 @@ class MemoryRepository(Repository):
     def _vector_search_template(
         self,
         generation: int,
-        scope: Scope,
+        tenant: str,
+        project: str | None,
+        agent: str | None,
+        session: str | None,
         include: Include,
         k: int,
         plan: SearchPlan,
@@ -1410,7 +1423,9 @@ class MemoryRepository(Repository):
         a switch of model may change the dimension the query is checked for.
         """
         del generation
-        scope, include, k, _ = self._search_arguments(scope, include, k, "similarity", plan, None)
+        scope, include, k, _ = self._search_arguments(
+            Scope(tenant, project, agent, session), include, k, "similarity", plan, None
+        )
         return self._statement(
             scope,
             include,
