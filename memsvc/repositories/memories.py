@@ -1365,17 +1365,17 @@ class MemoryRepository(Repository):
             scope,
             include,
             k,
-            where,
-            min_importance,
-            created_after,
-            created_before,
-            rank,
-            diversity,
-            plan,
-            with_embeddings,
             search_mode,
-            text,
-            vector,
+            text=text,
+            vector=vector,
+            where=where,
+            min_importance=min_importance,
+            created_after=created_after,
+            created_before=created_before,
+            rank=rank,
+            diversity=diversity,
+            plan=plan,
+            with_embeddings=with_embeddings,
         )
 
     def _search_arguments(
@@ -1427,20 +1427,7 @@ class MemoryRepository(Repository):
             Scope(tenant, project, agent, session), include, k, "similarity", plan, None
         )
         return self._statement(
-            scope,
-            include,
-            k,
-            None,
-            None,
-            None,
-            None,
-            "similarity",
-            None,
-            plan,
-            with_embeddings,
-            "vector",
-            None,
-            None,
+            scope, include, k, "vector", plan=plan, with_embeddings=with_embeddings
         )
 
     def _query_vector(self, value: object, field: str) -> object:
@@ -1461,19 +1448,24 @@ class MemoryRepository(Repository):
         scope: Scope,
         include: Include,
         k: int,
-        where: Mapping[str, Any] | None,
-        min_importance: float | None,
-        created_after: datetime | None,
-        created_before: datetime | None,
-        rank: Rank,
-        diversity: float | None,
+        search_mode: str,
+        *,
+        text: str | None = None,
+        vector: object = None,
+        where: Mapping[str, Any] | None = None,
+        min_importance: float | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        rank: Rank = "similarity",
+        diversity: float | None = None,
         plan: SearchPlan,
         with_embeddings: bool,
-        search_mode: str,
-        text: str | None,
-        vector: object,
     ) -> _SearchStatement:
-        """The search statement of checked arguments; the query vector (if any) is ``$1``."""
+        """The search statement of checked arguments; the query vector (if any) is ``$1``.
+
+        A plain vector search's template passes no ``vector``: ``$1`` is then
+        None until :meth:`_SearchStatement.bound` fills it in.
+        """
         reordered = (
             rank == "recall"
             or diversity is not None
