@@ -138,7 +138,10 @@ class SearchHit:
 
     @classmethod
     def vector_hits(cls, rows: Iterable[Mapping[str, Any]], scope: Scope | None) -> list[SearchHit]:
-        """Vector-mode hits of search rows, best first (a ``similarity`` column, a float).
+        """Hits of the vector-mode statement's rows, best first.
+
+        Those rows all have an id (unlike hybrid's, which carry a count row)
+        and a ``similarity`` column, a float.
 
         Each scored by its similarity and ranked by its place; ``scope`` as in
         :meth:`Memory.from_row`. One loop with no call per row but the

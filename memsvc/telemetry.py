@@ -103,6 +103,10 @@ class _Instruments:
         # With the global provider, tracing starts once the app sets a real
         # one (see global_tracing); until then a call costs no span at all.
         self._awaiting_global = tracer_provider is None
+        # A provider named by the environment is loaded by the first
+        # get_tracer_provider() call: global_tracing always makes that call
+        # when the variable was set as memsvc's telemetry started.
+        self._provider_from_environment = OTEL_PYTHON_TRACER_PROVIDER in os.environ
         self.tracer: Tracer = trace.NoOpTracer()
         self.tracing = False
         if tracer_provider is not None:
@@ -185,7 +189,7 @@ class _Instruments:
         """
         if not self._awaiting_global:
             return False
-        if _global_provider_unset():
+        if not self._provider_from_environment and _global_provider_unset():
             return False
         provider = trace.get_tracer_provider()
         if isinstance(provider, trace.ProxyTracerProvider):
@@ -203,15 +207,11 @@ class _Instruments:
 # the one the variable names, which also fills this), the module attribute is
 # None; if OpenTelemetry stops having it, the public call is always made.
 _UNKNOWN = object()
-_PROVIDER_FROM_ENVIRONMENT = OTEL_PYTHON_TRACER_PROVIDER in os.environ
 
 
 def _global_provider_unset() -> bool:
-    """Whether no global tracer provider can have been set yet (cheap; False when unsure)."""
-    return (
-        not _PROVIDER_FROM_ENVIRONMENT
-        and getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None
-    )
+    """Whether no global tracer provider has been set in code yet (cheap; False when unsure)."""
+    return getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None
 
 
 _instruments: _Instruments | None = None

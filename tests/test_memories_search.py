@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -287,3 +288,77 @@ async def test_hits_and_memories_read_back_equal_ones_built_by_their_constructor
     with pytest.raises(dataclasses.FrozenInstanceError):
         hit.memory.content = "changed"  # type: ignore[misc]
     assert hash(hit.memory.scope) == hash(scope)
+
+
+async def test_plain_vector_searches_check_every_argument_though_their_statement_is_reused(
+    service: MemoryService, scope: Scope
+) -> None:
+    # A plain vector search (a float32 array, a scope, k, include, plan)
+    # builds its statement once per set of arguments and reuses it: each
+    # argument must still be checked, and each scope must get its own rows.
+    sibling = Scope(scope.tenant, scope.project, scope.agent, "s-43")
+    mine = await service.memories.add(scope, "kept in the first session")
+    theirs = await service.memories.add(sibling, "kept in the second session")
+    query = np.asarray((await service.embedder(["kept in a session"]))[0], dtype=np.float32)
+    for _ in range(2):  # the second round runs on reused statements
+        for where, memory in ((scope, mine), (sibling, theirs)):
+            hits = await service.memories.search(where, query, k=5)
+            assert [hit.memory.id for hit in hits] == [memory.id]
+            assert hits[0].memory.scope == where
+            # The same search through the general path (a list query) agrees.
+            (general,) = await service.memories.search(where, query.tolist(), k=5)
+            assert general.memory.id == memory.id
+            assert math.isclose(general.similarity or 0, hits[0].similarity or 0, abs_tol=1e-6)
+        descendants = await service.memories.search(
+            Scope(scope.tenant), query, k=5, include="descendants"
+        )
+        assert {hit.memory.id for hit in descendants} == {mine.id, theirs.id}
+    templates = service.memories._vector_search_templates
+    # Three statements built in the first round, reused in the second.
+    assert (templates.cache_info().misses, templates.cache_info().hits) == (3, 3)
+    # Embeddings asked for, and explain_search: statements of their own.
+    (with_vector,) = await service.memories.search(scope, query, k=5, with_embeddings=True)
+    assert with_vector.memory.embedding is not None and with_vector.memory.id == mine.id
+    (plain,) = await service.memories.search(scope, query, k=5)
+    assert plain.memory.embedding is None
+    assert "Limit" in await service.memories.explain_search(scope, query, k=5)
+    bad_calls = [
+        ("k", {"k": True}),  # equal to k=1 as a key, but not an int
+        ("k", {"k": 0}),
+        ("k", {"k": 1.0}),
+        ("include", {"include": "everything"}),
+        ("plan", {"plan": "fastest"}),
+        ("query", {"query": np.full(384, math.nan, dtype=np.float32)}),
+        ("query", {"query": np.zeros(384, dtype=np.float32)}),
+        ("query", {"query": np.full(383, 0.5, dtype=np.float32)}),
+        ("scope", {"scope": {"tenant": scope.tenant}}),
+    ]
+    await service.memories.search(scope, query, k=1)
+    for field, change in bad_calls:
+        arguments = {"scope": scope, "query": query, "k": 1, **change}
+        target = arguments.pop("scope")
+        vector = arguments.pop("query")
+        with pytest.raises(ValidationError) as refused:
+            await service.memories.search(target, vector, **arguments)
+        assert refused.value.field == field, change
+    # A float32 array that is not native (big-endian) takes the full check.
+    (hit,) = await service.memories.search(scope, query.astype(">f4"), k=1)
+    assert hit.memory.id == mine.id
+
+
+def test_a_bound_template_carries_every_field_but_the_query() -> None:
+    # bound() copies the template's fields one by one: a field added later
+    # and left out there would silently take its default in cached searches.
+    from memsvc.repositories.memories import _SearchStatement
+
+    values: dict[str, object] = {
+        f.name: f"value of {f.name}" for f in dataclasses.fields(_SearchStatement)
+    }
+    values["values"] = [None, "t", 10]
+    template = _SearchStatement(**values)
+    bound = template.bound(b"vector")
+    for field in dataclasses.fields(template):
+        if field.name == "values":
+            assert bound.values == [b"vector", "t", 10] and template.values[0] is None
+        else:
+            assert getattr(bound, field.name) == getattr(template, field.name), field.name

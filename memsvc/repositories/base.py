@@ -121,7 +121,9 @@ class Repository:
         # manager costs about as much as the rest of this function.
         try:
             # _acquire()'s fast path without its coroutine.
-            pooled = take_idle(self._pool) or await self._acquire()
+            pooled = take_idle(self._pool)
+            if pooled is None:
+                pooled = await self._acquire()
             try:
                 result = await statement(pooled)
             except BaseException as exc:
@@ -214,9 +216,11 @@ class Repository:
             try:
                 return await self._on_pooled(statement)
             except (ConcurrencyError, StorageError) as exc:
-                if not await self._retry_after(exc, 1, owns_transaction=True, idempotent=True):
+                if not await self._should_retry(exc, 1, owns_transaction=True, idempotent=True):
                     raise
-            return await self._retrying(attempt, owns_transaction=True, idempotent=True, tries=2)
+            return await self._retrying(
+                attempt, owns_transaction=True, idempotent=True, first_attempt=2
+            )
         return await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
 
     def _scoped(
@@ -312,26 +316,27 @@ class Repository:
         owns_transaction: bool,
         *,
         idempotent: bool = False,
-        tries: int = 1,
+        first_attempt: int = 1,
     ) -> T:
-        """Run ``attempt``, retrying what a retry can fix (see :meth:`_retry_after`).
+        """Run ``attempt``, retrying what a retry can fix (see :meth:`_should_retry`).
 
-        ``tries``: the number of this first attempt, when a caller made the
-        ones before it.
+        ``first_attempt``: the number of this first attempt, when a caller
+        made the ones before it.
         """
-        for number in range(tries, MAX_ATTEMPTS + 1):
+        assert 1 <= first_attempt <= MAX_ATTEMPTS
+        for number in range(first_attempt, MAX_ATTEMPTS + 1):
             try:
                 return await attempt()
             except (ConcurrencyError, StorageError) as exc:
-                if not await self._retry_after(exc, number, owns_transaction, idempotent):
+                if not await self._should_retry(exc, number, owns_transaction, idempotent):
                     raise
         raise AssertionError("unreachable")
 
     @staticmethod
-    async def _retry_after(
-        exc: MemsvcError, tries: int, owns_transaction: bool, idempotent: bool
+    async def _should_retry(
+        exc: ConcurrencyError | StorageError, attempt: int, owns_transaction: bool, idempotent: bool
     ) -> bool:
-        """Whether attempt number ``tries``, failed with ``exc``, is worth another (after a pause).
+        """Whether attempt number ``attempt``, failed with ``exc``, gets another (after a pause).
 
         Only where memsvc owns the transaction (inside a caller's transaction
         the whole transaction is doomed, so the error goes to the caller):
@@ -343,12 +348,12 @@ class Repository:
 
         Lock timeouts are not retried: they already used the time budget.
         """
-        if not owns_transaction or tries >= MAX_ATTEMPTS:
+        if not owns_transaction or attempt >= MAX_ATTEMPTS:
             return False
         if isinstance(exc, ConcurrencyError):
             if getattr(exc.__cause__, "sqlstate", None) not in RETRY_SQLSTATES:
                 return False
-            await asyncio.sleep(min(0.5, 0.01 * 2**tries) * random.random())
+            await asyncio.sleep(min(0.5, 0.01 * 2**attempt) * random.random())
             return True
         unsent = isinstance(exc.__cause__, asyncpg.InternalClientError)
         # A statement prepared before a schema change (the switch of an

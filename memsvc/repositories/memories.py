@@ -106,7 +106,9 @@ def _scope_params(scope: Scope) -> list[object]:
 
 
 # Not frozen: built once per search, and a frozen dataclass's __init__ costs
-# one object.__setattr__ call per field.
+# one object.__setattr__ call per field. Never changed once built: a plain
+# vector search's statement is a template shared by every such search (see
+# bound), and a change would reach them all.
 @dataclass(slots=True)
 class _SearchStatement:
     sql: str
@@ -193,7 +195,9 @@ class MemoryRepository(Repository):
         self._as_of = AsOfReads()
         self._searchable = SearchableWords()
         # Plain vector searches' statements, by their arguments but the query
-        # (see _search_statement). Bounded: apps search many scopes.
+        # (see _search_statement). Bounded: apps search many scopes. (The
+        # cache holds this repository through its method: a cycle the garbage
+        # collector frees with the service.)
         self._vector_search_templates = functools.lru_cache(maxsize=4096)(
             self._vector_search_template
         )
@@ -1108,10 +1112,10 @@ class MemoryRepository(Repository):
         """
         if not isinstance(with_embeddings, bool):
             raise ValidationError("with_embeddings", "must be True or False")
-        # _follow_space() when due, without its coroutines otherwise (a
+        # _follow_space(), without its coroutines when no re-read is due (a
         # search's client work is a few such layers).
         if self._space.refresh_due():
-            await self._follow_space()
+            await self._space.refresh(self._pool)
         self._space.check()
 
         arguments = (
@@ -1419,28 +1423,34 @@ class MemoryRepository(Repository):
     ) -> _SearchStatement:
         """A plain vector search's statement, its query vector left out (see ``bound``).
 
-        ``generation``, the embedding space's, is part of the cache key only:
-        a switch of model may change the dimension the query is checked for.
+        ``generation``, the embedding space's, is in the cache key only: the
+        templates of one model are not reused after a switch to another (the
+        query's dimension is checked per call). The levels are those of a
+        Scope the caller passed, so they make one again without new checks,
+        as the general path takes a Scope as it is.
         """
         del generation
         scope, include, k, _ = self._search_arguments(
-            Scope(tenant, project, agent, session), include, k, "similarity", plan, None
+            Scope.trusted(tenant, project, agent, session), include, k, "similarity", plan, None
         )
         return self._statement(
             scope, include, k, "vector", plan=plan, with_embeddings=with_embeddings
         )
 
-    def _query_vector(self, value: object, field: str) -> object:
+    def _query_vector(self, value: object, field: str) -> bytes | np.ndarray[Any, Any]:
         """A query embedding, checked, as the statement will send it.
 
-        The commonest query, a float32 array, is sent in the wire format at
-        once: the bytes are the snapshot a check must hold (the caller may
-        reuse its array) and the codec passes them through, where the array
-        would be copied twice more. Anything else is checked in full.
+        The commonest query, a float32 array, is checked on a copy (the
+        caller may change its array meanwhile, even from another thread) and
+        that copy is sent in the wire format at once: the codec passes bytes
+        through, where an array would be converted again. Anything else is
+        checked in full.
         """
         space, settings = self._space, self._settings
-        if is_plain_float32(value, space.dim, settings.vector_type) and has_finite_length(value):
-            return vector_bytes(value)
+        if is_plain_float32(value, space.dim, settings.vector_type):
+            snapshot = value.copy()
+            if has_finite_length(snapshot):
+                return vector_bytes(snapshot)
         return self._vector(value, field)
 
     def _statement(
