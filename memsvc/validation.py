@@ -129,12 +129,12 @@ def _is_real_type(kind: type) -> bool:
 _FLOAT32 = np.dtype(np.float32)
 
 
-def is_plain_float32(
+def _is_plain_float32(
     value: object, dim: int, vector_type: str
 ) -> TypeGuard[np.ndarray[Any, np.dtype[np.float32]]]:
     """Whether ``value`` is the commonest embedding: a float32 array of ``dim`` values.
 
-    Such a value needs only :func:`has_finite_length` of
+    Such a value needs only :func:`_has_finite_length` of
     :func:`validate_embedding`'s checks, for the ``vector`` type (whose range
     is float32's). A native float32 array's dtype is numpy's one instance of
     it: an identity test, where ``==`` converts its other side first.
@@ -147,7 +147,7 @@ def is_plain_float32(
     )
 
 
-def has_finite_length(vector: np.ndarray[Any, Any]) -> bool:
+def _has_finite_length(vector: np.ndarray[Any, Any]) -> bool:
     """Whether a float32 vector has no NaN or infinity and a non-zero length.
 
     One pass answers all three: a NaN or infinite value makes the sum of
@@ -174,9 +174,9 @@ def validate_embedding(
     a zero vector (or one so small that its length is zero once stored)
     has no direction, and would score NaN against everything.
     """
-    if is_plain_float32(value, dim, vector_type):
+    if _is_plain_float32(value, dim, vector_type):
         vector = value.copy()  # the caller may reuse its array
-        if has_finite_length(vector):
+        if _has_finite_length(vector):
             return vector
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "fiu":

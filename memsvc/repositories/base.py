@@ -120,10 +120,10 @@ class Repository:
         # translate_errors() written out too: a generator-based context
         # manager costs about as much as the rest of this function.
         try:
-            # _acquire()'s fast path without its coroutine.
+            # _acquire() written out: its coroutine only when the pool is busy.
             pooled = take_idle(self._pool)
             if pooled is None:
-                pooled = await self._acquire()
+                pooled = await self._wait_for_connection()
             try:
                 result = await statement(pooled)
             except BaseException as exc:
@@ -146,12 +146,18 @@ class Repository:
         An idle connection is taken at once (:func:`memsvc.db.pool.take_idle`),
         so the deadline (a timer scheduled and cancelled per call, a
         measurable share of a single add) is only set up when the pool is busy.
-        ``asyncio.timeout`` rather than ``acquire(timeout=)``: the latter wraps
-        every acquire in ``wait_for``, a new task per call.
         """
         taken = take_idle(self._pool)
         if taken is not None:
             return taken
+        return await self._wait_for_connection()
+
+    async def _wait_for_connection(self) -> Any:
+        """A connection from a busy pool, within ``command_timeout_s``.
+
+        ``asyncio.timeout`` rather than ``acquire(timeout=)``: the latter wraps
+        every acquire in ``wait_for``, a new task per call.
+        """
         with waiting_for_connection(self._pool):
             async with asyncio.timeout(self._settings.command_timeout_s):
                 return await self._pool.acquire()
@@ -195,9 +201,9 @@ class Repository:
         can. ``routed=False`` keeps it on the primary: reads a write is about
         to act on must not wait for a replica to replay the previous write.
         """
-
+        pooled = conn is None and not self._settings.row_level_security
         attempt: Callable[[], Awaitable[T]]
-        if conn is None and not self._settings.row_level_security:
+        if pooled:
             attempt = functools.partial(self._on_pooled, statement)
         else:
 
@@ -210,7 +216,7 @@ class Repository:
                 self._scoped(statement),
                 lambda: self._retrying(attempt, owns_transaction=True, idempotent=True),
             )
-        if conn is None and not self._settings.row_level_security:
+        if pooled:
             # The commonest read: its first attempt without _retrying's
             # coroutine (a small search's client work is a few such layers).
             try:

@@ -102,11 +102,6 @@ class EmbeddingSpace:
         """Whether the last read of the migration state is older than the interval."""
         return time.monotonic() - self._checked >= self._interval
 
-    async def refresh_if_due(self, pool: asyncpg.Pool) -> None:
-        """Re-read the migration state when the last read is older than the interval."""
-        if self.refresh_due():
-            await self.refresh(pool)
-
     async def hold(self, conn: asyncpg.Connection) -> None:
         """Inside a transaction: pin the migration in progress until it ends.
 

@@ -40,8 +40,6 @@ from memsvc.settings import Settings
 from memsvc.telemetry import traced_operations
 from memsvc.validation import (
     check_text,
-    has_finite_length,
-    is_plain_float32,
     validate_content,
     validate_embedded,
     validate_embedding,
@@ -222,7 +220,8 @@ class MemoryRepository(Repository):
 
     async def _follow_space(self) -> None:
         """Notice an embedding-model migration (re-read at most every few seconds)."""
-        await self._space.refresh_if_due(self._pool)
+        if self._space.refresh_due():
+            await self._space.refresh(self._pool)
         self._space.check()
 
     async def _consistent(self, compute: Callable[[], Awaitable[T]]) -> tuple[int, T]:
@@ -1112,8 +1111,8 @@ class MemoryRepository(Repository):
         """
         if not isinstance(with_embeddings, bool):
             raise ValidationError("with_embeddings", "must be True or False")
-        # _follow_space(), without its coroutines when no re-read is due (a
-        # search's client work is a few such layers).
+        # _follow_space()'s body, without its coroutine (a search's client
+        # work is a few such layers).
         if self._space.refresh_due():
             await self._space.refresh(self._pool)
         self._space.check()
@@ -1437,21 +1436,14 @@ class MemoryRepository(Repository):
             scope, include, k, "vector", plan=plan, with_embeddings=with_embeddings
         )
 
-    def _query_vector(self, value: object, field: str) -> bytes | np.ndarray[Any, Any]:
-        """A query embedding, checked, as the statement will send it.
+    def _query_vector(self, value: object, field: str) -> bytes:
+        """A query embedding, checked, in the wire format the statement sends.
 
-        The commonest query, a float32 array, is checked on a copy (the
-        caller may change its array meanwhile, even from another thread) and
-        that copy is sent in the wire format at once: the codec passes bytes
-        through, where an array would be converted again. Anything else is
-        checked in full.
+        Encoded here rather than by the codec: the checked array is a copy
+        already (the caller may change its own meanwhile), and the codec
+        passes bytes through where it would convert the array again.
         """
-        space, settings = self._space, self._settings
-        if is_plain_float32(value, space.dim, settings.vector_type):
-            snapshot = value.copy()
-            if has_finite_length(snapshot):
-                return vector_bytes(snapshot)
-        return self._vector(value, field)
+        return vector_bytes(self._vector(value, field), self._settings.vector_type)
 
     def _statement(
         self,
