@@ -155,7 +155,7 @@ def _has_finite_length(vector: np.ndarray[Any, Any]) -> bool:
     not clear goes through :func:`validate_embedding`'s full checks, which
     name the problem (a sum can also overflow with finite values).
     """
-    return 0.0 < float(np.dot(vector, vector)) < math.inf
+    return 0.0 < float(vector.dot(vector)) < math.inf
 
 
 def validate_embedding(

@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 
 from memsvc import MemoryService, Scope
-from memsvc.db.pool import release, take_idle
+from memsvc.db.pool import release, take_idle, unproxied
 
 
 def _complete_without_suspending(coro: Any) -> bool:
@@ -76,8 +76,8 @@ async def test_cancelled_searches_and_reads_return_their_connections(
     handed_twice: list[int] = []
 
     async def slow_read(conn: asyncpg.Connection) -> Any:
-        # The driver's connection, not the proxy: proxies are per acquire.
-        key = id(conn._con)
+        # The driver's connection, never a proxy: proxies are per acquire.
+        key = id(unproxied(conn))
         if key in in_use:
             handed_twice.append(key)
         in_use.add(key)
@@ -160,3 +160,111 @@ async def test_an_idle_connection_is_taken_without_suspending(service: MemorySer
     assert pool.get_idle_size() == idle
     async with pool.acquire() as conn:
         assert await conn.fetchval("SELECT 3") == 3
+
+
+# Idle connections: memsvc's own timer (memsvc.db.pool._on_idle_timer) must
+# close what asyncpg's would, and nothing else. A pool of our own, with a
+# lifetime short enough to watch.
+LIFETIME = 0.3
+
+
+async def _short_lived_pool(dsn: str, *, min_size: int = 1) -> asyncpg.Pool:
+    from memsvc.db.pool import MemsvcConnection, _reset_unless_clean
+
+    pool: asyncpg.Pool = await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=3,
+        connection_class=MemsvcConnection,
+        reset=_reset_unless_clean,
+        max_inactive_connection_lifetime=LIFETIME,
+    )
+    return pool
+
+
+async def _take(pool: asyncpg.Pool) -> Any:
+    return take_idle(pool) or await pool.acquire()
+
+
+async def _give_back(pool: asyncpg.Pool, conn: Any) -> None:
+    conn.mark_clean()
+    await release(pool, conn)
+
+
+async def _backend_pid(pool: asyncpg.Pool) -> int:
+    conn = await _take(pool)
+    try:
+        pid: int = await conn.fetchval("SELECT pg_backend_pid()")
+        return pid
+    finally:
+        await _give_back(pool, conn)
+
+
+async def test_connections_idle_past_their_lifetime_close_down_to_min_size(
+    memsvc_database_url: str,
+) -> None:
+    pool = await _short_lived_pool(memsvc_database_url)
+    try:
+        taken = [await _take(pool) for _ in range(3)]
+        for conn in taken:
+            assert await conn.fetchval("SELECT 1") == 1
+        for conn in taken:
+            await _give_back(pool, conn)
+        assert pool.get_size() == 3
+        await asyncio.sleep(LIFETIME * 4)
+        # min_size stays open, as asyncpg's own timers leave it.
+        assert pool.get_size() == 1
+        assert await _backend_pid(pool) > 0
+    finally:
+        await pool.close()
+
+
+async def test_a_connection_used_again_is_not_idle(memsvc_database_url: str) -> None:
+    # No min_size: nothing but being used keeps a connection open.
+    pool = await _short_lived_pool(memsvc_database_url, min_size=0)
+    errors: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    try:
+        pid = await _backend_pid(pool)
+        # Used every LIFETIME / 3 for three lifetimes: its timer fires
+        # meanwhile and must wait again, not close it.
+        for _ in range(9):
+            await asyncio.sleep(LIFETIME / 3)
+            assert await _backend_pid(pool) == pid
+        # Held through several lifetimes: in use is not idle either.
+        conn = await _take(pool)
+        await asyncio.sleep(LIFETIME * 3)
+        assert await conn.fetchval("SELECT pg_backend_pid()") == pid
+        await _give_back(pool, conn)
+        await asyncio.sleep(LIFETIME * 4)
+        assert pool.get_size() == 0
+        assert errors == []
+    finally:
+        loop.set_exception_handler(None)
+        await pool.close()
+
+
+async def test_asyncpg_release_after_memsvc_took_the_connection(memsvc_database_url: str) -> None:
+    # take_idle leaves memsvc's timer armed; asyncpg's release refuses to arm
+    # its own over another, so memsvc's release cancels it first.
+    pool = await _short_lived_pool(memsvc_database_url)
+    errors: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    try:
+        extra = [await _take(pool) for _ in range(2)]
+        for conn in extra:
+            await _give_back(pool, conn)  # memsvc's timers armed on both
+        conn = take_idle(pool)
+        assert conn is not None
+        await conn.execute("SET application_name = 'not clean'")
+        await release(pool, conn)  # not marked clean: asyncpg's release and reset
+        assert errors == []
+        # And the timers asyncpg armed then close what is idle too.
+        await asyncio.sleep(LIFETIME * 4)
+        assert pool.get_size() == 1
+        assert errors == []
+    finally:
+        loop.set_exception_handler(None)
+        await pool.close()

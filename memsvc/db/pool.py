@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import asyncpg
@@ -51,6 +52,10 @@ class MemsvcConnection(asyncpg.Connection):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._memsvc_clean = False
+        # The idle-connection timer memsvc armed (see _watch_idle), and when
+        # memsvc last returned the connection.
+        self._memsvc_idle_timer: asyncio.TimerHandle | None = None
+        self._memsvc_idle_since = 0.0
 
     def mark_clean(self) -> None:
         """memsvc used this connection and left no session state behind."""
@@ -83,6 +88,8 @@ async def release(pool: asyncpg.Pool, conn: Any) -> None:
     if _releases_inline(pool, conn):
         _release_clean(conn)
         return
+    # asyncpg's release arms its own timer, and refuses to if one is armed.
+    _cancel_idle_timer(conn)
     await pool.release(conn)
 
 
@@ -92,7 +99,8 @@ def _release_clean(proxy: Any) -> None:
     Step by step as asyncpg does them, without the coroutines around them:
     the release hook, ``Connection._reset`` (only the listeners to drop, as
     no transaction is open), memsvc's reset (nothing to send), then the
-    holder back in the queue with its inactivity timer armed again.
+    holder back in the queue, its idle time counted from now (see
+    :func:`_watch_idle`).
     """
     con = proxy._con
     holder = proxy._holder
@@ -103,7 +111,54 @@ def _release_clean(proxy: Any) -> None:
     con._memsvc_clean = False
     holder._timeout = None
     holder._release()
-    holder._setup_inactive_callback()
+    con._memsvc_idle_since = holder._pool._loop.time()
+    if holder._inactive_callback is None:
+        _watch_idle(holder, con, holder._max_inactive_time)
+
+
+# asyncpg closes a pooled connection left idle for the pool's
+# max_inactive_connection_lifetime (beyond its min_size) with a timer per
+# holder, cancelled when the connection is taken and made again when it comes
+# back: a timer made and one cancelled per call, a measurable share of a
+# small search. The connections memsvc takes and returns itself keep one
+# timer instead, which checks when it fires whether the connection has been
+# idle long enough, and else waits again (see _on_idle_timer).
+
+
+def _watch_idle(holder: Any, con: MemsvcConnection, delay: float) -> None:
+    """Arm memsvc's idle timer on ``holder`` (nothing when the lifetime is 0: no limit)."""
+    if holder._max_inactive_time:
+        timer = holder._pool._loop.call_later(delay, _on_idle_timer, holder, con)
+        holder._inactive_callback = con._memsvc_idle_timer = timer
+
+
+def _on_idle_timer(holder: Any, con: MemsvcConnection) -> None:
+    """Close the connection if idle for its lifetime (as asyncpg's timer would); else wait."""
+    if holder._inactive_callback is not con._memsvc_idle_timer or holder._con is not con:
+        return  # replaced since (asyncpg cancels what it replaces; this is a safeguard)
+    holder._inactive_callback = con._memsvc_idle_timer = None
+    lifetime = holder._max_inactive_time
+    if holder._in_use is not None:
+        _watch_idle(holder, con, lifetime)  # in use: not idle at all
+        return
+    idle = holder._pool._loop.time() - con._memsvc_idle_since
+    if idle < lifetime:
+        _watch_idle(holder, con, lifetime - idle)
+        return
+    # asyncpg's own: it keeps the pool's min_size of connections open.
+    holder._deactivate_inactive_connection()
+
+
+def _cancel_idle_timer(proxy: Any) -> None:
+    """Cancel memsvc's idle timer on a connection's holder, if it has one armed."""
+    try:
+        holder = proxy._holder
+        con = proxy._con
+        if con is not None and holder._inactive_callback is con._memsvc_idle_timer:
+            holder._maybe_cancel_inactive_callback()
+            con._memsvc_idle_timer = None
+    except AttributeError:
+        return
 
 
 def take_idle(pool: asyncpg.Pool) -> Any | None:
@@ -134,13 +189,28 @@ def take_idle(pool: asyncpg.Pool) -> Any | None:
         ):
             queue.put_nowait(holder)  # where it was: acquire deals with it
             return None
-        holder._maybe_cancel_inactive_callback()
+        if holder._inactive_callback is not getattr(con, "_memsvc_idle_timer", None):
+            # asyncpg's timer, which would refuse a connection in use: cancelled.
+            # memsvc's stays armed (see _on_idle_timer).
+            holder._maybe_cancel_inactive_callback()
         holder._proxy = proxy = PoolConnectionProxy(holder, con)
         holder._in_use = pool._loop.create_future()
         holder._timeout = None
         return proxy
     except AttributeError:
         return None
+
+
+def unproxied(proxy: Any) -> Any:
+    """The connection behind a pool's proxy, for statements run while memsvc holds it.
+
+    The proxy checks on every call that it has not been released; memsvc
+    releases a connection only after its statements end, so they may skip
+    that layer. Anything but asyncpg's proxy is returned as it is.
+    """
+    if type(proxy) is PoolConnectionProxy:
+        return proxy._con
+    return proxy
 
 
 def _releases_inline(pool: asyncpg.Pool, proxy: Any) -> bool:

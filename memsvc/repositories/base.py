@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from memsvc.db.errors import DRIVER_ERRORS, connection_is_broken, translate, translate_errors
-from memsvc.db.pool import release, take_idle
+from memsvc.db.pool import release, take_idle, unproxied
 from memsvc.db.replicas import ReadRouter
 from memsvc.errors import (
     ConcurrencyError,
@@ -125,7 +125,7 @@ class Repository:
             if pooled is None:
                 pooled = await self._wait_for_connection()
             try:
-                result = await statement(pooled)
+                result = await statement(unproxied(pooled))
             except BaseException as exc:
                 if connection_is_broken(exc):
                     pooled.terminate()
