@@ -10,7 +10,9 @@ returns its connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
@@ -182,6 +184,18 @@ async def _short_lived_pool(dsn: str, *, min_size: int = 1) -> asyncpg.Pool:
     return pool
 
 
+@contextlib.contextmanager
+def _loop_errors() -> Iterator[list[dict[str, Any]]]:
+    """What the event loop reports meanwhile (a timer callback's exception, say)."""
+    errors: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    try:
+        yield errors
+    finally:
+        loop.set_exception_handler(None)
+
+
 async def _take(pool: asyncpg.Pool) -> Any:
     return take_idle(pool) or await pool.acquire()
 
@@ -222,26 +236,23 @@ async def test_connections_idle_past_their_lifetime_close_down_to_min_size(
 async def test_a_connection_used_again_is_not_idle(memsvc_database_url: str) -> None:
     # No min_size: nothing but being used keeps a connection open.
     pool = await _short_lived_pool(memsvc_database_url, min_size=0)
-    errors: list[dict[str, Any]] = []
-    loop = asyncio.get_running_loop()
-    loop.set_exception_handler(lambda _, context: errors.append(context))
     try:
-        pid = await _backend_pid(pool)
-        # Used every LIFETIME / 3 for three lifetimes: its timer fires
-        # meanwhile and must wait again, not close it.
-        for _ in range(9):
-            await asyncio.sleep(LIFETIME / 3)
-            assert await _backend_pid(pool) == pid
-        # Held through several lifetimes: in use is not idle either.
-        conn = await _take(pool)
-        await asyncio.sleep(LIFETIME * 3)
-        assert await conn.fetchval("SELECT pg_backend_pid()") == pid
-        await _give_back(pool, conn)
-        await asyncio.sleep(LIFETIME * 4)
-        assert pool.get_size() == 0
-        assert errors == []
+        with _loop_errors() as errors:
+            pid = await _backend_pid(pool)
+            # Used every LIFETIME / 3 for three lifetimes: its timer fires
+            # meanwhile and must wait again, not close it.
+            for _ in range(9):
+                await asyncio.sleep(LIFETIME / 3)
+                assert await _backend_pid(pool) == pid
+            # Held through several lifetimes: in use is not idle either.
+            conn = await _take(pool)
+            await asyncio.sleep(LIFETIME * 3)
+            assert await conn.fetchval("SELECT pg_backend_pid()") == pid
+            await _give_back(pool, conn)
+            await asyncio.sleep(LIFETIME * 4)
+            assert pool.get_size() == 0
+            assert errors == []
     finally:
-        loop.set_exception_handler(None)
         await pool.close()
 
 
@@ -249,22 +260,19 @@ async def test_asyncpg_release_after_memsvc_took_the_connection(memsvc_database_
     # take_idle leaves memsvc's timer armed; asyncpg's release refuses to arm
     # its own over another, so memsvc's release cancels it first.
     pool = await _short_lived_pool(memsvc_database_url)
-    errors: list[dict[str, Any]] = []
-    loop = asyncio.get_running_loop()
-    loop.set_exception_handler(lambda _, context: errors.append(context))
     try:
-        extra = [await _take(pool) for _ in range(2)]
-        for conn in extra:
-            await _give_back(pool, conn)  # memsvc's timers armed on both
-        conn = take_idle(pool)
-        assert conn is not None
-        await conn.execute("SET application_name = 'not clean'")
-        await release(pool, conn)  # not marked clean: asyncpg's release and reset
-        assert errors == []
-        # And the timers asyncpg armed then close what is idle too.
-        await asyncio.sleep(LIFETIME * 4)
-        assert pool.get_size() == 1
-        assert errors == []
+        with _loop_errors() as errors:
+            extra = [await _take(pool) for _ in range(2)]
+            for conn in extra:
+                await _give_back(pool, conn)  # memsvc's timers armed on both
+            conn = take_idle(pool)
+            assert conn is not None
+            await conn.execute("SET application_name = 'not clean'")
+            await release(pool, conn)  # not marked clean: asyncpg's release and reset
+            assert errors == []
+            # And the timers asyncpg armed then close what is idle too.
+            await asyncio.sleep(LIFETIME * 4)
+            assert pool.get_size() == 1
+            assert errors == []
     finally:
-        loop.set_exception_handler(None)
         await pool.close()

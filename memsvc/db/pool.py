@@ -169,7 +169,9 @@ def take_idle(pool: asyncpg.Pool) -> Any | None:
     the five coroutine layers asyncpg wraps around it: a search's whole
     client work is a few of those. Anything else (no idle connection, an
     expired one, a closing pool, an asyncpg whose internals differ) answers
-    None and takes the ordinary path.
+    None and takes the ordinary path. Return what it gives with
+    :func:`release`, never ``pool.release`` directly: memsvc's idle timer
+    stays armed on it, and asyncpg refuses to arm its own over another.
     """
     try:
         if pool._closing or pool._closed or not pool._initialized:

@@ -37,11 +37,14 @@ def _tenant_of(bound: inspect.BoundArguments) -> str | None:
 
 
 def acts_for_tenant(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """Record the tenant of each call of a bound repository method (its ``scope`` or ``tenant``)."""
+    """Record the tenant of a repository method's call (its ``scope`` or ``tenant``)."""
     signature = inspect.signature(method)
 
     @functools.wraps(method)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        repository: Any = args[0]
+        if not repository._settings.row_level_security:
+            return await method(*args, **kwargs)
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError:
@@ -59,27 +62,8 @@ def acts_for_tenant(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[
 
 
 def tenant_scoped(cls: type[R]) -> type[R]:
-    """Make every public coroutine method of a repository act for its call's tenant.
-
-    Only on instances whose settings turn ``row_level_security`` on: their
-    ``__init__`` wraps those methods (see :func:`acts_for_tenant`) on the
-    instance. Without row-level security nothing reads the tenant, and a
-    search costs one coroutine layer less.
-    """
-    names = [
-        name
-        for name, member in vars(cls).items()
-        if not name.startswith("_") and inspect.iscoroutinefunction(member)
-    ]
-    init = cls.__init__
-
-    @functools.wraps(init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        if self._settings.row_level_security:
-            for name in names:
-                # The class's method as decorated later (traced), bound.
-                setattr(self, name, acts_for_tenant(getattr(self, name)))
-
-    cls.__init__ = __init__  # type: ignore[method-assign]
+    """Apply :func:`acts_for_tenant` to every public coroutine method of a repository."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.iscoroutinefunction(member):
+            setattr(cls, name, acts_for_tenant(member))
     return cls
