@@ -1140,17 +1140,14 @@ class MemoryRepository(Repository):
                 async with self._transaction(conn) as active:
                     await self._space.hold(active)
                     self._space.check()
-                    held_statement = self._plain_vector_statement(*arguments)
-                    if held_statement is None:
-                        held_statement = await self._search_statement(*arguments)
+                    held_statement = await self._search_statement(*arguments)
                     return held_statement, await self._search_rows(held_statement, active)
 
             statement, (rows, terms) = await self._retrying(
                 held, owns_transaction=conn is None, idempotent=True
             )
         else:
-            plain = self._plain_vector_statement(*arguments)
-            statement = plain if plain is not None else await self._search_statement(*arguments)
+            statement = await self._search_statement(*arguments)
             rows, terms = await self._read(conn, functools.partial(self._search_rows, statement))
         if terms == 0:
             raise ValidationError(
@@ -1303,63 +1300,6 @@ class MemoryRepository(Repository):
                 raise ValidationError("query", "must not be empty or only whitespace")
         return str(mode), text
 
-    def _plain_vector_statement(
-        self,
-        scope: Scope,
-        query: str | Sequence[float] | np.ndarray[Any, Any],
-        k: int,
-        include: Include,
-        where: Mapping[str, Any] | None,
-        min_importance: float | None,
-        created_after: datetime | None,
-        created_before: datetime | None,
-        rank: Rank,
-        mode: SearchMode | None,
-        query_embedding: Sequence[float] | np.ndarray[Any, Any] | None,
-        diversity: float | None,
-        plan: SearchPlan,
-        with_embeddings: bool = True,
-    ) -> _SearchStatement | None:
-        """A plain vector search's statement (an embedding, a scope, nothing more), or None.
-
-        Such a statement differs between calls only in the query vector, so it
-        is built (and its arguments checked) once per set of arguments: on a
-        small scope, building it cost as much client time as the rest of the
-        search. Exact types in the key: True == 1, and a value equal to a
-        checked one is only as good when it is one. Not a coroutine: this is
-        the commonest search, whose client work is a few such layers.
-        """
-        if not (
-            type(query) is np.ndarray
-            and type(scope) is Scope
-            and type(include) is str
-            and type(k) is int
-            and type(plan) is str
-            and where is None
-            and min_importance is None
-            and created_after is None
-            and created_before is None
-            and rank == "similarity"
-            and mode is None
-            and query_embedding is None
-            and diversity is None
-        ):
-            return None
-        template = self._vector_search_templates(
-            self._space.generation,
-            # The scope by its levels: strings hash and compare in C,
-            # a Scope through its dataclass methods.
-            scope.tenant,
-            scope.project,
-            scope.agent,
-            scope.session,
-            include,
-            k,
-            plan,
-            with_embeddings,
-        )
-        return template.bound(self._query_vector(query, "query"))
-
     async def _search_statement(
         self,
         scope: Scope,
@@ -1377,7 +1317,41 @@ class MemoryRepository(Repository):
         plan: SearchPlan,
         with_embeddings: bool = True,
     ) -> _SearchStatement:
-        """The statement of any search (see :meth:`_plain_vector_statement` for the commonest)."""
+        if (
+            type(query) is np.ndarray
+            and type(scope) is Scope
+            and type(include) is str
+            and type(k) is int
+            and type(plan) is str
+            and where is None
+            and min_importance is None
+            and created_after is None
+            and created_before is None
+            and rank == "similarity"
+            and mode is None
+            and query_embedding is None
+            and diversity is None
+        ):
+            # The commonest search: an embedding, nothing but a scope. Its
+            # statement differs between calls only in the query vector, so it
+            # is built (and its arguments checked) once per set of arguments:
+            # on a small scope, building it cost as much client time as the
+            # rest of the search. Exact types in the key: True == 1, and a
+            # value equal to a checked one is only as good when it is one.
+            template = self._vector_search_templates(
+                self._space.generation,
+                # The scope by its levels: strings hash and compare in C,
+                # a Scope through its dataclass methods.
+                scope.tenant,
+                scope.project,
+                scope.agent,
+                scope.session,
+                include,
+                k,
+                plan,
+                with_embeddings,
+            )
+            return template.bound(self._query_vector(query, "query"))
         scope, include, k, diversity = self._search_arguments(
             scope, include, k, rank, plan, diversity
         )
