@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -46,6 +45,7 @@ import asyncpg
 import numpy as np
 
 from benchmarks.memories import DEFAULT_DATA
+from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Settings
 from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres
@@ -167,7 +167,7 @@ async def timed_reimport(dsn: str, path: Path, mode: str) -> tuple[float, bool]:
 
 
 async def run(args: argparse.Namespace) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="memsvc-bulk-"))
+    workdir = scratch_dir("memsvc-bulk-")
     embedded = None
     admin = args.database_url
     if admin is None:

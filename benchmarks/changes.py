@@ -26,14 +26,13 @@ import contextlib
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psutil
 
+from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.embedded import EmbeddedPostgres, running_postmaster_pid
 
@@ -210,7 +209,7 @@ async def main() -> None:
     server = None
     dsn = args.database_url
     if dsn is None:
-        data_dir = Path(tempfile.mkdtemp(prefix="memsvc-bench-"))
+        data_dir = scratch_dir("memsvc-bench-")
         embedded = EmbeddedPostgres(data_dir)
         dsn = embedded.start()
         pid = running_postmaster_pid(data_dir)

@@ -30,15 +30,14 @@ import asyncio
 import os
 import re
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 
+from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.ops import gc_queries
@@ -227,7 +226,7 @@ async def run(args: argparse.Namespace) -> None:
     embedded = None
     dsn = args.database_url
     if dsn is None:
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="memsvc-delete-")) / "data")
+        embedded = EmbeddedPostgres(scratch_dir("memsvc-delete-") / "data")
         dsn = await asyncio.to_thread(embedded.start)
     settings = Settings(database_url=dsn, auto_migrate=True, pool_max_size=4,
                         statement_timeout_ms=0)

@@ -18,12 +18,11 @@ import argparse
 import asyncio
 import importlib.util
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
+from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.embedding import Embedder, HashingEmbedder, SentenceTransformerEmbedder
@@ -128,7 +127,7 @@ async def main() -> None:
     embedded = None
     dsn = args.database_url
     if dsn is None:
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="memsvc-bench-")))
+        embedded = EmbeddedPostgres(scratch_dir("memsvc-bench-"))
         dsn = embedded.start()
     try:
         await embed_once(dsn, HashingEmbedder(), "HashingEmbedder", args.adds)

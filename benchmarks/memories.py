@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
@@ -476,7 +476,7 @@ async def main() -> None:
     embedded = None
     dsn = args.database_url
     if dsn is None:
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="memsvc-bench-")))
+        embedded = EmbeddedPostgres(scratch_dir("memsvc-bench-"))
         dsn = embedded.start()
     settings = Settings(database_url=dsn, auto_migrate=True, pool_max_size=4)
     svc = await MemoryService.open(settings)

@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import asyncpg
 import numpy as np
 
+from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.embedding import HashingEmbedder
@@ -63,7 +62,7 @@ async def main() -> None:
     embedded = None
     dsn = args.database_url
     if dsn is None:
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="memsvc-bench-")))
+        embedded = EmbeddedPostgres(scratch_dir("memsvc-bench-"))
         dsn = embedded.start()
     admin = await asyncpg.connect(dsn)
     await admin.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")

@@ -34,10 +34,8 @@ import argparse
 import asyncio
 import gc
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,6 +46,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
+from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings, telemetry
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.repositories.memories import MemoryRepository
@@ -230,7 +229,7 @@ def main() -> None:
     if args.database_url:
         asyncio.run(run(args.database_url, args.ops, args.round, args.sampled))
         return
-    embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="memsvc-bench-")))
+    embedded = EmbeddedPostgres(scratch_dir("memsvc-bench-"))
     try:
         asyncio.run(run(embedded.start(), args.ops, args.round, args.sampled))
     finally:

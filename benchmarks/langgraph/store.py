@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ import asyncpg
 import numpy as np
 
 from benchmarks.memories import DEFAULT_DATA, unit
+from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Settings
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.integrations.langgraph import MemsvcStore
@@ -292,7 +292,7 @@ def main() -> None:
     embedded = None
     dsn = args.database_url
     if dsn is None:
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="memsvc-bench-lg-")))
+        embedded = EmbeddedPostgres(scratch_dir("memsvc-bench-lg-"))
         dsn = embedded.start()
     try:
         report(asyncio.run(run_store(dsn, args.data, args.total, args.big, args.ops, args.rounds)))

@@ -26,7 +26,6 @@ import asyncio
 import json
 import re
 import statistics
-import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -40,6 +39,7 @@ import numpy as np
 from benchmarks.memories import bytes_connection
 from benchmarks.retrieval import dataset
 from benchmarks.retrieval.dataset import recall_at, reciprocal_rank
+from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
@@ -499,7 +499,7 @@ async def main() -> None:
     embedded = None
     dsn = args.database_url
     if dsn is None:
-        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="memsvc-bench-")))
+        embedded = EmbeddedPostgres(scratch_dir("memsvc-bench-"))
         dsn = embedded.start()
     settings = Settings(database_url=dsn, auto_migrate=True, pool_max_size=4)
     svc = await MemoryService.open(settings)
