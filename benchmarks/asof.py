@@ -31,7 +31,6 @@ import asyncpg
 
 from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings
-from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.repositories import memory_asof_queries as q
 from memsvc.repositories.scope_sql import Params, scope_condition
 
@@ -80,18 +79,8 @@ async def main() -> None:
         settings = Settings(database_url=args.database_url, auto_migrate=True)
     else:
         settings = Settings(data_dir=scratch_dir("memsvc-asof-"), auto_migrate=True)
-    try:
-        await measure(settings, args.memories, args.rounds)
-    finally:
-        if not args.database_url:
-            # The service leaves the server it started running for later
-            # processes (as the demo's does): stopped, so its directory can go.
-            EmbeddedPostgres(settings.data_dir).stop()
-
-
-async def measure(settings: Settings, count: int, rounds: int) -> None:
     async with MemoryService.open(settings) as svc:
-        scope, ids, before = await fill(svc, count)
+        scope, ids, before = await fill(svc, args.memories)
         now = datetime.now(UTC)
         conn = await asyncpg.connect(svc.dsn)
         # Steady state: autovacuum has reclaimed the row versions gc's
@@ -100,7 +89,7 @@ async def measure(settings: Settings, count: int, rounds: int) -> None:
         memories = svc.memories
         by_id = q.by_ids(settings.db_schema, None)
         target = ids[3]
-        print(f"{count} memories, p50 over {rounds} rounds (ms)")
+        print(f"{args.memories} memories, p50 over {args.rounds} rounds (ms)")
         print(f"{'read':34} {'memsvc':>8} {'raw':>8} {'ratio':>6} {'live':>8} {'x live':>7}")
         for label, t in (("t before the changes", before), ("t = now", now)):
             params = Params()
@@ -124,7 +113,7 @@ async def measure(settings: Settings, count: int, rounds: int) -> None:
                     "get raw": lambda t=t: conn.fetch(by_id, [target], t),
                     "get live": lambda: memories.get(target),
                 },
-                rounds,
+                args.rounds,
             )
             for read in ("list", "count", "get"):
                 raw = result.get(f"{read} raw")
