@@ -13,7 +13,6 @@ import os
 import random
 import signal
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -156,10 +155,10 @@ CONSUMER = Path(__file__).with_name("consumer_process.py")
 
 
 async def test_a_sigkilled_consumer_process_resumes_from_its_last_cursor_exactly_once(
-    service: MemoryService, scope: Scope
+    service: MemoryService, scope: Scope, tmp_path: Path
 ) -> None:
     rng = random.Random(11)
-    log = Path(tempfile.mkdtemp(prefix="memsvc-feed-")) / "processed.log"
+    log = tmp_path / "processed.log"
     log.touch()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
 
