@@ -128,6 +128,44 @@ def percentile(values: list[float], p: float) -> float:
     return float(np.percentile(np.asarray(values), p))
 
 
+def raw_search_sql(columns: str) -> str:
+    """Raw SQL for a default exact-scope search (``$1`` vector, ``$2`` tenant, ``$3`` project)."""
+    return (
+        f"SELECT {columns}, embedding <=> $1 AS distance FROM memsvc.memories "
+        "WHERE tenant_id = $2 AND project_id = $3 AND agent_id IS NULL AND session_id IS NULL "
+        "AND embedding IS NOT NULL AND (expires_at IS NULL OR expires_at > now()) "
+        "ORDER BY embedding <=> $1 LIMIT 10"
+    )
+
+
+async def add_corpus(
+    svc: MemoryService, data: dict[str, Any]
+) -> tuple[list[Any], dict[int, list[int]]]:
+    """The corpus's rows through memsvc, one scope per corpus scope.
+
+    Returns each row's memory id, and each scope's rows.
+    """
+    ids: list[Any] = [None] * len(data["vectors"])
+    by_scope: dict[int, list[int]] = {}
+    for row, scope_id in enumerate(data["scopes"]):
+        by_scope.setdefault(int(scope_id), []).append(row)
+    for scope_id, rows in by_scope.items():
+        stored = await svc.memories.add_many(
+            Scope("bench", f"s{scope_id}"),
+            [
+                {
+                    "content": f"row {r}",
+                    "embedding": data["vectors"][r],
+                    "metadata": {"bucket": r % 4},
+                }
+                for r in rows
+            ],
+        )
+        for r, memory in zip(rows, stored, strict=True):
+            ids[r] = memory.id
+    return ids, by_scope
+
+
 class Bench:
     def __init__(
         self,
@@ -301,24 +339,7 @@ class Bench:
             "SELECT pg_get_indexdef('memsvc.ix_memories_embedding_hnsw'::regclass)"
         )
         await conn.execute("DROP INDEX memsvc.ix_memories_embedding_hnsw")
-        ids: list[Any] = [None] * count
-        by_scope: dict[int, list[int]] = {}
-        for row, scope_id in enumerate(data["scopes"]):
-            by_scope.setdefault(int(scope_id), []).append(row)
-        for scope_id, rows in by_scope.items():
-            stored = await self.svc.memories.add_many(
-                Scope("bench", f"s{scope_id}"),
-                [
-                    {
-                        "content": f"row {r}",
-                        "embedding": data["vectors"][r],
-                        "metadata": {"bucket": r % 4},
-                    }
-                    for r in rows
-                ],
-            )
-            for r, memory in zip(rows, stored, strict=True):
-                ids[r] = memory.id
+        ids, by_scope = await add_corpus(self.svc, data)
         t = time.perf_counter()
         await conn.execute("SET maintenance_work_mem = '512MB'")
         await conn.execute(definition)
@@ -340,16 +361,9 @@ class Bench:
             lat["search with_embeddings=True"] = ([], [])
         recalls: list[float] = []
         short_pages = 0
-        where = (
-            "WHERE tenant_id = $2 AND project_id = $3 AND agent_id IS NULL AND session_id IS NULL "
-            "AND embedding IS NOT NULL AND (expires_at IS NULL OR expires_at > now()) "
-            "ORDER BY embedding <=> $1 LIMIT 10"
-        )
         raw_sql = {
-            "search": f"SELECT {MEMORY_COLUMNS_NO_EMBEDDING}, embedding <=> $1 AS distance "
-            f"FROM memsvc.memories {where}",
-            "search with_embeddings=True": f"SELECT {MEMORY_COLUMNS}, embedding <=> $1 AS "
-            f"distance FROM memsvc.memories {where}",
+            "search": raw_search_sql(MEMORY_COLUMNS_NO_EMBEDDING),
+            "search with_embeddings=True": raw_search_sql(MEMORY_COLUMNS),
         }
         queries = list(zip(data["queries"], data["query_scopes"], strict=True))
         # Recall and short pages first, untimed: a default search and a
@@ -386,9 +400,10 @@ class Bench:
                     # whichever ran just before finds its client code warm: the
                     # order is drawn per query (seeded), so each side goes first
                     # and follows itself equally often, with no fixed pattern.
-                    sides = order.sample(("memsvc", "raw"), 2)
                     if self.baseline_loop:
                         sides = ["memsvc", "raw"] if qi % 2 == 0 else ["raw", "memsvc"]
+                    else:
+                        sides = order.sample(["memsvc", "raw"], 2)
                     for side in sides:
                         t = time.perf_counter()
                         if side == "memsvc":

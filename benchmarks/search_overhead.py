@@ -31,8 +31,10 @@ import numpy as np
 
 from benchmarks.memories import (
     DEFAULT_DATA,
+    add_corpus,
     bytes_connection,
     generated_corpus,
+    raw_search_sql,
     real_corpus,
 )
 from benchmarks.scratch import scratch_dir
@@ -46,31 +48,7 @@ from memsvc.repositories.memory_queries import MEMORY_COLUMNS_NO_EMBEDDING
 
 Variant = Callable[[Scope, np.ndarray], Awaitable[Any]]
 
-RAW_SQL = (
-    f"SELECT {MEMORY_COLUMNS_NO_EMBEDDING}, embedding <=> $1 AS distance "
-    "FROM memsvc.memories WHERE tenant_id = $2 AND project_id = $3 AND agent_id IS NULL "
-    "AND session_id IS NULL AND embedding IS NOT NULL "
-    "AND (expires_at IS NULL OR expires_at > now()) ORDER BY embedding <=> $1 LIMIT 10"
-)
-
-
-async def load(svc: MemoryService, data: dict[str, np.ndarray]) -> None:
-    """The corpus's rows, one scope per corpus scope (as benchmarks.memories loads them)."""
-    by_scope: dict[int, list[int]] = {}
-    for row, scope_id in enumerate(data["scopes"]):
-        by_scope.setdefault(int(scope_id), []).append(row)
-    for scope_id, rows in by_scope.items():
-        await svc.memories.add_many(
-            Scope("bench", f"s{scope_id}"),
-            [
-                {
-                    "content": f"row {r}",
-                    "embedding": data["vectors"][r],
-                    "metadata": {"bucket": r % 4},
-                }
-                for r in rows
-            ],
-        )
+RAW_SQL = raw_search_sql(MEMORY_COLUMNS_NO_EMBEDDING)
 
 
 def variants(svc: MemoryService, held: Any) -> dict[str, Variant]:
@@ -137,9 +115,9 @@ async def measure(dsn: str, data: dict[str, np.ndarray], rounds: int) -> None:
     try:
         # A benchmark's database, as benchmarks.memories assumes: emptied first.
         await raw.execute("TRUNCATE memsvc.memories, memsvc.memory_events CASCADE")
-        await load(svc, data)
+        await add_corpus(svc, data)
         await raw.execute("ANALYZE memsvc.memories")
-        # A connection of memsvc's pool (its codecs and settings), never returned.
+        # A connection of memsvc's pool (its codecs and settings), held for the run.
         held = await svc.memories._pool.acquire()
         steps = variants(svc, unproxied(held))
 
