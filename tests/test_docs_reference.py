@@ -1,8 +1,9 @@
 """The reference pages cannot drift from the code they describe.
 
 Every table, view and command appears on its reference page, and every
-test the guarantees page names exists (settings: tests/test_settings.py). (The Python API reference is
-generated from the docstrings by mkdocstrings; CI builds it strictly.)
+test the guarantees page names exists (settings: tests/test_settings.py).
+The Python API reference is generated from the docstrings by mkdocstrings;
+CI builds it strictly.
 """
 
 from __future__ import annotations
