@@ -26,6 +26,9 @@ Checked, in order (later checks need the earlier ones to pass):
 10. ``embedding migration``: one in progress (``memsvc reembed``), with how
    many rows still lack the new embedding and the state of its index
    (reported as a warning; running ``memsvc reembed`` again finishes it).
+11. ``change feed epoch`` and ``change feed``: the database still lives in
+   the cluster its feed epoch was recorded in, and no open transaction holds
+   the feed back (see :mod:`memsvc.ops.doctor_feed`).
 
 With ``repair``, each fix runs in its own transaction and is reported:
 assemblies are recomputed by :meth:`AssemblyRepository.recompute` (which
@@ -34,7 +37,8 @@ locks the assembly row ``FOR UPDATE``), an invalid index is rebuilt with
 INDEX CONCURRENTLY`` from the schema metadata (unless a bulk load holds the
 index lock: it is rebuilding it), a stale ``content_hash`` is recomputed
 unless the new hash is already another memory's in the same scope (that
-would be a duplicate: it is reported, not repaired).
+would be a duplicate: it is reported, not repaired), a database restored
+into another cluster gets its new change feed epoch.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from memsvc.ops.bulk import (
     index_state,
     metadata_index_definition,
 )
+from memsvc.ops.doctor_feed import check_feed_epoch, check_feed_stall
 from memsvc.ops.reembed import migration_progress
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
@@ -163,6 +168,9 @@ class Doctor:
                     for url in self._settings.replica_urls:
                         await self._check_replica(url, report)
                 await self._check_embedding_migration(conn, report)
+                progress.start("doctor: checking the change feed")
+                await check_feed_epoch(conn, self._schema, report, repair)
+                await check_feed_stall(conn, self._settings, report)
                 progress.done()
         finally:
             await conn.close()
