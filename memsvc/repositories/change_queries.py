@@ -43,9 +43,9 @@ _UNRELATED_TRANSACTIONS = """
     WHERE p.database <> current_database()
        OR NOT EXISTS (
            SELECT 1 FROM pg_locks AS t
-           JOIN pg_locks AS r ON r.virtualtransaction = t.virtualtransaction
+           JOIN pg_locks AS r ON r.virtualtransaction = t.virtualtransaction AND r.pid IS NULL
            WHERE t.locktype = 'transactionid' AND t.transactionid = p.transaction
-             AND r.locktype = 'relation'
+             AND t.pid IS NULL AND r.locktype = 'relation'
              AND r.relation IN ('{schema}.memory_events'::regclass,
                                 '{schema}.entity_events'::regclass))"""
 
