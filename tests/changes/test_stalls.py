@@ -25,11 +25,16 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from memsvc import MemoryService, Scope, Settings, telemetry
+from memsvc import Change, MemoryService, Scope, Settings, telemetry
 from memsvc.db import migrate
 from memsvc.testing.postgres import TestPostgres, settings_for_tests
 from tests.changes.clusters import Cluster
-from tests.changes.helpers import take
+from tests.changes.helpers import (
+    assert_exactly_once_in_order,
+    committed_events,
+    take,
+    write_workload,
+)
 
 try:
     from pytest_asyncio import fixture as async_fixture
@@ -86,6 +91,32 @@ async def test_a_long_transaction_in_another_database_does_not_hold_the_feed_bac
         second = await service.memories.add(scope, "and another")
         everything = await take(service.changes(), 2, guard=GUARD_S)
         assert [c.entity_id for c in everything] == [first.id, second.id]
+
+
+async def test_exactly_once_holds_while_reads_leave_another_databases_transaction_out(
+    service: MemoryService, scope: Scope, memsvc_postgres: TestPostgres
+) -> None:
+    """With the plain watermark held by another database the whole time, the feed reads
+    with the refined one while writers of its own database commit out of start order."""
+    delivered: list[Change] = []
+
+    async def consume() -> None:
+        async with contextlib.aclosing(service.changes()) as feed:  # type: ignore[type-var]
+            async for change in feed:
+                delivered.append(change)
+
+    async with open_transaction(memsvc_postgres.dsn):
+        consumer = asyncio.create_task(consume())
+        await asyncio.gather(*(write_workload(service, scope, seed, 40) for seed in range(4)))
+        expected = await committed_events(service.dsn)
+        async with asyncio.timeout(GUARD_S):
+            while len(delivered) < len(expected):
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # anything delivered twice would arrive meanwhile
+        consumer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await consumer
+    assert_exactly_once_in_order(delivered, expected)
 
 
 async def test_a_feed_held_back_by_its_own_database_reports_who_and_the_fix(
