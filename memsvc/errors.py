@@ -7,6 +7,8 @@ exception type, never by message text; the original is kept as ``__cause__``.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 class MemsvcError(Exception):
     """Something went wrong in memsvc."""
@@ -56,6 +58,33 @@ class CursorExpiredError(MemsvcError):
     resuming from it would silently skip them. Rebuild the consumer's state
     from the current data, then follow ``svc.changes(since="now")``.
     """
+
+
+class FeedEpochError(CursorExpiredError):
+    """The change feed cursor belongs to an earlier epoch of the feed.
+
+    The database was restored into another PostgreSQL cluster (``pg_dump`` /
+    ``pg_restore``, or any copy whose transaction ids start afresh), and
+    positions of one epoch mean nothing in the next. Resume with
+    ``svc.changes(since=<datetime>)``: the ``at`` of the last change you
+    processed, less the longest your writing transactions run (changes from
+    then on, some of them again), or with ``since=None`` (every change still
+    retained). ``cursor_epoch`` and ``current_epoch`` name the two epochs;
+    ``epoch_started_at`` is when the current one began.
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        cursor_epoch: str | None = None,
+        current_epoch: str | None = None,
+        epoch_started_at: datetime | None = None,
+    ) -> None:
+        self.cursor_epoch = cursor_epoch
+        self.current_epoch = current_epoch
+        self.epoch_started_at = epoch_started_at
+        super().__init__(message)
 
 
 class SchemaError(MemsvcError):

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import AsyncIterator, Generator
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -223,7 +224,7 @@ class MemoryService:
         scope: Scope | None = None,
         *,
         include: Include = "descendants",
-        since: str | None = None,
+        since: str | datetime | None = None,
         with_values: bool = False,
     ) -> AsyncIterator[Change]:
         """Follow every committed change to memories, assemblies and checkpoints.
@@ -237,10 +238,13 @@ class MemoryService:
 
         Resuming from the cursor of the last change processed delivers every
         committed change exactly once, each entity's in version order.
-        ``since``: a ``Change.cursor``, ``"now"``, or None (the oldest change
-        still retained). ``include``: ``"descendants"`` (default), ``"exact"``
-        or ``"ancestors"``. Raises CursorExpiredError when gc removed changes
-        after ``since``. See the README section "Change feed".
+        ``since``: a ``Change.cursor``, ``"now"``, a timezone-aware datetime
+        (changes whose transaction started then or later, some earlier ones
+        too), or None (the oldest change still retained). ``include``:
+        ``"descendants"`` (default), ``"exact"`` or ``"ancestors"``. Raises
+        CursorExpiredError when gc removed changes after ``since``, and its
+        subclass FeedEpochError for a cursor from before the database was
+        restored into another cluster. See the README section "Change feed".
         """
         return self._feed.changes(scope, include=include, since=since, with_values=with_values)
 

@@ -83,6 +83,13 @@ class Settings(BaseSettings):
         description="gc removes change events (memory history included) older than this; "
         "a feed cursor older than what gc removed raises CursorExpiredError. Unset: keep all.",
     )
+    change_stall_report_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Change feed: a feed held back this long behind one open transaction "
+        "logs a warning naming it (pid or prepared transaction) and shows in the "
+        "memsvc.changes.stalled gauge; doctor reports such a transaction as a problem.",
+    )
 
     # --- read replicas ------------------------------------------------------
     replica_urls: Annotated[list[str], NoDecode] = Field(

@@ -22,6 +22,7 @@ import functools
 import inspect
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -174,7 +175,7 @@ class SyncMemoryService:
         scope: Scope | None = None,
         *,
         include: Include = "descendants",
-        since: str | None = None,
+        since: str | datetime | None = None,
         with_values: bool = False,
     ) -> BlockingChanges:
         """The change feed (see :meth:`memsvc.MemoryService.changes`) as a blocking iterator.

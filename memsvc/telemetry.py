@@ -149,6 +149,14 @@ class _Instruments:
             description="memsvc operations waiting for a pooled connection",
         )
         meter.create_observable_gauge(
+            "memsvc.changes.stalled",
+            callbacks=[_observe_feed_stalls],
+            unit="s",
+            description="How long change feeds have been held back behind one open "
+            "transaction, by schema and holder (pid or prepared transaction); a feed "
+            "appears once held back for change_stall_report_s",
+        )
+        meter.create_observable_gauge(
             "memsvc.working.store",
             callbacks=[_observe_working_store],
             description="1 for the working-memory store in use, by backend and fallback",
@@ -593,3 +601,31 @@ def count_import(counts: Mapping[str, Mapping[str, int]]) -> None:
         for outcome, rows in outcomes.items():
             if rows:
                 counter.add(rows, {"kind": kind, "outcome": outcome})
+
+
+# Change feeds held back past Settings.change_stall_report_s, by feed: since
+# when (time.monotonic()) and the gauge's attributes.
+_stalled_feeds: dict[int, tuple[float, dict[str, AttributeValue]]] = {}
+
+
+def feed_stalled(feed: int, *, since: float, schema: str, holder: str) -> None:
+    """Report feed ``feed`` held back since ``since`` (monotonic) by ``holder``."""
+    _stalled_feeds[feed] = (since, {"memsvc.db_schema": schema, "memsvc.feed.holder": holder})
+
+
+def feed_resumed(feed: int) -> None:
+    """Feed ``feed`` is no longer held back (or has stopped)."""
+    _stalled_feeds.pop(feed, None)
+
+
+def _observe_feed_stalls(options: CallbackOptions) -> Iterable[Observation]:
+    now = time.monotonic()
+    longest: dict[tuple[tuple[str, AttributeValue], ...], tuple[float, dict[str, AttributeValue]]]
+    longest = {}
+    for since, attributes in list(_stalled_feeds.values()):
+        key = tuple(sorted(attributes.items()))
+        seconds = now - since
+        if key not in longest or longest[key][0] < seconds:
+            longest[key] = (seconds, attributes)
+    for seconds, attributes in longest.values():
+        yield Observation(seconds, attributes)

@@ -44,7 +44,7 @@ from memsvc.ops import (
     stats_queries,
 )
 from memsvc.ops.citus import ANCHOR, citus_sql
-from memsvc.repositories import langgraph_store_queries
+from memsvc.repositories import change_queries, langgraph_store_queries
 from memsvc.service import TENANT_TABLES
 from memsvc.testing.postgres import run_in_own_loop, settings_for_tests, with_database
 from tests.changes.helpers import take
@@ -93,6 +93,8 @@ def _cross_tenant() -> dict[str, str]:
         "persist their commit time",
         doctor_queries.sessions_over_retention(s): "doctor: sessions over retention",
         doctor_queries.stale_content_hashes(s): "doctor: content hashes to recompute",
+        change_queries.watermark_holder(s): "doctor / a stalled change feed: events of "
+        "every tenant held back behind the transaction holding the feed's watermark",
         stats_queries.memories_per_tenant(s, False): "stats of every tenant",
         stats_queries.assemblies_per_tenant(s, False): "stats of every tenant",
         stats_queries.checkpoints_per_tenant(s, False): "stats of every tenant",

@@ -373,6 +373,67 @@ async def test_doctor_reports_each_replica(pair: Pair, tmp_path: Any) -> None:
         assert report.ok
 
 
+async def stop_wal_receiver(pair: Pair) -> str:
+    """Empty the live replica's primary_conninfo (its WAL receiver stops); the old value."""
+    replica = await asyncpg.connect(pair.servers.replica_dsn)
+    try:
+        original: str = await replica.fetchval("SHOW primary_conninfo")
+        await replica.execute("ALTER SYSTEM SET primary_conninfo = ''")
+        await replica.execute("SELECT pg_reload_conf()")
+        async with asyncio.timeout(CATCH_UP_LIMIT_S):
+            while await replica.fetchval("SELECT count(*) FROM pg_stat_wal_receiver"):
+                await asyncio.sleep(0.05)
+    finally:
+        await replica.close()
+    return original
+
+
+async def restart_wal_receiver(pair: Pair, conninfo: str) -> None:
+    replica = await asyncpg.connect(pair.servers.replica_dsn)
+    try:
+        statement = await replica.fetchval(
+            "SELECT format('ALTER SYSTEM SET primary_conninfo = %L', $1::text)", conninfo
+        )
+        await replica.execute(statement)
+        await replica.execute("SELECT pg_reload_conf()")
+        async with asyncio.timeout(CATCH_UP_LIMIT_S):
+            while not await replica.fetchval(
+                "SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'"
+            ):
+                await asyncio.sleep(0.05)
+    finally:
+        await replica.close()
+    await caught_up(pair)
+
+
+async def test_a_replica_whose_wal_receiver_stopped_is_not_read_and_doctor_says_why(
+    pair: Pair,
+) -> None:
+    conninfo = await stop_wal_receiver(pair)
+    try:
+        # Neither read-your-writes nor a lag bound the replica could exceed:
+        # only its not receiving WAL keeps reads off its stale copy.
+        careless = pair.settings(read_your_writes=False, replica_max_lag_s=3600)
+        async with opened(careless) as svc:
+            memory = await svc.memories.add(SCOPE, "written after the replica stopped receiving")
+            assert (await svc.memories.get(memory.id)).id == memory.id
+            assert replica_reads(svc) == 0
+            assert svc.reads.status()[0].state == "not receiving"
+
+            report = await svc.maintenance.doctor()
+            (check,) = [c for c in report.checks if c.name.startswith("replica ")]
+            assert check.status == "warning"
+            assert "not receiving WAL" in check.detail
+            assert "primary_conninfo" in check.detail
+    finally:
+        await restart_wal_receiver(pair, conninfo)
+    # Streaming again: the replica serves reads again.
+    async with opened(pair.settings(read_your_writes=False, replica_max_lag_s=3600)) as svc:
+        assert (await svc.memories.get(memory.id)).id == memory.id
+        assert replica_reads(svc) == 1
+        assert svc.reads.status()[0].state == "ok"
+
+
 # ----------------------------------------------------------------- failures
 
 

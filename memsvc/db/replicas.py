@@ -9,10 +9,15 @@ round robin and runs the read there, or tells the caller to use the primary.
   (:meth:`ReadRouter.after_write`). A later read runs on a replica only once
   the replica has replayed that position, waiting at most
   ``replica_wait_s``; otherwise it runs on the primary.
-- **Health**: a replica is checked when first used and then every
-  ``replica_check_interval_s`` on the connection the read already holds. One
-  that is not a standby, or lags more than ``replica_max_lag_s``, is skipped
-  until the next check; one that cannot be reached, or whose connection
+- **Freshness**: a replica is checked when first used and then every
+  ``replica_check_interval_s`` on the connection the read already holds. It
+  may serve reads only while it is a standby, its WAL receiver is streaming
+  (``pg_stat_wal_receiver``: a replica whose receiver stopped has replayed
+  all it received and would otherwise look current for ever), and the last
+  commit it replayed is within ``replica_max_lag_s`` of the primary's clock
+  (read from the primary at each check, with its flushed WAL position: a
+  replica that has replayed that position lags 0); otherwise it is skipped
+  until the next check. One that cannot be reached, or whose connection
   breaks, is skipped for ``replica_retry_s``.
 - **Reads never fail because of a replica**: any storage failure on a replica
   sends the read to the primary.
@@ -27,6 +32,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -73,9 +79,33 @@ class ReplicaStatus:
     """What the router knows of one replica (see :meth:`ReadRouter.status`)."""
 
     name: str
-    state: str  # "unchecked", "ok", "down", "lagging" or "not a standby"
+    state: str  # "unchecked", "ok", "down", "lagging", "not receiving" or "not a standby"
     replayed: int  # WAL position replayed at the last look (bytes), -1 if unknown
     reads: int  # reads it has served
+
+
+def freshness(row: Any, max_lag_s: float) -> str:
+    """A :data:`~memsvc.db.replica_queries.REPLICA_STATE` row's verdict.
+
+    ``"ok"`` (it may serve reads), ``"not a standby"``, ``"not receiving"``
+    (no streaming WAL receiver) or ``"lagging"``. A receiver whose status the
+    role may not see (without pg_read_all_stats) counts as streaming: the
+    lag, measured on the primary's clock, still bounds what such a replica
+    can miss.
+    """
+    if not row["standby"]:
+        return "not a standby"
+    if row["receiver"] not in ("streaming", "unknown"):
+        return "not receiving"
+    if row["lag_s"] is None or row["lag_s"] > max_lag_s:
+        return "lagging"
+    return "ok"
+
+
+async def primary_state(conn: asyncpg.Connection) -> tuple[datetime, int]:
+    """The primary's clock and flushed WAL position: the arguments of REPLICA_STATE."""
+    row = await conn.fetchrow(q.PRIMARY_STATE)
+    return row["now"], int(row["flushed"])
 
 
 class _Replica:
@@ -315,17 +345,30 @@ class ReadRouter:
         interval = self._settings.replica_check_interval_s
         if now - replica.checked_at < interval:
             return
-        row = await conn.fetchrow(q.REPLICA_STATE)
+        clock, flushed = await self._primary_state()
+        row = await conn.fetchrow(q.REPLICA_STATE, clock, flushed)
         replica.checked_at = now
-        if not row["standby"]:
-            # A promoted replica takes writes of its own: its data is not the primary's.
-            self._skip(replica, "not a standby", interval)
-            raise _Unusable
-        replica.replayed = max(replica.replayed, _position(row["replayed"]))
-        if row["lag_s"] > self._settings.replica_max_lag_s:
-            self._skip(replica, "lagging", interval)
+        if row["standby"]:
+            replica.replayed = max(replica.replayed, _position(row["replayed"]))
+        # A promoted replica takes writes of its own: its data is not the primary's.
+        state = freshness(row, self._settings.replica_max_lag_s)
+        if state != "ok":
+            self._skip(replica, state, interval)
             raise _Unusable
         replica.state = "ok"
+
+    async def _primary_state(self) -> tuple[datetime, int]:
+        """The primary's clock and flushed position; _Unusable when it cannot say.
+
+        A read then goes to the primary, which reports its own failure.
+        """
+        try:
+            with translate_errors():
+                async with asyncio.timeout(self._settings.connect_timeout_s):
+                    async with self._primary.acquire() as conn:
+                        return await primary_state(conn)
+        except MemsvcError as exc:
+            raise _Unusable from exc
 
     async def _wait_for(self, replica: _Replica, conn: asyncpg.Connection, target: int) -> None:
         """Return once the replica has replayed ``target``; _Behind past ``replica_wait_s``."""

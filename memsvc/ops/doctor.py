@@ -26,6 +26,9 @@ Checked, in order (later checks need the earlier ones to pass):
 10. ``embedding migration``: one in progress (``memsvc reembed``), with how
    many rows still lack the new embedding and the state of its index
    (reported as a warning; running ``memsvc reembed`` again finishes it).
+11. ``change feed epoch`` and ``change feed``: the database still lives in
+   the cluster its feed epoch was recorded in, and no open transaction holds
+   the feed back (see :mod:`memsvc.ops.doctor_feed`).
 
 With ``repair``, each fix runs in its own transaction and is reported:
 assemblies are recomputed by :meth:`AssemblyRepository.recompute` (which
@@ -34,7 +37,8 @@ locks the assembly row ``FOR UPDATE``), an invalid index is rebuilt with
 INDEX CONCURRENTLY`` from the schema metadata (unless a bulk load holds the
 index lock: it is rebuilding it), a stale ``content_hash`` is recomputed
 unless the new hash is already another memory's in the same scope (that
-would be a duplicate: it is reported, not repaired).
+would be a duplicate: it is reported, not repaired), a database restored
+into another cluster gets its new change feed epoch.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ import asyncpg
 from memsvc.db import migrate, replica_queries
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect
-from memsvc.db.replicas import replica_name
+from memsvc.db.replicas import freshness, primary_state, replica_name
 from memsvc.db.tables import OPCLASSES
 from memsvc.errors import MemsvcError
 from memsvc.ops import bulk_queries
@@ -60,6 +64,7 @@ from memsvc.ops.bulk import (
     index_state,
     metadata_index_definition,
 )
+from memsvc.ops.doctor_feed import check_feed_epoch, check_feed_stall
 from memsvc.ops.reembed import migration_progress
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
@@ -161,8 +166,11 @@ class Doctor:
                 if self._settings.replica_urls:
                     progress.start("doctor: checking replicas")
                     for url in self._settings.replica_urls:
-                        await self._check_replica(url, report)
+                        await self._check_replica(conn, url, report)
                 await self._check_embedding_migration(conn, report)
+                progress.start("doctor: checking the change feed")
+                await check_feed_epoch(conn, self._schema, report, repair)
+                await check_feed_stall(conn, self._settings, report)
                 progress.done()
         finally:
             await conn.close()
@@ -233,7 +241,9 @@ class Doctor:
 
     # ------------------------------------------------------------ replicas
 
-    async def _check_replica(self, url: str, report: DoctorReport) -> None:
+    async def _check_replica(
+        self, primary: asyncpg.Connection, url: str, report: DoctorReport
+    ) -> None:
         name = f"replica {replica_name(url)}"
         try:
             conn = await connect(url, self._settings)
@@ -242,24 +252,46 @@ class Doctor:
             return
         try:
             with translate_errors():
-                state = await conn.fetchrow(replica_queries.REPLICA_STATE)
+                clock, flushed = await primary_state(primary)
+                state = await conn.fetchrow(replica_queries.REPLICA_STATE, clock, flushed)
                 revision = await migrate.current_revision(conn, self._schema)
         finally:
             await conn.close()
         head = migrate.head_revision()
-        if not state["standby"]:
+        max_lag = self._settings.replica_max_lag_s
+        verdict = freshness(state, max_lag)
+        lag = "unknown (no transaction replayed yet)" if state["lag_s"] is None else (
+            f"{state['lag_s']:.1f} s"
+        )
+        if verdict == "not a standby":
             report.add(name, "problem", "not a standby (promoted?): it is never read from")
         elif revision != head:
             report.add(name, "problem", f"schema at {revision or 'no revision'}, head is {head}")
-        elif state["lag_s"] > self._settings.replica_max_lag_s:
+        elif verdict == "not receiving":
+            receiver = state["receiver"]
             report.add(
                 name,
                 "warning",
-                f"replay lags {state['lag_s']:.1f} s (over replica_max_lag_s="
-                f"{self._settings.replica_max_lag_s:g}): skipped until it catches up",
+                "not receiving WAL: "
+                + (
+                    "no WAL receiver runs (primary_conninfo is empty, or the primary cannot "
+                    "be reached from the replica; see its log)"
+                    if receiver is None
+                    else f"its WAL receiver is {receiver}, not streaming (check "
+                    "primary_conninfo and the replica's log)"
+                )
+                + f"; its data stops at what it replayed (lag {lag} on the primary's "
+                "clock), so reads go to the primary until it streams again",
+            )
+        elif verdict == "lagging":
+            report.add(
+                name,
+                "warning",
+                f"replay lags {lag} on the primary's clock (over replica_max_lag_s="
+                f"{max_lag:g}): skipped until it catches up",
             )
         else:
-            report.add(name, "ok", f"streaming standby, replay lag {state['lag_s']:.1f} s")
+            report.add(name, "ok", f"streaming standby, replay lag {lag}")
 
     # ------------------------------------------------------------ indexes
 

@@ -12,26 +12,43 @@ New events wake consumers through ``LISTEN memsvc_changes`` on a direct
 connection (``Settings.listen_url``, else the database URL unless it goes
 through pgbouncer in transaction mode); the ledgers are the truth, and the
 feed also reads every ``change_poll_interval_s`` without a wake-up.
+
+Positions count in the transaction ids of one cluster: cursors name the
+feed's epoch (:mod:`memsvc.repositories.change_epochs`). A transaction left
+open holds the feed back; what is bounded and what is reported is in
+:mod:`memsvc.repositories.change_stalls`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import asyncpg
 
+from memsvc import telemetry
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect
-from memsvc.errors import CursorExpiredError, MemsvcError, ValidationError
+from memsvc.errors import ConcurrencyError, CursorExpiredError, MemsvcError, ValidationError
 from memsvc.models import Change
 from memsvc.repositories import change_queries as q
 from memsvc.repositories.base import Repository
+from memsvc.repositories.change_epochs import (
+    FeedEpoch,
+    check_cursor_epoch,
+    current_epoch,
+    cursor_text,
+    epoch_error,
+    parse_cursor,
+)
 from memsvc.repositories.change_signal import CHANNEL
+from memsvc.repositories.change_stalls import StallWatch, find_holder
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import current_tenant
 from memsvc.scope import Include, Scope, validate_include
@@ -49,8 +66,13 @@ HELD_BACK_WAIT_S = 0.02
 # then takes what several wake-ups announced (fewer round trips for the
 # consumer, a few milliseconds more latency).
 MIN_READ_INTERVAL_S = 0.01
-_CURSOR = re.compile(r"^c1\.(\d{1,20})\.(-1|0|1)\.(\d{1,19})$")
+# Starting an epoch locks the keyed tables; a writer locking them in another
+# order may deadlock with it (PostgreSQL then cancels one of the two).
+EPOCH_ATTEMPTS = 3
+# Positions as gc's horizon records them (cursors add the epoch: change_epochs).
+_POSITION = re.compile(r"^c1\.(\d{1,20})\.(-1|0|1)\.(\d{1,19})$")
 _BIGINT_MAX = 2**63 - 1
+_FEED_IDS = itertools.count(1)
 
 
 class Position(NamedTuple):
@@ -64,7 +86,7 @@ class Position(NamedTuple):
     event_id: int
 
     def cursor(self) -> str:
-        """The opaque cursor string of this position."""
+        """This position as text (gc's horizon; a consumer's cursor adds the epoch)."""
         return f"c1.{self.key}.{self.source}.{self.event_id}"
 
     def bound(self, source: int) -> int:
@@ -76,13 +98,11 @@ class Position(NamedTuple):
         return _BIGINT_MAX
 
     @classmethod
-    def parse(cls, text: str, field: str = "since") -> Position:
-        """Read a cursor string back (ValidationError naming ``field`` when malformed)."""
-        match = _CURSOR.match(text)
+    def parse(cls, text: str, field: str = "horizon") -> Position:
+        """Read :meth:`cursor` text back (ValidationError naming ``field`` when malformed)."""
+        match = _POSITION.match(text)
         if match is None:
-            raise ValidationError(
-                field, 'must be a cursor from Change.cursor, "now", or None (the oldest retained)'
-            )
+            raise ValidationError(field, "must be a position of the change feed")
         return cls(int(match[1]), int(match[2]), int(match[3]))
 
 
@@ -101,7 +121,7 @@ class ChangeFeed(Repository):
         scope: Scope | None = None,
         *,
         include: Include = "descendants",
-        since: str | None = None,
+        since: str | datetime | None = None,
         with_values: bool = False,
         batch_size: int = DEFAULT_BATCH,
     ) -> AsyncIterator[Change]:
@@ -114,21 +134,24 @@ class ChangeFeed(Repository):
             since: A ``Change.cursor`` (resume after that change), ``"now"``
                 (changes committing after the iterator is first advanced; one
                 committed a moment before may be included, none is skipped),
-                or None (from the oldest change still retained).
+                a timezone-aware datetime (every change whose transaction
+                started at or after it, and everything after the first of
+                them in feed order: some earlier ones come too), or None
+                (from the oldest change still retained).
             with_values: Also fetch the values after each change (``Change.values``).
             batch_size: Changes read per round trip (1-10000).
 
         The iterator never ends on its own; stop iterating (or cancel the
         task) when done. Each memory's (assembly's) changes arrive in version
         order. Raises CursorExpiredError when gc removed changes after
-        ``since`` (see ``Settings.change_retention_days``).
+        ``since`` (see ``Settings.change_retention_days``), and its subclass
+        FeedEpochError when ``since`` is a cursor from before the database
+        was restored into another cluster (the error says how to resume).
         """
         if scope is not None and not isinstance(scope, Scope):
             raise ValidationError("scope", "must be a Scope or None")
         include = validate_include(include)
-        if since is not None and not isinstance(since, str):
-            raise ValidationError("since", 'must be a cursor string, "now" or None')
-        start = None if since is None or since == "now" else Position.parse(since)
+        _validate_since(since)
         if not isinstance(with_values, bool):
             raise ValidationError("with_values", "must be a bool")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
@@ -138,18 +161,29 @@ class ChangeFeed(Repository):
         tenant = scope.tenant if scope is not None else current_tenant.get()
         if self._settings.row_level_security and tenant is None:
             raise ValidationError("scope", "row_level_security is on: pass the scope to follow")
-        sql, args = read_statement(
+        plain, args = read_statement(
             self._schema, scope, include, with_values=with_values, batch_size=batch_size
         )
-        return self._follow(sql, args, start, now=since == "now", tenant=tenant)
+        refined, _ = read_statement(
+            self._schema, scope, include, with_values=with_values, batch_size=batch_size,
+            refined=True,
+        )
+        return self._follow((plain, refined), args, since, tenant=tenant)
 
     async def _follow(
-        self, sql: str, args: list[Any], start: Position | None, *, now: bool, tenant: str | None
+        self,
+        statements: tuple[str, str],
+        args: list[Any],
+        since: str | datetime | None,
+        *,
+        tenant: str | None,
     ) -> AsyncIterator[Change]:
         wake = asyncio.Event()
         listener = await self._listen(wake)
+        watch = StallWatch(self._settings.change_stall_report_s)
+        feed_id = next(_FEED_IDS)
         try:
-            position = await self._start_position(start, now=now, tenant=tenant)
+            epoch, position = await self._start(since, tenant)
             wait = HELD_BACK_WAIT_S
             loop = asyncio.get_running_loop()
             last_read = 0.0
@@ -159,18 +193,24 @@ class ChangeFeed(Repository):
                     await asyncio.sleep(pause)
                 wake.clear()
                 last_read = loop.time()
+                sql = statements[1] if watch.refined else statements[0]
                 rows = await self._read_batch(sql, args, position, tenant)
                 head = rows[0]
-                if head["horizon"] and Position.parse(head["horizon"], "horizon") > position:
+                if not epoch.still_current(head["epoch"], head["system_identifier"]):
+                    epoch = await self._epoch_after_move(epoch, position, tenant)
+                    continue
+                if head["horizon"] and Position.parse(head["horizon"]) > position:
                     raise CursorExpiredError(
-                        f"changes after cursor {position.cursor()} were removed by gc "
+                        f"changes after cursor {_cursor(epoch, position)} were removed by gc "
                         f"(it kept changes after {head['horizon']}): rebuild the consumer's "
                         'state from the current data, then follow changes(since="now")'
                     )
                 found = [row for row in rows if row["event_id"] is not None]
                 for row in found:
                     position = Position(int(row["change_key"]), row["source"], row["event_id"])
-                    yield _change(row, position)
+                    yield _change(row, _cursor(epoch, position))
+                watch.saw(head["watermark"], head["snapshot_xmin"], bool(head["held_back"]))
+                await self._report_stall(watch, feed_id, tenant)
                 if len(found) == args[-1]:
                     continue  # a full batch: more may be waiting
                 if found:
@@ -186,26 +226,118 @@ class ChangeFeed(Repository):
                     async with asyncio.timeout(timeout):
                         await wake.wait()
         finally:
+            telemetry.feed_resumed(feed_id)
             if listener is not None:
                 await _close_quietly(listener)
 
-    async def _start_position(
-        self, start: Position | None, *, now: bool, tenant: str | None
-    ) -> Position:
+    async def _start(
+        self, since: str | datetime | None, tenant: str | None
+    ) -> tuple[FeedEpoch, Position]:
+        """The feed's epoch, and the position it starts after."""
         # The tenant is set around each read, never across a yield: the
         # consumer's own context must not change between its steps.
         token = current_tenant.set(tenant)
         try:
+            epoch = await self._epoch()
             async with self._connection(writes=False) as conn:
-                if now:
-                    return Position(int(await conn.fetchval(q.watermark())), -1, 0)
-                horizon_text = await conn.fetchval(q.horizon(self._schema))
+                if since == "now":
+                    watermark = await conn.fetchval(q.refined_watermark_now(self._schema))
+                    return epoch, Position(int(watermark), -1, 0)
+                if isinstance(since, datetime):
+                    first = await conn.fetchrow(q.first_since(self._schema), since)
+                else:
+                    horizon_text = await conn.fetchval(q.horizon(self._schema))
         finally:
             current_tenant.reset(token)
-        horizon = Position.parse(horizon_text, "horizon") if horizon_text else None
-        if start is None:
-            return horizon or START
+        if isinstance(since, datetime):
+            return epoch, self._position_since(first, since)
+        if since is None:
+            return epoch, Position.parse(horizon_text) if horizon_text else START
+        cursor_epoch, key, source, event_id = parse_cursor(since)
+        check_cursor_epoch(since, cursor_epoch, epoch)
+        return epoch, Position(key, source, event_id)
+
+    async def _epoch(self) -> FeedEpoch:
+        """The current epoch (a new one started first if the database moved cluster)."""
+        for attempt in range(1, EPOCH_ATTEMPTS + 1):
+            try:
+                async with self._connection(writes=False) as conn:
+                    return await current_epoch(conn, self._schema)
+            except ConcurrencyError:
+                if attempt == EPOCH_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _epoch_after_move(
+        self, epoch: FeedEpoch, position: Position, tenant: str | None
+    ) -> FeedEpoch:
+        """A read found the epoch record or the cluster changed: the epoch to go on in.
+
+        FeedEpochError when it is not the feed's own: the position means
+        nothing in it.
+        """
+        token = current_tenant.set(tenant)
+        try:
+            current = await self._epoch()
+        finally:
+            current_tenant.reset(token)
+        if current.id != epoch.id:
+            raise epoch_error(_cursor(epoch, position), epoch.id, current)
+        return current
+
+    def _position_since(self, first: asyncpg.Record, since: datetime) -> Position:
+        """Where a feed ``since`` a time starts: before the first change since then.
+
+        Or at the watermark, if that is earlier: a transaction still running
+        may have started after ``since`` and commit an event below the first
+        one found.
+        """
+        start = Position(int(first["watermark"]), -1, 0)
+        if first["change_key"] is not None:
+            found = Position(int(first["change_key"]), first["source"], first["event_id"] - 1)
+            start = min(start, found)
+        retention = self._settings.change_retention_days
+        if first["horizon"] and (
+            retention is None or since <= datetime.now(UTC) - timedelta(days=retention)
+        ):
+            # gc removes changes older than the retention: among them some may
+            # have started after `since`.
+            raise CursorExpiredError(
+                f"gc removed changes older than the retention period, and changes since "
+                f"{since.isoformat()} may be among them: pass a later time, or rebuild the "
+                'consumer\'s state from the current data and follow changes(since="now")'
+            )
         return start
+
+    async def _report_stall(self, watch: StallWatch, feed_id: int, tenant: str | None) -> None:
+        """Log and gauge a feed held back for change_stall_report_s; say when it resumes."""
+        if watch.resumed():
+            log.info("change feed: no longer held back")
+            telemetry.feed_resumed(feed_id)
+            return
+        if not watch.report_due() or watch.held_since is None:
+            return
+        watch.reported()
+        token = current_tenant.set(tenant)
+        try:
+            async with self._connection(writes=False) as conn:
+                holder = await find_holder(conn, self._schema)
+        except MemsvcError as exc:
+            log.warning("change feed held back; finding by what failed: %s", exc)
+            return
+        finally:
+            current_tenant.reset(token)
+        if holder is None:
+            return  # it ended meanwhile
+        log.warning(
+            "change feed held back for over %g s: %s. Fix: %s",
+            self._settings.change_stall_report_s,
+            holder.describe(),
+            holder.fix(),
+        )
+        telemetry.feed_stalled(
+            feed_id, since=watch.held_since, schema=self._schema, holder=holder.label
+        )
 
     async def _read_batch(
         self, sql: str, args: list[Any], position: Position, tenant: str | None
@@ -241,13 +373,26 @@ class ChangeFeed(Repository):
 
 
 def read_statement(
-    schema: str, scope: Scope | None, include: Include, *, with_values: bool, batch_size: int
+    schema: str,
+    scope: Scope | None,
+    include: Include,
+    *,
+    with_values: bool,
+    batch_size: int,
+    refined: bool = False,
 ) -> tuple[str, list[Any]]:
-    """The feed's read of the next batch, and its arguments (see :func:`read_arguments`)."""
+    """The feed's read of the next batch, and its arguments (see :func:`read_arguments`).
+
+    ``refined``: below the refined watermark (see :mod:`.change_stalls`).
+    """
     params = Params("0", -1, -1)
     scope_sql = "true" if scope is None else scope_condition(scope, include, params, "e")
     sql = q.read_batch(
-        schema, scope_sql, with_values=with_values, limit_param=params.add(batch_size)
+        schema,
+        scope_sql,
+        with_values=with_values,
+        limit_param=params.add(batch_size),
+        refined=refined,
     )
     return sql, params.values
 
@@ -275,9 +420,25 @@ async def _close_quietly(conn: asyncpg.Connection) -> None:
         raise
 
 
-def _change(row: asyncpg.Record, position: Position) -> Change:
+def _validate_since(since: object) -> None:
+    if since is None or since == "now":
+        return
+    if isinstance(since, datetime):
+        if since.utcoffset() is None:
+            raise ValidationError("since", "a datetime needs its time zone (as Change.at has)")
+        return
+    if not isinstance(since, str):
+        raise ValidationError("since", 'must be a cursor string, "now", a datetime or None')
+    parse_cursor(since)
+
+
+def _cursor(epoch: FeedEpoch, position: Position) -> str:
+    return cursor_text(epoch, position.key, position.source, position.event_id)
+
+
+def _change(row: asyncpg.Record, cursor: str) -> Change:
     return Change(
-        cursor=position.cursor(),
+        cursor=cursor,
         kind=row["kind"],
         memory_id=row["entity_id"],
         scope=Scope.trusted(

@@ -35,6 +35,12 @@ def _wheel() -> tuple[Any, Path, str | None]:
     return pgexec, bin_path, user
 
 
+def client_program(name: str) -> str:
+    """A client program of the embedded server's version (``pg_dump``, ``pg_restore``)."""
+    _, bin_path, _ = _wheel()
+    return str(bin_path / name)
+
+
 class ReplicatedPostgres:
     """An embedded primary and one hot standby streaming from it.
 

@@ -77,18 +77,28 @@ async def test_a_read_touches_the_events_after_its_position_not_the_history(
         await service.memories.add(other, "not followed")
         expected = [("memory", m.id) for m in new] + [("checkpoint", checkpoint.id)]
 
-        for followed, include in ((scope, "descendants"), (Scope(scope.tenant), "descendants")):
+        # Both watermarks: the plain one, and the refined one a stalled feed reads with.
+        for refined in (False, True):
+            for followed, include in (
+                (scope, "descendants"),
+                (Scope(scope.tenant), "descendants"),
+            ):
+                sql, args = read_statement(
+                    "memsvc", followed, include, with_values=False, batch_size=500,
+                    refined=refined,
+                )
+                for mode in ("force_generic_plan", "force_custom_plan"):
+                    changes, scanned = await _read(
+                        conn, sql, read_arguments(args, position), mode
+                    )
+                    assert changes == expected, (followed, mode, refined)
+                    assert scanned <= MOST_ROWS, (followed, mode, refined, scanned)
             sql, args = read_statement(
-                "memsvc", followed, include, with_values=False, batch_size=500
+                "memsvc", None, "descendants", with_values=False, batch_size=500, refined=refined
             )
             for mode in ("force_generic_plan", "force_custom_plan"):
                 changes, scanned = await _read(conn, sql, read_arguments(args, position), mode)
-                assert changes == expected, (followed, mode)
-                assert scanned <= MOST_ROWS, (followed, mode, scanned)
-        sql, args = read_statement("memsvc", None, "descendants", with_values=False, batch_size=500)
-        for mode in ("force_generic_plan", "force_custom_plan"):
-            changes, scanned = await _read(conn, sql, read_arguments(args, position), mode)
-            assert changes[: len(expected)] == expected and len(changes) == len(expected) + 1
-            assert scanned <= MOST_ROWS, (None, mode, scanned)
+                assert changes[: len(expected)] == expected and len(changes) == len(expected) + 1
+                assert scanned <= MOST_ROWS, (None, mode, refined, scanned)
     finally:
         await conn.close()

@@ -1,0 +1,94 @@
+"""Doctor's checks of the change feed: its epoch, and what holds it back.
+
+- ``change feed epoch``: the cluster the feed's epoch was recorded in is the
+  one the database lives in. After a restore into another cluster it is not
+  (a warning: the feed's next read starts a new epoch, rewriting change
+  keys while writes wait); ``repair`` starts the epoch now. See
+  :mod:`memsvc.repositories.change_epochs`.
+- ``change feed``: no open transaction holds the feed back. One holding it
+  for ``change_stall_report_s`` or longer is a problem when committed changes
+  wait behind it (a warning while none do yet), named with its pid or
+  prepared transaction and the fix. See :mod:`memsvc.repositories.change_stalls`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import asyncpg
+
+from memsvc.errors import MemsvcError
+from memsvc.repositories import change_queries
+from memsvc.repositories.change_epochs import FeedEpoch, current_epoch
+from memsvc.repositories.change_stalls import find_holder
+from memsvc.settings import Settings
+
+if TYPE_CHECKING:
+    from memsvc.ops.doctor import DoctorReport
+
+
+async def check_feed_epoch(
+    conn: asyncpg.Connection, schema: str, report: DoctorReport, repair: bool
+) -> None:
+    """Whether the feed's recorded epoch belongs to the live cluster (see module docstring)."""
+    row = await conn.fetchrow(change_queries.recorded_epoch(schema))
+    if not row["recorded"]:
+        report.add(
+            "change feed epoch",
+            "warning",
+            "no epoch recorded (the change feed's first read records one)",
+        )
+        return
+    epoch = FeedEpoch.parse(row["recorded"])
+    if epoch.system_identifier == row["system_identifier"]:
+        report.add(
+            "change feed epoch",
+            "ok",
+            f"{epoch.describe()}, in this cluster (system identifier {epoch.system_identifier})",
+        )
+        return
+    check = report.add(
+        "change feed epoch",
+        "warning",
+        f"this database was restored into another PostgreSQL cluster (system identifier "
+        f"{row['system_identifier']}; the feed's {epoch.describe()} was recorded in "
+        f"{epoch.system_identifier}): the change feed's next read starts epoch "
+        f"{epoch.number + 1}, lowering the change keys of rows written before the move "
+        "(writes wait meanwhile), and cursors from before get FeedEpochError saying how to "
+        "resume. Run `memsvc doctor --repair` to start it now",
+    )
+    if not repair:
+        return
+    try:
+        started = await current_epoch(conn, schema)
+    except MemsvcError as exc:
+        check.fixes.append(f"starting the new epoch failed: {exc}")
+        check.status = "problem"
+        return
+    rewritten = "rewrote the ledgers' change keys" if started.keys_rewritten else "no key rewritten"
+    check.fixes.append(f"started change feed epoch {started.number} ({rewritten})")
+    check.status = "repaired"
+
+
+async def check_feed_stall(
+    conn: asyncpg.Connection, settings: Settings, report: DoctorReport
+) -> None:
+    """Whether an open transaction holds the feed back, and for how long (see module docstring)."""
+    holder = await find_holder(conn, settings.db_schema)
+    if holder is None:
+        report.add("change feed", "ok", "not held back: every committed change can be delivered")
+        return
+    held_for = holder.held_for_s or 0.0
+    if held_for < settings.change_stall_report_s:
+        report.add(
+            "change feed",
+            "ok",
+            f"{holder.label} holds it back for now (open {held_for:.1f} s, under "
+            f"change_stall_report_s={settings.change_stall_report_s:g})",
+        )
+        return
+    report.add(
+        "change feed",
+        "problem" if holder.waiting else "warning",
+        f"{holder.describe()}. Fix: {holder.fix()}",
+    )
