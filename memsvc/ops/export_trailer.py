@@ -168,9 +168,10 @@ def _check(path: Path, size: int) -> ExportFileCheck:
     lines, digest = _read_lines(path, start, digest=True)
     expected_lines, expected_digest = trailer.get("lines"), trailer.get("sha256")
     if expected_lines != lines:
+        counted = f"{expected_lines:,}" if isinstance(expected_lines, int) else repr(expected_lines)
         return ExportFileCheck(
             lines,
-            f"its trailer counts {expected_lines} lines but {lines:,} precede it: lines "
+            f"its trailer counts {counted} lines but {lines:,} precede it: lines "
             "were lost or added after the export",
         )
     if expected_digest != digest:
