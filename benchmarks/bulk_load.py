@@ -50,6 +50,7 @@ from memsvc import MemoryService, Settings
 from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.ops.bulk import MEMORY_VECTOR_INDEX
+from memsvc.ops.export_trailer import LineSink
 from memsvc.testing.postgres import with_database
 
 DIM = 384
@@ -101,6 +102,7 @@ def write_jsonl(path: Path, source: VectorSource, rows: int, seed: int, tenant: 
     rng = np.random.default_rng(seed)
     offset = (seed - 1) * source.real_rows
     with path.open("w", encoding="utf-8") as out:
+        sink = LineSink(out)  # ends the file with a trailer, as an export does
         for start in range(0, rows, 5_000):
             count = min(5_000, rows - start)
             vectors = np.round(source.vectors(rng, offset + start, count), 6)
@@ -121,7 +123,8 @@ def write_jsonl(path: Path, source: VectorSource, rows: int, seed: int, tenant: 
                         }
                     )
                 )
-            out.write("\n".join(lines) + "\n")
+            sink.write_lines(lines)
+        sink.write_trailer()
 
 
 async def create_database(admin_dsn: str, name: str, settings: Settings) -> str:

@@ -32,6 +32,7 @@ from benchmarks.scale import RAW_TABLE, Layout, memory_line, row_id, vector_inde
 from memsvc import MemoryService, Settings
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.ops import records
+from memsvc.ops.export_trailer import LineSink
 
 ROOT = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")
@@ -44,10 +45,11 @@ def write_rows(
     scopes = layout.grow(end)
     vectors = source.vectors(np.random.default_rng(end), start, end - start)
     with path.open("w", encoding="utf-8") as out:
-        out.write(records.header_line(settings, datetime.now(UTC)) + "\n")
+        sink = LineSink(out)  # ends the file with a trailer, as an export does
+        sink.write_lines([records.header_line(settings, datetime.now(UTC))])
         for n in range(start, end):
             scope = scopes[n - start]
-            out.write(
+            sink.write_lines([
                 memory_line(
                     row_id(n),
                     scope,
@@ -55,8 +57,8 @@ def write_rows(
                     {"n": n, "b": n % 4},
                     vectors[n - start],
                 )
-                + "\n"
-            )
+            ])
+        sink.write_trailer()
 
 
 def server_cpu(postmaster: int) -> float:

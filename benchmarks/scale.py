@@ -70,6 +70,7 @@ from memsvc import MemoryService, Scope, Settings
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.ops import records
+from memsvc.ops.export_trailer import LineSink
 from memsvc.ops.maintenance import DEFAULT_BATCH as GC_BATCH
 from memsvc.repositories.memories import content_hash
 from memsvc.repositories.memory_queries import MEMORY_COLUMNS, MEMORY_COLUMNS_NO_EMBEDDING
@@ -194,7 +195,8 @@ def write_growth(
     scopes = layout.grow(end)
     rng = np.random.default_rng(1000 + stage)
     with path.open("w", encoding="utf-8") as out:
-        out.write(records.header_line(settings, datetime.now(UTC)) + "\n")
+        sink = LineSink(out)  # ends the file with a trailer, as an export does
+        sink.write_lines([records.header_line(settings, datetime.now(UTC))])
         for chunk in range(start, end, COPY_BATCH):
             count = min(COPY_BATCH, end - chunk)
             vectors = source.vectors(rng, chunk, count)
@@ -206,14 +208,15 @@ def write_growth(
                     row_id(n), scope, f"memory {n} of {'/'.join(filter(None, scope))}",
                     {"n": n, "b": n % 4}, vectors[i],
                 ))
-            out.write("\n".join(lines) + "\n")
+            sink.write_lines(lines)
         vectors = source.vectors(rng, end, DELETE_ROWS)
         doomed = delete_scope_of(stage).levels
-        out.write("\n".join(
+        sink.write_lines([
             memory_line(uuid.UUID(int=DELETE_ID_PREFIX | (stage << 32) | i), doomed,
                         f"to delete {stage} {i}", {"n": i, "b": i % 4}, vectors[i])
             for i in range(DELETE_ROWS)
-        ) + "\n")
+        ])
+        sink.write_trailer()
     return end - start + DELETE_ROWS
 
 

@@ -22,8 +22,9 @@ from memsvc.ops.citus import citus_sql
 from memsvc.ops.doctor import Doctor, DoctorReport
 from memsvc.ops.erasure import MAX_BATCH as ERASE_MAX_BATCH
 from memsvc.ops.erasure import ErasureReceipt
-from memsvc.ops.export import ExportReport, check_import_header, open_output
+from memsvc.ops.export import ExportReport, check_import_file, open_output
 from memsvc.ops.gc import MAX_BATCH, GcReport
+from memsvc.ops.index_repair import IndexRepairReport, rebuild_broken_indexes
 from memsvc.ops.legacy import LegacyReport, import_legacy
 from memsvc.ops.loader import LoadReport
 from memsvc.ops.recall_audit import DEFAULT_SAMPLE, DEFAULT_THRESHOLD, MAX_SAMPLE, RecallReport
@@ -88,7 +89,11 @@ def main() -> None:
 @click.option("--sql", is_flag=True, help="Print the SQL instead of running it.")
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
 def migrate(sql: bool, revision: str) -> None:
-    """Upgrade the schema to the newest migration (same as `alembic upgrade head`)."""
+    """Upgrade the schema to the newest migration (same as `alembic upgrade head`).
+
+    At head, it then rebuilds any index of memsvc's that an interrupted build
+    left invalid (or a vector index a stopped bulk load left missing), and says so.
+    """
     settings = _settings()
     try:
         if sql:
@@ -98,6 +103,18 @@ def migrate(sql: bool, revision: str) -> None:
     except MemsvcError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
     click.echo(f"schema {settings.db_schema} is at {revision}")
+    if revision not in ("head", migrations.head_revision()):
+        return  # indexes are those of head's schema
+
+    async def repair(progress: ProgressReporter) -> IndexRepairReport:
+        async with _database_url(settings, progress) as dsn:
+            return await rebuild_broken_indexes(dsn, settings, progress=progress)
+
+    with _progress() as progress:
+        report: IndexRepairReport = _run(repair(progress))
+    _echo(report.lines())
+    if report.failed:
+        sys.exit(1)
 
 
 @main.group()
@@ -289,7 +306,9 @@ async def _service(
 ) -> AsyncIterator[MemoryService]:
     settings = settings or _settings()
     _starting_server(settings, progress)
-    async with MemoryService.open(settings) as svc:
+    # Opening rebuilds an index an interrupted build left invalid: the
+    # progress display says so while it runs.
+    async with MemoryService.open(settings, progress=progress) as svc:
         progress.done()
         yield svc
 
@@ -346,7 +365,8 @@ def doctor(repair: bool, recall: bool, sample: int, threshold: float) -> None:
             # The doctor never migrates: a schema behind head is one of its findings.
             checked = settings.model_copy(update={"database_url": dsn, "auto_migrate": False})
             try:
-                async with MemoryService.open(checked) as svc:
+                # The doctor reports broken indexes; only --repair rebuilds them.
+                async with MemoryService.open(checked, rebuild_invalid_indexes=False) as svc:
                     report = await svc.maintenance.doctor(repair=repair, progress=progress)
                     audit = None
                     if recall:
@@ -486,6 +506,9 @@ def export_command(
     With scope options, only that scope and the scopes under it (tenant
     "default" unless --tenant is given). Says which scope was selected and
     how many rows were written, and warns when the selection matched nothing.
+    The last line is a trailer (line count and checksum) that `memsvc import`
+    checks. FILE is written under a temporary name beside it and renamed only
+    once complete: an interrupted export leaves FILE as it was.
     """
     try:
         scope = _scope_option(tenant, project, agent, session)
@@ -494,6 +517,8 @@ def export_command(
 
     async def run(progress: ProgressReporter) -> ExportReport:
         async with _service(progress) as svc:
+            if file != "-":
+                return await svc.maintenance.export(Path(file), scope=scope, progress=progress)
             with open_output(file) as out:
                 return await svc.maintenance.export(out, scope=scope, progress=progress)
 
@@ -516,21 +541,32 @@ INDEX_HELP = (
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--index", "index_mode", type=INDEX_MODE, default="auto", show_default=True,
               help=INDEX_HELP)
-def import_command(file: str, index_mode: str) -> None:
+@click.option("--allow-truncated", is_flag=True,
+              help="Load a file whose trailer (line count and checksum) is missing or does not "
+                   "match: an export cut short, or one written by hand or by a memsvc older "
+                   "than trailers. Only its complete lines load.")
+def import_command(file: str, index_mode: str, allow_truncated: bool) -> None:
     """Load a JSONL export. Idempotent: rows already stored are skipped.
 
+    A file without a matching trailer (cut short, or exported before trailers
+    existed) is refused before anything is written, unless --allow-truncated.
     Rejected lines are listed with their line number and reason (exit code 1).
     """
     settings = _settings()
     try:
-        check_import_header(Path(file), settings)
+        check_import_file(
+            Path(file), settings, allow_truncated=allow_truncated, flag="--allow-truncated"
+        )
     except MemsvcError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
 
     async def run(progress: ProgressReporter) -> LoadReport:
         async with _service(progress, settings) as svc:
             return await svc.maintenance.import_file(
-                file, index_mode=index_mode, progress=progress  # type: ignore[arg-type]
+                file,
+                index_mode=index_mode,  # type: ignore[arg-type]
+                allow_truncated=allow_truncated,
+                progress=progress,
             )
 
     with _progress() as progress:

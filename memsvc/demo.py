@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from memsvc.embedding import embedder_from_spec
+from memsvc.models import SearchHit
 from memsvc.scope import Scope
 from memsvc.service import MemoryService
 from memsvc.settings import Settings
@@ -16,7 +17,11 @@ FACTS = [
     ("the bridge span table was checked on Monday", {"kind": "event"}, 0.4),
     ("deploys happen on Tuesdays after the standup", {"kind": "fact"}, 0.5),
     ("the load calculation uses Eurocode 1", {"kind": "fact"}, 0.8),
+    ("ticket BR-1142: the deck joint detail was revised after review", {"kind": "event"}, 0.6),
 ]
+# The demo's search: a question about a ticket, as users ask it.
+IDENTIFIER = "BR-1142"
+QUESTION = f"what changed in the bridge deck with {IDENTIFIER}?"
 
 
 async def run_demo(settings: Settings, say: Callable[[str], None]) -> None:
@@ -43,10 +48,8 @@ async def run_demo(settings: Settings, say: Callable[[str], None]) -> None:
         say(f"  keyed memory 'units' = {keyed.content!r} (version {keyed.version})")
         say(f"  memories in the session: {await svc.memories.count(scope)}")
 
-        say("\nsearch 'which units does the user like?' (k=3, hybrid: vector and text arms)")
-        for hit in await svc.memories.search(scope, "which units does the user like?", k=3):
-            found_by = "+".join(hit.arms)
-            say(f"  {hit.score:.4f}  {hit.memory.content}  (found by {found_by})")
+        for line in await _search_tour(svc, scope):
+            say(line)
         say("search with where={'kind': 'fact'} and rank='recall'")
         hits = await svc.memories.search(
             scope, "how are loads calculated", k=2, where={"kind": "fact"}, rank="recall"
@@ -58,6 +61,42 @@ async def run_demo(settings: Settings, say: Callable[[str], None]) -> None:
         for line in await _optional_tour(svc, scope, [m.id for m in stored]):
             say(line)
     say("\ndone; run it again and the memories are still there (deduplicated).")
+
+
+def _arms(hit: SearchHit) -> str:
+    ranks = [
+        f"{arm} arm #{rank}"
+        for arm, rank in (("vector", hit.vector_rank), ("text", hit.text_rank))
+        if rank is not None
+    ]
+    return ", ".join(ranks)
+
+
+async def _search_tour(svc: MemoryService, scope: Scope) -> list[str]:
+    """What each arm of a hybrid search finds for one question, then their fusion."""
+    memories = svc.memories
+    lines = [f"\nsearch {QUESTION!r}, k=3: each arm on its own, then both fused (hybrid)"]
+    by_meaning = await memories.search(scope, QUESTION, k=3, mode="vector")
+    lines.append("  vector arm (mode='vector'): the memories nearest to the question's embedding")
+    lines += [f"    {h.score:.3f}  {h.memory.content}" for h in by_meaning]
+    by_words = await memories.search(scope, IDENTIFIER, k=3, mode="text")
+    lines.append(
+        f"  text arm (mode='text' on {IDENTIFIER!r}): hybrid requires the question's "
+        "identifiers and ranks matches by its other words"
+    )
+    lines += [f"    {h.score:.3f}  {h.memory.content}" for h in by_words]
+    every_word = await memories.search(scope, QUESTION, k=3, mode="text")
+    lines.append(
+        f"  (text mode on the whole question requires every word: {len(every_word)} found)"
+    )
+    fused = await memories.search(scope, QUESTION, k=3)  # hybrid: the service has an embedder
+    lines.append(
+        "  hybrid (the default for text when there is an embedder): both arms fused by "
+        "reciprocal rank; a memory holding the identifier ranks above those only the "
+        "vector arm found"
+    )
+    lines += [f"    {h.score:.4f}  {h.memory.content}  ({_arms(h)})" for h in fused]
+    return lines
 
 
 async def _optional_tour(svc: MemoryService, scope: Scope, ids: list) -> list[str]:  # type: ignore[type-arg]

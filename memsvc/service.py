@@ -6,6 +6,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import AsyncIterator, Generator
+from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ from memsvc.errors import MemsvcError, SchemaError
 from memsvc.models import Change
 from memsvc.ops.erasure import DEFAULT_BATCH as ERASE_BATCH
 from memsvc.ops.erasure import Erasure, ErasureReceipt
+from memsvc.ops.index_repair import find_broken_indexes, rebuild_broken_indexes
 from memsvc.ops.maintenance import Maintenance
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
@@ -146,6 +148,8 @@ class MemoryService:
         embedder: Embedder | None = None,
         reranker: Reranker | None = None,
         next_embedder: Embedder | None = None,
+        rebuild_invalid_indexes: bool = True,
+        progress: ProgressReporter = NO_PROGRESS,
     ) -> _Opening:
         """Connect (starting the embedded PostgreSQL if no URL is set) and check the schema.
 
@@ -157,12 +161,27 @@ class MemoryService:
         and after its switch the service embeds with this one (see the
         README's "Changing the embedding model").
 
+        An index of memsvc's that an interrupted build left invalid (or a
+        vector index a stopped bulk load left missing) is rebuilt before the
+        service opens, with a warning in the log: until then searches would
+        fall back to exact scans for good. The build runs concurrently (other
+        processes keep reading and writing) but open waits for it, which on a
+        large table takes minutes; pass ``rebuild_invalid_indexes=False`` to
+        open at once and leave it to ``memsvc migrate`` or ``memsvc doctor
+        --repair``. ``progress`` is told the rebuild (see :mod:`memsvc.progress`).
+
         Use as ``async with MemoryService.open(...) as svc`` or
         ``svc = await MemoryService.open(...)``. Raises SchemaError when the
         database is not migrated (unless ``auto_migrate``) or was created with
         another embedding dimension, vector type or distance.
         """
-        return _Opening(settings or Settings(), embedder, reranker, next_embedder)
+        return _Opening(
+            settings or Settings(),
+            embedder,
+            reranker,
+            next_embedder,
+            _Repairs(rebuild_invalid_indexes, progress),
+        )
 
     @classmethod
     async def _open(
@@ -171,6 +190,7 @@ class MemoryService:
         embedder: Embedder | None,
         reranker: Reranker | None = None,
         next_embedder: Embedder | None = None,
+        repairs: _Repairs | None = None,
     ) -> MemoryService:
         embedded: EmbeddedPostgres | None = None
         if settings.database_url is None:
@@ -179,7 +199,7 @@ class MemoryService:
         else:
             dsn = settings.database_url
         try:
-            vector_schema = await prepare_database(settings, dsn)
+            vector_schema = await prepare_database(settings, dsn, repairs or _Repairs())
             pool = await create_pool(dsn, settings, vector_schema)
         except BaseException:
             if embedded is not None:
@@ -342,6 +362,14 @@ class MemoryService:
         await self.close()
 
 
+@dataclass(frozen=True, slots=True)
+class _Repairs:
+    """What opening does about memsvc's broken indexes (see ``MemoryService.open``)."""
+
+    rebuild: bool = True
+    progress: ProgressReporter = NO_PROGRESS
+
+
 class _Opening:
     """What ``MemoryService.open()`` returns: awaitable, or an async context manager."""
 
@@ -351,21 +379,23 @@ class _Opening:
         embedder: Embedder | None,
         reranker: Reranker | None,
         next_embedder: Embedder | None = None,
+        repairs: _Repairs | None = None,
     ) -> None:
         self._settings = settings
         self._embedder = embedder
         self._reranker = reranker
         self._next_embedder = next_embedder
+        self._repairs = repairs or _Repairs()
         self._service: MemoryService | None = None
 
     def __await__(self) -> Generator[Any, None, MemoryService]:
         return MemoryService._open(
-            self._settings, self._embedder, self._reranker, self._next_embedder
+            self._settings, self._embedder, self._reranker, self._next_embedder, self._repairs
         ).__await__()
 
     async def __aenter__(self) -> MemoryService:
         self._service = await MemoryService._open(
-            self._settings, self._embedder, self._reranker, self._next_embedder
+            self._settings, self._embedder, self._reranker, self._next_embedder, self._repairs
         )
         return self._service
 
@@ -379,13 +409,17 @@ class _Opening:
             await self._service.close()
 
 
-async def prepare_database(settings: Settings, dsn: str) -> str:
+async def prepare_database(
+    settings: Settings, dsn: str, repairs: _Repairs | None = None
+) -> str:
     """Check the database before the pool opens; returns pgvector's schema.
 
     It must be at the migrations' head (migrated here when allowed), created
     with the same vector settings, and, with row-level security on, enforce
-    it on every tenant table. One connection serves every check.
+    it on every tenant table. One connection serves every check. Broken
+    indexes of memsvc's are rebuilt (unless ``repairs.rebuild`` is False).
     """
+    repairs = repairs or _Repairs()
     head = migrate.head_revision()
     conn = await connect(dsn, settings)
     try:
@@ -414,7 +448,10 @@ async def prepare_database(settings: Settings, dsn: str) -> str:
                 )
             if settings.row_level_security:
                 await _check_row_level_security(conn, settings)
-            return await find_vector_schema(conn)
+            vector_schema = await find_vector_schema(conn)
+        if repairs.rebuild and await find_broken_indexes(conn, settings):
+            await rebuild_broken_indexes(dsn, settings, progress=repairs.progress)
+        return vector_schema
     finally:
         await conn.close()
 

@@ -399,6 +399,36 @@ async def test_search_returns_the_nearest_assembly_first_within_scope(
     assert await service.assemblies.search(Scope("other-tenant"), axes[1]) == []
 
 
+async def test_search_takes_text_when_the_service_has_an_embedder(
+    service: MemoryService, memsvc_settings: Settings, scope: Scope
+) -> None:
+    units = await service.memories.add_many(
+        scope, ["the user prefers metric units", "loads are in kilonewtons"]
+    )
+    other = await service.memories.add_many(scope, ["deploys happen on Tuesdays"])
+    wanted = await service.assemblies.create(scope, "units", memory_ids=[m.id for m in units])
+    await service.assemblies.create(scope, "deploys", memory_ids=[m.id for m in other])
+
+    by_text = await service.assemblies.search(scope, "metric units", k=2)
+    assert by_text[0].assembly.id == wanted.id
+    # The same hits as searching with the embedder's own embedding of the text.
+    assert service.embedder is not None
+    (vector,) = await service.embedder(["metric units"])
+    by_vector = await service.assemblies.search(scope, vector, k=2)
+    assert [(h.assembly.id, h.score) for h in by_text] == [
+        (h.assembly.id, pytest.approx(h.score)) for h in by_vector
+    ]
+    for blank in ("", "   "):
+        with pytest.raises(ValidationError) as caught:
+            await service.assemblies.search(scope, blank)
+        assert caught.value.field == "query"
+
+    async with MemoryService.open(memsvc_settings) as plain:  # no embedder
+        with pytest.raises(ValidationError) as caught:
+            await plain.assemblies.search(scope, "metric units")
+        assert caught.value.field == "query" and "embedder" in caught.value.reason
+
+
 # ------------------------------------------------------------------ concurrency
 
 

@@ -293,7 +293,7 @@ async def test_import_refuses_zero_vectors_on_the_fast_text_path(
     ]
     path = tmp_path / "export.jsonl"
     path.write_text("".join(lines))
-    report = await service.maintenance.import_file(path)
+    report = await service.maintenance.import_file(path, allow_truncated=True)  # no trailer
     assert report.memories.inserted == 2
     assert [(p.source, p.reason) for p in report.rejected] == [
         (f"line {n}", "embedding: is a zero vector: it has no direction to compare "
@@ -327,7 +327,7 @@ async def test_import_stores_vector_text_as_json_numbers_and_names_bad_ones(
         + _export_line_with_numbers("unreadable", unreadable)
         + _export_line_with_numbers("also fine", ["0.5"] * DIM)
     )
-    report = await service.maintenance.import_file(path)
+    report = await service.maintenance.import_file(path, allow_truncated=True)  # no trailer
     with pytest.raises(ValueError) as not_json:
         json.loads("[" + ",".join(unreadable) + "]")
     assert [(p.source, p.reason) for p in report.rejected] == [
@@ -609,7 +609,7 @@ async def test_blank_content_is_refused_by_the_importers(
     export.write_text(
         "".join(json.dumps({"type": "memory", "content": v}) + "\n" for v in BLANK.values())
     )
-    report = await service.maintenance.import_file(export)
+    report = await service.maintenance.import_file(export, allow_truncated=True)  # by hand
     assert report.memories.inserted == 0
     assert report.memories.rejected == len(BLANK)
     sessions = tmp_path / "session.json"

@@ -17,7 +17,7 @@ from memsvc import MemoryService, Scope, Settings
 from memsvc.db import migrate
 from memsvc.embedding import HashingEmbedder
 from memsvc.errors import MemsvcError, SchemaError, ValidationError
-from memsvc.repositories.memory_queries import RRF_K
+from memsvc.repositories.memory_queries import IDENTIFIER_BONUS, RRF_K
 from memsvc.repositories.text_terms import TextTerms, hybrid_terms
 from memsvc.sync import SyncMemoryService
 from memsvc.testing.postgres import TestPostgres, settings_for_tests
@@ -117,7 +117,9 @@ async def test_websearch_syntax_quotes_or_and_minus(
 
 def test_a_question_requires_its_rare_tokens_and_ranks_by_every_word() -> None:
     terms = hybrid_terms("what did we decide about ENG-4312?")
-    assert terms == TextTerms("ENG-4312", "what or did or we or decide or about or ENG-4312")
+    assert terms == TextTerms(
+        "ENG-4312", "what or did or we or decide or about or ENG-4312", identifiers=True
+    )
     assert hybrid_terms("is retry_backoff_ms set in /etc/app/config.yaml?").required == (
         "retry_backoff_ms /etc/app/config.yaml"
     )
@@ -148,6 +150,33 @@ async def test_hybrid_finds_a_token_asked_about_in_a_question(
     assert [h.memory.id for h in text_ranked] == [closer.id, plain.id]
     assert other.id in {h.memory.id for h in hits}  # found by the vector arm only
     assert all(h.arms == ("vector",) for h in hits if h.memory.id not in (plain.id, closer.id))
+
+
+async def test_a_memory_holding_the_questions_identifiers_outranks_vector_only_hits(
+    plain_service: MemoryService, scope: Scope
+) -> None:
+    """By plain RRF the exact match only ties with the vector arm's unrelated first hit."""
+    memories = plain_service.memories
+    vectors = unit_vectors(6, seed=9)
+    # No embedding: the vector arm cannot find it (embeddings cannot help here).
+    ticket = await memories.add(scope, "ENG-4312 was rolled back after the outage")
+    for i in range(5):
+        await memories.add(scope, f"unrelated note {i}", embedding=vectors[i])
+    for question in ("ENG-4312", "what did we decide about ENG-4312?"):
+        (first,) = await memories.search(scope, question, k=1, query_embedding=vectors[0])
+        assert first.memory.id == ticket.id, question
+        hits = await memories.search(scope, question, k=3, query_embedding=vectors[0])
+        assert [h.arms for h in hits] == [("text",), ("vector",), ("vector",)]
+        assert hits[0].score == pytest.approx(1 / (RRF_K + 1) + IDENTIFIER_BONUS)
+        assert hits[1].score == pytest.approx(1 / (RRF_K + 1))  # unrelated, vector rank 1
+        recall = await memories.search(
+            scope, question, k=3, query_embedding=vectors[0], rank="recall"
+        )
+        assert recall[0].memory.id == ticket.id  # the bonus is in the score reorders use
+    # Plain words and passages fuse as before: no identifier to hold.
+    passage = "a long account of the outage and how ENG-4312 was rolled back " + "again " * 8
+    hits = await memories.search(scope, passage, k=6, query_embedding=vectors[0])
+    assert all(h.score <= 2 / (RRF_K + 1) + 1e-9 for h in hits)
 
 
 async def test_hybrid_keeps_websearch_syntax(plain_service: MemoryService, scope: Scope) -> None:

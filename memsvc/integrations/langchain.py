@@ -9,6 +9,11 @@ search within the scope; ``filter=`` takes memsvc's ``where`` language::
     store.add_texts(["metric units only"], metadatas=[{"kind": "rule"}], ids=["r1"])
     store.similarity_search("units", k=4, filter={"kind": {"$in": ["rule", "note"]}})
 
+Relevance scores (``similarity_search_with_relevance_scores``, the
+``similarity_score_threshold`` retriever) follow LangChain's PGVector and
+in-memory stores: the cosine similarity, so thresholds carry over (see
+:func:`relevance_function`).
+
 ``svc`` is a :class:`memsvc.MemoryService` or a :class:`memsvc.sync.SyncMemoryService`.
 The service's connections belong to its event loop: async methods awaited on
 another loop, and sync methods called from any other thread, are submitted to
@@ -19,6 +24,7 @@ it and waited for. Sync methods cannot be called on the service's own loop
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -47,7 +53,7 @@ from memsvc.validation import validate_limit, validate_name, validate_scope
 
 T = TypeVar("T")
 
-__all__ = ["MemsvcVectorStore"]
+__all__ = ["MemsvcVectorStore", "relevance_function"]
 
 
 class _LoopBridge:
@@ -400,12 +406,12 @@ class MemsvcVectorStore(VectorStore):
         return [doc for doc, _ in hits]
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
-        # LangChain wants relevance in [0, 1]. memsvc's similarity is
-        # 1 - cosine distance (in [-1, 1]), 1 / (1 + L2 distance) (in (0, 1]),
-        # or the inner product (in [-1, 1] for the unit vectors it suits).
-        if self._service.settings.distance == "l2":
-            return _unchanged
-        return _from_signed
+        """How ``similarity_search_with_relevance_scores`` turns scores into relevance.
+
+        As LangChain's own PGVector and in-memory stores do (see
+        :func:`relevance_function`): the cosine similarity for cosine distance.
+        """
+        return relevance_function(self._service.settings.distance)
 
     # --------------------------------------------------- max marginal relevance
 
@@ -543,9 +549,30 @@ class MemsvcVectorStore(VectorStore):
         return cls(kwargs["svc"], embedding, kwargs["scope"], loop=kwargs.get("loop"))
 
 
-def _unchanged(similarity: float) -> float:
-    return similarity
+def relevance_function(distance: str) -> Callable[[float], float]:
+    """Relevance in [0, 1] from memsvc's similarity, as the stores LangChain users come from.
+
+    - ``cosine``: the cosine similarity, ``1 - cosine distance``, which is what
+      ``InMemoryVectorStore`` scores and what ``PGVector``'s relevance function
+      makes of its cosine distance. A ``score_threshold`` of 0.5 keeps what
+      is at least that similar; near-orthogonal documents score near 0.
+    - ``ip``: the inner product (PGVector's relevance for max inner product
+      when it is positive).
+    - ``l2``: ``1 - distance / sqrt(2)`` (PGVector's, for unit vectors), from
+      memsvc's ``1 / (1 + distance)``.
+
+    Below 0 (a document pointing away from the query) relevance is 0, where
+    those stores would return a negative number LangChain warns about.
+    """
+    if distance == "l2":
+        return _euclidean_relevance
+    return _clamped
 
 
-def _from_signed(similarity: float) -> float:
-    return min(1.0, max(0.0, (1.0 + similarity) / 2.0))
+def _clamped(similarity: float) -> float:
+    return min(1.0, max(0.0, similarity))
+
+
+def _euclidean_relevance(similarity: float) -> float:
+    distance = 1.0 / similarity - 1.0  # memsvc's score is 1 / (1 + distance), in (0, 1]
+    return _clamped(1.0 - distance / math.sqrt(2.0))

@@ -13,6 +13,19 @@ reads and writes only what its operator allowed:
 - a memory id outside that (another tenant's, a sibling project's) answers
   "not found", exactly as a missing one does.
 
+Arguments are held to the input schema each tool publishes, as sent: an
+argument the schema does not list, or a value of another JSON type (``"k":
+"5"``, an object sent as a JSON string), is a tool error naming it, never
+dropped or converted (see :func:`_held_to_schema`).
+
+Memories come back as their id, a preview of at most ``PREVIEW_CHARS``
+characters of their content (``truncated`` says when there is more) and
+their other fields; the full content only from ``memory_get``, or from
+``memory_search`` with ``full_content: true``. A tool's result travels twice
+(as JSON text for clients without structured output, and as structured
+content), so a large memory echoed in full would cost twice its size in
+every reply that names it.
+
 Failures come back as MCP tool errors carrying memsvc's message
 (``ValidationError: k: ...``); tracebacks stay in the server's log.
 """
@@ -26,12 +39,16 @@ import signal
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, cast
 
+from jsonschema import Draft202012Validator
+from jsonschema import ValidationError as SchemaViolation
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from memsvc.embedding import embedder_from_spec
 from memsvc.errors import MemsvcError, NotFoundError, ValidationError
@@ -44,6 +61,8 @@ from memsvc.working import WorkingMemory
 Transport = Literal["stdio", "streamable-http"]
 
 MAX_K = 100
+# Characters of a memory's content the tools return unless asked for all of it.
+PREVIEW_CHARS = 300
 SERVER_NAME = "memsvc"
 INSTRUCTIONS = (
     "Long-term memory and per-session working memory for this agent. Store durable facts "
@@ -56,10 +75,21 @@ INSTRUCTIONS = (
 
 
 class MemoryResult(BaseModel):
-    """A stored memory as the tools report it."""
+    """A stored memory as the tools report it: a preview of its content, the rest in full."""
 
     id: str = Field(description="Pass it to memory_get or memory_delete.")
-    content: str
+    preview: str = Field(
+        description=f"The content's first {PREVIEW_CHARS} characters (all of it when shorter)."
+    )
+    truncated: bool = Field(
+        description="True when the content is longer than the preview: memory_get returns it."
+    )
+    content_chars: int = Field(description="The content's length in characters.")
+    content: str | None = Field(
+        default=None,
+        description="The whole content: from memory_get, and from memory_search with "
+        "full_content; null otherwise.",
+    )
     metadata: dict[str, Any]
     importance: float
     key: str | None = Field(default=None, description="Set when stored with memory_put.")
@@ -71,11 +101,17 @@ class MemoryResult(BaseModel):
     expires_at: datetime | None = Field(default=None, description="Null: kept until deleted.")
 
     @classmethod
-    def of(cls, memory: Memory) -> MemoryResult:
-        """The report of one memory (without its embedding: it means nothing to a model)."""
+    def of(cls, memory: Memory, *, full: bool = False) -> MemoryResult:
+        """The report of one memory (without its embedding: it means nothing to a model).
+
+        ``full``: with the whole content; else only its bounded preview.
+        """
         return cls(
             id=str(memory.id),
-            content=memory.content,
+            preview=memory.content[:PREVIEW_CHARS],
+            truncated=len(memory.content) > PREVIEW_CHARS,
+            content_chars=len(memory.content),
+            content=memory.content if full else None,
             metadata=memory.metadata,
             importance=memory.importance,
             key=memory.key,
@@ -183,11 +219,77 @@ def _tool_errors() -> Iterator[None]:
         raise _tool_error(exc) from exc
 
 
+# Longest description of one refused argument (jsonschema quotes the value in full).
+MAX_PROBLEM_CHARS = 200
+
+
+def _schema_problem(error: SchemaViolation) -> str:
+    where = ".".join(str(part) for part in error.absolute_path)
+    message = str(error.message)
+    if len(message) > MAX_PROBLEM_CHARS:
+        message = message[:MAX_PROBLEM_CHARS] + " ..."
+    return f"{where}: {message}" if where else message
+
+
+class _AsSent(FuncMetadata):
+    """A tool's arguments validated as the client sent them.
+
+    The SDK would first parse a string argument holding JSON into the list
+    or object it spells when the parameter is not a string (some hosts send
+    objects that way); held to the schema, such a string is refused instead.
+    """
+
+    def pre_parse_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The arguments unchanged."""
+        return data
+
+
+class _HeldToSchema(ArgModelBase):
+    """Arguments checked against the tool's published input schema before pydantic reads them."""
+
+    model_config = ConfigDict(extra="forbid")
+    input_schema: ClassVar[Draft202012Validator]
+
+    @model_validator(mode="before")
+    @classmethod
+    def follow_the_schema(cls, data: Any) -> Any:
+        """Refuse what the schema refuses, naming each argument; else pass ``data`` on."""
+        problems = sorted(_schema_problem(e) for e in cls.input_schema.iter_errors(data))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return data
+
+
+def _held_to_schema(tool: Tool) -> Tool:
+    """``tool`` refusing what its published input schema refuses, before anything runs.
+
+    The arguments are checked against the schema (made to refuse properties
+    it does not list) with a JSON Schema validator: ``"k": "5"`` is not an
+    integer, an unknown argument is not allowed, ``5.0`` is an integer, as
+    JSON Schema has it. Only then does pydantic turn them into the
+    function's arguments. A refusal is a tool error naming the argument.
+    """
+    loose = tool.fn_metadata.arg_model
+    strict = cast(
+        type[_HeldToSchema], create_model(loose.__name__, __base__=(loose, _HeldToSchema))
+    )
+    schema = strict.model_json_schema(by_alias=True)
+    strict.input_schema = Draft202012Validator(schema)
+    metadata = _AsSent(
+        arg_model=strict,
+        output_schema=tool.fn_metadata.output_schema,
+        output_model=tool.fn_metadata.output_model,
+        wrap_output=tool.fn_metadata.wrap_output,
+    )
+    return tool.model_copy(update={"fn_metadata": metadata, "parameters": schema})
+
+
 def _tool(
-    server: MCPServer[Any], annotations: ToolAnnotations
+    tools: list[Tool], annotations: ToolAnnotations
 ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
     """Register a tool: its description is its docstring on one line (what a model
-    reads), and a memsvc failure inside it is a tool error with memsvc's message."""
+    reads), its arguments are held to its schema, and a memsvc failure inside it is
+    a tool error with memsvc's message."""
 
     def register(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(fn)  # the SDK reads the signature (the schema) through __wrapped__
@@ -196,7 +298,8 @@ def _tool(
                 return await fn(*args, **kwargs)
 
         description = " ".join(inspect.cleandoc(fn.__doc__ or "").split())
-        server.add_tool(call, description=description, annotations=annotations)
+        tool = Tool.from_function(call, description=description, annotations=annotations)
+        tools.append(_held_to_schema(tool))
         return fn
 
     return register
@@ -218,7 +321,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
     if service.embedder is None:
         raise ValueError("memory_search needs a service opened with an embedder")
     memories = service.memories
-    server: MCPServer[Any] = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
+    tools: list[Tool] = []
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
@@ -230,7 +333,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
             raise NotFoundError(f"memory {memory_id} not found")
         return memory
 
-    @_tool(server, writes)
+    @_tool(tools, writes)
     async def memory_add(
         content: Content,
         metadata: Metadata = None,
@@ -239,14 +342,14 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         session: OptionalSession = None,
     ) -> MemoryResult:
         """Store a long-term memory. Storing the same text again in the same place returns
-        the memory already stored instead of a duplicate."""
+        the memory already stored instead of a duplicate. Returns its id and a preview."""
         target = _scoped(scope, session)
         memory = await memories.add(
             target, content, metadata=metadata, importance=importance, ttl=ttl_seconds
         )
         return MemoryResult.of(memory)
 
-    @_tool(server, writes)
+    @_tool(tools, writes)
     async def memory_put(
         key: Annotated[str, Field(description="A stable name for the memory, e.g. 'units'.")],
         content: Content,
@@ -263,7 +366,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         )
         return MemoryResult.of(memory)
 
-    @_tool(server, read_only)
+    @_tool(tools, read_only)
     async def memory_search(
         query: Annotated[str, Field(description="What to look for, in natural language.")],
         k: Annotated[int, Field(ge=1, le=MAX_K, description="How many memories to return.")] = 5,
@@ -287,15 +390,26 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
             str | None,
             Field(description="Search from this session instead of the server's whole scope."),
         ] = None,
+        full_content: Annotated[
+            bool,
+            Field(
+                description="Also return each hit's whole content (default: a preview of "
+                f"{PREVIEW_CHARS} characters; memory_get reads one memory in full)."
+            ),
+        ] = False,
     ) -> SearchResult:
-        """Find the memories closest in meaning to a query, best first, with their scores."""
+        """Find the memories closest in meaning to a query, best first, with their scores and
+        a preview of each (full_content for all of it)."""
         target = _scoped(scope, session)
         hits = await memories.search(target, query, k=k, include=include, where=where)
         return SearchResult(
-            hits=[SearchResultItem(score=h.score, memory=MemoryResult.of(h.memory)) for h in hits]
+            hits=[
+                SearchResultItem(score=h.score, memory=MemoryResult.of(h.memory, full=full_content))
+                for h in hits
+            ]
         )
 
-    @_tool(server, read_only)
+    @_tool(tools, read_only)
     async def memory_get(
         id: Annotated[
             str | None, Field(description="The memory's id. Give either id or key.")
@@ -307,18 +421,20 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
             str | None, Field(description="With key: the session the key was put in.")
         ] = None,
     ) -> MemoryResult:
-        """Read one memory by its id, or by the key it was stored under with memory_put."""
+        """Read one memory, its whole content included, by its id or by the key it was stored
+        under with memory_put."""
         if id is not None and key is None:
-            return MemoryResult.of(await visible(id))
+            return MemoryResult.of(await visible(id), full=True)
         if key is not None and id is None:
-            return MemoryResult.of(await memories.get_by_key(_scoped(scope, session), key))
+            found = await memories.get_by_key(_scoped(scope, session), key)
+            return MemoryResult.of(found, full=True)
         raise ValidationError("id", "give either id or key, not both or neither")
 
     deletes = ToolAnnotations(
         read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
     )
 
-    @_tool(server, deletes)
+    @_tool(tools, deletes)
     async def memory_delete(id: MemoryId) -> DeleteResult:
         """Delete a memory stored in this server's scope or one of its sessions."""
         memory = await visible(id)
@@ -327,7 +443,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
             raise NotFoundError(f"memory {id} not found in this server's scope")
         return DeleteResult(deleted=await memories.delete(memory.id, tenant=scope.tenant))
 
-    @_tool(server, writes)
+    @_tool(tools, writes)
     async def working_set(
         session: Session,
         key: Annotated[str, Field(description="The name of the value (not starting with '_').")],
@@ -342,7 +458,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         await service.working(target).set(key, value, ttl_seconds=ttl_seconds)
         return WorkingSetResult(session=session, key=key, stored=True)
 
-    @_tool(server, read_only)
+    @_tool(tools, read_only)
     async def working_get(
         session: Session,
         key: Annotated[
@@ -360,7 +476,7 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
             values = {} if value is missing else {key: value}
         return WorkingGetResult(session=session, values=values)
 
-    @_tool(server, writes)
+    @_tool(tools, writes)
     async def scratchpad_append(
         session: Session,
         content: Annotated[str, Field(description="A note, e.g. what was just checked.")],
@@ -371,13 +487,13 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         await working.append_scratchpad(content)
         return await _scratchpad(working, session)
 
-    @_tool(server, read_only)
+    @_tool(tools, read_only)
     async def scratchpad_get(session: Session) -> ScratchpadResult:
         """Read a session's scratchpad notes, oldest first, with their timestamps."""
         target = _scoped(scope, session)
         return await _scratchpad(service.working(target), session)
 
-    return server
+    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, tools=tools)
 
 
 def _scoped(base: Scope, session: str | None) -> Scope:

@@ -280,11 +280,14 @@ async def build_index(
     *,
     rows: int,
     progress: ProgressReporter = NO_PROGRESS,
+    description: str | None = None,
 ) -> None:
     """Build an index concurrently and make sure it ends up valid.
 
     ``conn`` must not be in a transaction. An invalid leftover (a concurrent
     build that failed) is dropped first; a build that fails is retried once.
+    ``description`` is the progress step's text (default: which index, over
+    how many rows).
     """
     schema = settings.db_schema
     with translate_errors():
@@ -292,7 +295,7 @@ async def build_index(
         workers = build_workers(await conn.fetchrow(q.BUILD_WORKERS), os.cpu_count())
         if workers is not None:
             await conn.execute(q.limit_build_workers(workers))
-        progress.start(f"building index {name} over {rows:,} rows", total=None)
+        progress.start(description or f"building index {name} over {rows:,} rows", total=None)
         parsed = _parse_definition(definition)
         if await conn.fetchval(q.is_partitioned(), parsed.group("table")):
             await _build_partitioned(conn, schema, parsed)

@@ -98,3 +98,31 @@ def limit_build_workers(workers: int) -> str:
 
 TRY_LOCK = "SELECT pg_try_advisory_lock($1)"
 UNLOCK = "SELECT pg_advisory_unlock($1)"
+
+
+def invalid_indexes() -> str:
+    """Indexes of the schema ``$1`` named in ``$2`` that are invalid and not being built.
+
+    An index being built right now (``CREATE INDEX CONCURRENTLY`` by any
+    session) is invalid until it is done: ``building`` tells it apart from
+    one an interrupted build left behind.
+    """
+    return """
+SELECT c.relname AS name, pg_get_indexdef(c.oid) AS definition,
+       EXISTS (SELECT 1 FROM pg_stat_progress_create_index AS p
+               WHERE p.index_relid = c.oid) AS building
+FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = ANY($2::text[]) AND NOT i.indisvalid
+ORDER BY c.relname"""
+
+
+def missing_indexes() -> str:
+    """Which of the index names ``$2`` do not exist in the schema ``$1``."""
+    return """
+SELECT name FROM unnest($2::text[]) AS name
+WHERE NOT EXISTS (
+    SELECT 1 FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+    WHERE n.nspname = $1 AND c.relname = name AND c.relkind IN ('i', 'I'))
+ORDER BY name"""

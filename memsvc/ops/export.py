@@ -3,15 +3,26 @@
 Export reads one consistent snapshot (a REPEATABLE READ, read-only
 transaction) through server-side cursors, so however many rows there are,
 only a cursor's prefetch is held, and assemblies' member ids agree with the
-memories written before them. Import reads the file line by line and hands
-records to a :class:`memsvc.ops.loader.Loader`; it is idempotent (ids are
-kept, conflicts skipped) and reports every rejected line with its number.
+memories written before them. It ends with a trailer line (line count and
+checksum, see :mod:`memsvc.ops.export_trailer`); an export to a path is
+written to a temporary file beside it and renamed onto it only once complete,
+so an interrupted export never leaves a file at the target.
+
+Import first checks the trailer and refuses a file without a matching one
+(cut short, or exported before trailers existed) unless ``allow_truncated``;
+then it reads the file line by line and hands records to a
+:class:`memsvc.ops.loader.Loader`; it is idempotent (ids are kept, conflicts
+skipped) and reports every rejected line with its number. An invalid index of
+memsvc's (an interrupted build) is rebuilt, see :mod:`memsvc.ops.index_repair`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import stat
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
@@ -27,12 +38,21 @@ from memsvc.errors import ValidationError
 from memsvc.ops import export_queries as q
 from memsvc.ops import records
 from memsvc.ops.bulk import (
+    MEMORY_VECTOR_INDEX,
     VectorIndexRebuild,
     count_new_memories,
     new_rows_needed,
     should_rebuild,
 )
 from memsvc.ops.bulk_queries import count_up_to
+from memsvc.ops.export_trailer import (
+    TRAILER_TYPE,
+    ExportFileCheck,
+    LineSink,
+    check_export_file,
+    fsync_directory,
+)
+from memsvc.ops.index_repair import find_broken_indexes, rebuild_broken_indexes
 from memsvc.ops.loader import Loader, LoadReport, Problem
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
@@ -92,17 +112,18 @@ async def count_export(conn: asyncpg.Connection, schema: str, scope: Scope | Non
 async def export_jsonl(
     conn: asyncpg.Connection,
     settings: Settings,
-    out: IO[str],
+    out: IO[str] | IO[bytes],
     *,
     scope: Scope | None = None,
     progress: ProgressReporter = NO_PROGRESS,
 ) -> ExportReport:
-    """Write a header, then memories, assemblies, checkpoints and store items of ``scope``.
+    """Write a header, then memories, assemblies, checkpoints and store items of ``scope``,
+    then the trailer (written only once everything before it was).
 
     Args:
         conn: A connection with memsvc's codecs (from ``svc.pool``), not in a transaction.
         settings: The service settings (schema, vector settings for the header).
-        out: A text stream to write lines to.
+        out: A stream to write lines to: text, or binary (a file opened ``"wb"``).
         scope: Only rows of this scope and the scopes under it; None for everything.
         progress: Told the rows to write (counted in the export's snapshot) and each
             batch written.
@@ -126,17 +147,19 @@ async def export_jsonl(
             if progress is not NO_PROGRESS:
                 total = await conn.fetchval(q.count_rows(schema, filter_sql, tenant_sql), *values)
             progress.start("exporting", total=total)
-            out.write(records.header_line(settings, datetime.now(UTC)) + "\n")
+            sink = LineSink(out)
+            sink.write_lines([records.header_line(settings, datetime.now(UTC))])
             for kind, sql, render in statements:
                 pending: list[str] = []
                 async for row in conn.cursor(sql, *values, prefetch=CURSOR_PREFETCH):
                     pending.append(render(row))
                     if len(pending) >= CURSOR_PREFETCH:
-                        _write(out, pending, progress)
+                        _write(sink, pending, progress)
                         counts[kind] += len(pending)
                         pending = []
-                _write(out, pending, progress)
+                _write(sink, pending, progress)
                 counts[kind] += len(pending)
+            sink.write_trailer()
     progress.done()
     return ExportReport(
         counts["memory"],
@@ -147,19 +170,38 @@ async def export_jsonl(
     )
 
 
-def _write(out: IO[str], lines: list[str], progress: ProgressReporter) -> None:
+def _write(sink: LineSink, lines: list[str], progress: ProgressReporter) -> None:
     if lines:
-        out.write("\n".join(lines) + "\n")
+        sink.write_lines(lines)
         progress.advance(len(lines))
 
 
-def count_lines(path: Path) -> int:
-    """Lines in a file, counted in 1 MiB chunks (for progress and the bulk decision)."""
-    lines = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(2**20):
-            lines += chunk.count(b"\n")
-    return lines
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[IO[bytes]]:
+    """A binary file to write an export to, which becomes ``path`` only if the block succeeds.
+
+    It is a temporary file in ``path``'s directory (``.NAME.*.partial``),
+    flushed to disk and renamed onto ``path`` when the block ends without
+    error: readers of ``path`` see the old file or the complete new one,
+    never a part. On any error or interruption it is removed and ``path``
+    is left as it was. A new file is readable by its owner only (it holds
+    every memory); one replacing an older file keeps that file's mode.
+    """
+    directory = path.parent
+    fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(temporary, stat.S_IMODE(path.stat().st_mode))
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    fsync_directory(directory)
 
 
 async def import_jsonl(
@@ -170,6 +212,7 @@ async def import_jsonl(
     path: Path,
     *,
     index_mode: IndexMode = "auto",
+    allow_truncated: bool = False,
     progress: ProgressReporter = NO_PROGRESS,
 ) -> LoadReport:
     """Load a JSONL export; see the module docstring.
@@ -182,17 +225,36 @@ async def import_jsonl(
         path: The file to read.
         index_mode: ``auto`` drops and rebuilds the HNSW index when the input
             holds many memories not stored yet, and the table is no larger
-            (see :mod:`memsvc.ops.bulk`); ``rebuild`` always does; ``keep`` never does.
+            (see :mod:`memsvc.ops.bulk`), or when the index is invalid or
+            missing; ``rebuild`` always does; ``keep`` never drops it (an
+            invalid one is rebuilt before the load).
+        allow_truncated: Load a file whose trailer is missing or does not
+            match (its complete lines; a last line cut mid-way is rejected).
         progress: Told the bytes read, and the index check and rebuild steps.
 
     Raises:
-        ValidationError: The header says the file was written for other vector settings.
+        ValidationError: ``path``: no matching trailer (and not
+            ``allow_truncated``); or the header says the file was written
+            for other vector settings. Nothing is written then.
     """
-    check_import_header(path, settings)
+    check = check_import_file(path, settings, allow_truncated=allow_truncated)
     report = LoadReport()
+    if not check.complete:
+        report.warn(path.name, "file", f"{check.problem}; loaded as it is (allow_truncated)")
+    broken = await find_broken_indexes(conn, settings)
+    vector_broken = next((b for b in broken if b.name == MEMORY_VECTOR_INDEX), None)
     rebuild = index_mode == "rebuild"
-    if index_mode == "auto":
-        rebuild = await _worth_rebuilding(conn, settings, path, report, progress)
+    if index_mode == "auto" and vector_broken is not None:
+        # Dropping it for the load and building it once after costs less
+        # than building it first and then inserting into it row by row.
+        rebuild = True
+        report.index_decision = f"{vector_broken.describe()}: dropped for the load"
+    elif index_mode == "auto":
+        rebuild = await _worth_rebuilding(conn, settings, path, check.lines, report, progress)
+    skip = (MEMORY_VECTOR_INDEX,) if rebuild else ()
+    if any(b.name not in skip for b in broken):
+        repair = await rebuild_broken_indexes(dsn, settings, progress=progress, skip=skip)
+        report.index_repairs = repair.lines()
     async with AsyncExitStack() as stack:
         index = None
         if rebuild:
@@ -214,6 +276,34 @@ async def import_jsonl(
     return report
 
 
+def check_import_file(
+    path: Path,
+    settings: Settings,
+    *,
+    allow_truncated: bool = False,
+    flag: str = "allow_truncated=True",
+) -> ExportFileCheck:
+    """Check a file before anything is done: its header, then its trailer.
+
+    Raises:
+        ValidationError: the header's (other vector settings); or ``path``:
+            the trailer is missing or does not match (unless
+            ``allow_truncated``; ``flag`` is how the message tells the user
+            to allow it).
+    """
+    if not isinstance(allow_truncated, bool):
+        raise ValidationError("allow_truncated", "must be True or False")
+    check_import_header(path, settings)
+    check = check_export_file(path)
+    if not check.complete and not allow_truncated:
+        raise ValidationError(
+            "path",
+            f"{path.name}: {check.problem}. Nothing was imported. To load its complete "
+            f"lines anyway (an export of an older memsvc, a file written by hand), pass {flag}",
+        )
+    return check
+
+
 def check_import_header(path: Path, settings: Settings) -> None:
     """Raise the header's ValidationError (other vector settings) before anything is done."""
     with path.open("rb") as handle:
@@ -227,15 +317,16 @@ async def _worth_rebuilding(
     conn: asyncpg.Connection,
     settings: Settings,
     path: Path,
+    incoming: int,
     report: LoadReport,
     progress: ProgressReporter,
 ) -> bool:
     """Whether the load will insert enough new memories to rebuild the index (``auto``).
 
-    Lines are an upper bound on the memories; only when that bound is large
-    enough are the ids of the file's memories checked against the table.
+    ``incoming``, the file's lines, is an upper bound on the memories; only
+    when it is large enough are the ids of the file's memories checked
+    against the table.
     """
-    incoming = count_lines(path)
     with translate_errors():
         existing = await conn.fetchval(count_up_to(settings.db_schema, "memories"), incoming + 1)
     if not should_rebuild(incoming, existing):
@@ -290,6 +381,8 @@ def _parse_line(
         report.note_rejection(Problem(source, "line", f"not valid JSON ({exc})"))
         return None
     kind = obj.get("type") if isinstance(obj, dict) else None
+    if kind == TRAILER_TYPE:
+        return None  # checked before the load (check_import_file)
     try:
         return records.record_from_json(obj, settings)
     except ValidationError as exc:

@@ -95,6 +95,8 @@ class LoadReport:
     # Why the vector index was (or was not) dropped, when ``auto`` had to look.
     index_decision: str = ""
     index_build_seconds: float = 0.0
+    # Indexes found invalid (an interrupted build) and rebuilt before the load.
+    index_repairs: list[str] = field(default_factory=list)
 
     def reject(self, source: str, kind: str, reason: str) -> None:
         """Record a rejected record (``kind``: memory, assembly, checkpoint, line, file)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from pathlib import Path
 from typing import IO
 
@@ -13,7 +14,14 @@ import asyncpg
 from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder, embedder_from_spec
 from memsvc.ops.doctor import Doctor, DoctorReport
-from memsvc.ops.export import ExportReport, IndexMode, count_export, export_jsonl, import_jsonl
+from memsvc.ops.export import (
+    ExportReport,
+    IndexMode,
+    count_export,
+    export_jsonl,
+    import_jsonl,
+    replacing,
+)
 from memsvc.ops.gc import DEFAULT_BATCH, GarbageCollector, GcReport
 from memsvc.ops.legacy import LegacyReport, import_legacy
 from memsvc.ops.loader import LoadReport
@@ -285,13 +293,30 @@ class Maintenance:
             return await count_export(conn, self._settings.db_schema, scope)
 
     async def export(
-        self, out: IO[str], *, scope: Scope | None = None,
+        self,
+        out: IO[str] | IO[bytes] | str | os.PathLike[str],
+        *,
+        scope: Scope | None = None,
         progress: ProgressReporter = NO_PROGRESS,
     ) -> ExportReport:
         """Write every memory, assembly and checkpoint of ``scope`` and below (all when None)
-        as JSONL to ``out``; see :mod:`memsvc.ops.export`. ``progress`` is told the rows
-        to write and each batch written."""
+        as JSONL, ending with a trailer (line count and checksum); see :mod:`memsvc.ops.export`.
+
+        Args:
+            out: A path: the export is written to a temporary file beside it and
+                renamed onto it once complete, so an interrupted export leaves
+                the path as it was. Or a stream (text or binary) to write to; it
+                gets the trailer last, and making its target appear complete or
+                not at all is then the caller's business.
+            scope: Only this scope and the scopes under it.
+            progress: Told the rows to write and each batch written.
+        """
         async with self._pool.acquire() as conn:
+            if isinstance(out, str | os.PathLike):
+                with replacing(Path(out)) as handle:
+                    return await export_jsonl(
+                        conn, self._settings, handle, scope=scope, progress=progress
+                    )
             return await export_jsonl(conn, self._settings, out, scope=scope, progress=progress)
 
     async def import_file(
@@ -299,10 +324,17 @@ class Maintenance:
         path: Path | str,
         *,
         index_mode: IndexMode = "auto",
+        allow_truncated: bool = False,
         progress: ProgressReporter = NO_PROGRESS,
     ) -> LoadReport:
         """Load a JSONL export, idempotently; rejected lines are in the report.
 
+        A file whose trailer is missing or does not match what precedes it (an
+        export cut short, one written by a memsvc older than trailers, or by
+        hand) is refused with a ValidationError naming ``path`` and what is
+        missing, before anything is written, unless ``allow_truncated``: then
+        its complete lines are loaded and the report carries a warning. An
+        invalid index of memsvc's is rebuilt (the report says so).
         ``progress`` is told the bytes read, and the index check and rebuild steps.
         """
         try:
@@ -314,6 +346,7 @@ class Maintenance:
                     self._assemblies,
                     Path(path),
                     index_mode=index_mode,
+                    allow_truncated=allow_truncated,
                     progress=progress,
                 )
         finally:

@@ -15,7 +15,9 @@ Every line has a ``type``:
   ``data``, ``created_at``;
 - ``store_item`` (a LangGraph store item): ``tenant``, ``namespace`` (a
   list of labels), ``key``, ``value``, ``created_at``, ``updated_at``,
-  ``expires_at``, ``ttl_minutes``, ``vectors`` (field path -> embedding).
+  ``expires_at``, ``ttl_minutes``, ``vectors`` (field path -> embedding);
+- ``trailer`` (last line of an export): ``lines`` and ``sha256`` of the
+  lines before it (see :mod:`memsvc.ops.export_trailer`).
 
 Timestamps are ISO 8601 (naive ones are taken as UTC; numbers as Unix
 seconds). Floats are written with 9 significant digits, which round-trips

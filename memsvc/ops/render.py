@@ -213,6 +213,7 @@ def load_lines(report: LoadReport, *, dry_run: bool = False) -> list[str]:
         # they add up to the rejected total listed below.
         lines.append(f"other input: {report.other_rejected} rejected (not a record)")
     if not dry_run:
+        lines += report.index_repairs
         if report.index_decision:
             lines.append(report.index_decision)
         if report.index_rebuilt:

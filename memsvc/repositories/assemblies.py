@@ -48,6 +48,8 @@ from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
 from memsvc.telemetry import traced_operations
 from memsvc.validation import (
+    check_text,
+    validate_embedded,
     validate_embedding,
     validate_limit,
     validate_metadata,
@@ -192,6 +194,32 @@ class AssemblyRepository(Repository):
         return validate_embedding(
             value, dim, settings.vector_type, field, distance=settings.distance
         )
+
+    async def _query_vector(self, query: object) -> Vector:
+        """A search's query embedding: the one given, or the service's embedding of text."""
+        if not isinstance(query, str):
+            return self._vector(query, "query")
+        check_text("query", query)
+        if not query.strip():
+            raise ValidationError("query", "must not be empty or only whitespace")
+        space = self._space
+        if space is None or space.embedder is None:
+            raise ValidationError(
+                "query", "a text query needs a service opened with an embedder; pass an embedding"
+            )
+        if space.refresh_due():
+            await space.refresh(self._pool)
+        space.check()  # the model may have moved on (embedding-model migration)
+        settings = self._settings
+        (vector,) = validate_embedded(
+            await space.embedder([query]),
+            1,
+            space.dim,
+            settings.vector_type,
+            "query",
+            distance=settings.distance,
+        )
+        return vector
 
     def _description(self, value: object) -> str:
         return validate_text(value, MAX_DESCRIPTION_BYTES, "description")
@@ -692,7 +720,7 @@ class AssemblyRepository(Repository):
     async def search(
         self,
         scope: Scope,
-        query: Sequence[float] | np.ndarray[Any, Any],
+        query: str | Sequence[float] | np.ndarray[Any, Any],
         *,
         k: int = 10,
         include: Include = "exact",
@@ -704,7 +732,9 @@ class AssemblyRepository(Repository):
 
         Args:
             scope: Where to search.
-            query: An embedding of the configured dimension.
+            query: An embedding of the configured dimension, or text, which the
+                service's embedder embeds (as ``svc.memories.search`` does; a
+                ValidationError naming ``query`` without an embedder).
             k: How many hits (1-1000).
             include: ``exact``, ``ancestors`` or ``descendants``, as in memory search.
             mode: ``vector`` (the default, and the only mode: assemblies are
@@ -725,7 +755,7 @@ class AssemblyRepository(Repository):
             raise ValidationError("mode", "assemblies are searched by centroid: only vector")
         if plan not in ("auto", "exact", "index"):
             raise ValidationError("plan", "must be auto, exact or index")
-        vector = self._vector(query, "query")
+        vector = await self._query_vector(query)
         params = Params()
         query_param = params.add(vector)
         scope_sql = scope_condition(scope, include, params)

@@ -1071,7 +1071,9 @@ class MemoryRepository(Repository):
         Three modes (see the README's "Search modes"): ``vector`` (nearest
         embeddings), ``text`` (PostgreSQL full-text search over content,
         ``websearch_to_tsquery`` syntax) and ``hybrid`` (both arms in one
-        statement, fused by reciprocal rank). Scope, ``include`` and every
+        statement, fused by reciprocal rank; a memory holding every
+        identifier token of a question, such as ``ENG-4312``, ranks above
+        those only the vector arm found). Scope, ``include`` and every
         filter apply to each arm alike, and a filtered search returns k hits
         whenever k matching rows exist: PostgreSQL reads small scopes exactly
         and walks the HNSW index (iterative scans) for large ones; when
@@ -1479,12 +1481,14 @@ class MemoryRepository(Repository):
         params = Params()
         query_param = None if search_mode == "text" else params.add(vector)
         text_param = required_param = ranked_param = None
+        identifier_boost = False
         if search_mode != "vector":
             assert text is not None
             text_param = params.add(_JOINED.sub(" ", text))
         if search_mode == "hybrid":
             assert text is not None
             terms = hybrid_terms(text)
+            identifier_boost = terms.identifiers
             if terms.required != text:
                 required_param = params.add(_JOINED.sub(" ", terms.required))
                 ranked_param = params.add(_JOINED.sub(" ", terms.ranked))
@@ -1510,6 +1514,7 @@ class MemoryRepository(Repository):
             "text_param": text_param,
             "required_param": required_param,
             "ranked_param": ranked_param,
+            "identifier_boost": identifier_boost,
             "config": self._settings.text_search_config,
             "k_param": params.add(fetch),
             "candidates_param": params.add(candidates) if search_mode == "hybrid" else None,

@@ -413,6 +413,14 @@ ORDER BY event_id"""
 # found it of 1 / (RRF_K + its rank in that arm). 60 is the constant of the
 # original RRF paper; it keeps one arm's top rank from drowning the other arm.
 RRF_K = 60
+# Added to the fused score of a text-arm match when the query is a question
+# holding identifier tokens (ENG-4312, retry_backoff_ms: see text_terms), all
+# of which every such match holds. It exceeds any fused score without it (at
+# most 2 / (RRF_K + 1), first in both arms), so those matches rank above every
+# memory the vector arm found alone: by plain RRF the exact match of an
+# identifier an embedding cannot see only ties with the vector arm's first
+# hit, and can lose the tie.
+IDENTIFIER_BONUS = 2.0 / (RRF_K + 1)
 
 
 def text_query(config: str, text_param: str) -> str:
@@ -449,6 +457,7 @@ def search(
     with_embeddings: bool = True,
     required_param: str | None = None,
     ranked_param: str | None = None,
+    identifier_boost: bool = False,
 ) -> str:
     """The search statement of a mode (``vector``, ``text`` or ``hybrid``), in one statement.
 
@@ -466,9 +475,11 @@ def search(
     same scope and filters, fused with reciprocal rank fusion. Its text arm
     matches ``required_param`` and ranks by ``ranked_param`` (both
     ``websearch_to_tsquery`` texts, see :mod:`memsvc.repositories.text_terms`;
-    default: ``text_param`` for both). Hybrid statements return at least
-    one row: ``query_terms`` (0 when the text parses to nothing) with NULL
-    memory columns when nothing matched.
+    default: ``text_param`` for both). With ``identifier_boost`` (a question
+    holding identifier tokens, all required) its matches get
+    ``IDENTIFIER_BONUS``. Hybrid statements return at least one row:
+    ``query_terms`` (0 when the text parses to nothing) with NULL memory
+    columns when nothing matched.
     """
     if mode == "vector":
         assert query_param is not None
@@ -503,6 +514,11 @@ LIMIT {k_param}"""
     order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {query_param}"
     similarity = SIMILARITY[distance].format(d=f"m.embedding {op} {query_param}")
     hit_columns = qualified(MEMORY_COLUMNS, "m")
+    bonus = (
+        f"\n             + CASE WHEN t.id IS NULL THEN 0 ELSE {IDENTIFIER_BONUS!r}::float8 END"
+        if identifier_boost
+        else ""
+    )
     if not with_embeddings:
         hit_columns = hit_columns.replace("m.embedding", "NULL AS embedding")
     return f"""
@@ -524,7 +540,7 @@ WITH vector_arm AS (
     SELECT coalesce(v.tenant_id, t.tenant_id) AS tenant_id, coalesce(v.id, t.id) AS id,
            v.vector_rank, t.text_rank, t.text_score,
            coalesce(1.0::float8 / ({RRF_K} + v.vector_rank), 0)
-             + coalesce(1.0::float8 / ({RRF_K} + t.text_rank), 0) AS fused_score
+             + coalesce(1.0::float8 / ({RRF_K} + t.text_rank), 0){bonus} AS fused_score
     FROM vector_arm AS v FULL JOIN text_arm AS t ON t.tenant_id = v.tenant_id AND t.id = v.id
     -- Cut to the page on ids alone; only its rows are read back in full.
     ORDER BY fused_score DESC, v.vector_rank NULLS LAST, t.text_rank NULLS LAST

@@ -17,6 +17,12 @@ A question without rare-looking tokens, a query longer than
 is incidental, and requiring it pulls in memories that merely share it), and
 any query using the websearch syntax (``"quotes"``, ``-word``, ``or``) is one
 ``websearch_to_tsquery`` as written: every word required, as in text mode.
+
+When a question holds rare-looking tokens (``identifiers``), every match of
+the text arm holds all of them, and the fusion ranks those matches above
+memories found by the vector arm alone (see ``IDENTIFIER_BONUS`` in
+:mod:`memsvc.repositories.memory_queries`): an exact identifier is what the
+user asked about, and an embedding that cannot see it must not outrank it.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ class TextTerms:
 
     required: str  # every match satisfies it
     ranked: str  # ts_rank_cd orders the matches by it
+    # A question holding identifier tokens: every match holds each of them.
+    identifiers: bool = False
 
 
 def hybrid_terms(text: str) -> TextTerms:
@@ -56,4 +64,4 @@ def hybrid_terms(text: str) -> TextTerms:
     rare = [w for w in words if _RARE.search(w)]
     if not rare:
         return TextTerms(text, text)
-    return TextTerms(" ".join(rare), " or ".join(words))
+    return TextTerms(" ".join(rare), " or ".join(words), identifiers=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import threading
 import uuid
@@ -14,6 +15,7 @@ import asyncpg
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+from langchain_core.vectorstores import InMemoryVectorStore
 
 from memsvc import MemoryService, MemsvcError, Scope, Settings, ValidationError
 from memsvc.db import migrate
@@ -129,15 +131,65 @@ async def test_relevance_scores_are_similarities(store: MemsvcVectorStore) -> No
     assert hits[0][0].id == "d2"
     assert hits[0][1] == pytest.approx(1.0, abs=1e-5)
     assert hits[1][1] < hits[0][1]
-    # LangChain wants relevance in [0, 1]: cosine similarity s maps to (1 + s) / 2.
+    # As LangChain's PGVector and in-memory stores: the cosine similarity s
+    # itself (1 - cosine distance), 0 where it is negative.
     scored = await store.asimilarity_search_with_score("the user likes tea", k=5)
     relevance = await store.asimilarity_search_with_relevance_scores("the user likes tea", k=5)
-    assert [r for _, r in relevance] == pytest.approx([(1 + s) / 2 for _, s in scored])
+    assert [r for _, r in relevance] == pytest.approx([max(0.0, s) for _, s in scored])
     assert all(0.0 <= r <= 1.0 for _, r in relevance)
     retriever = store.as_retriever(
         search_type="similarity_score_threshold", search_kwargs={"score_threshold": 0.999}
     )
     assert [doc.id for doc in await retriever.ainvoke("the user likes tea")] == ["d2"]
+
+
+async def test_relevance_is_the_cosine_similarity_of_langchains_own_stores(
+    small_service: MemoryService,
+) -> None:
+    table = {
+        "query": [1.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        "close": [0.9, 0.3, 0.0, 0.0, 0.0, 0.0],
+        "near-orthogonal": [0.1, 0.0, 1.0, 0.0, 0.0, 0.0],
+        "opposite": [-1.0, 0.2, 0.0, 0.0, 0.0, 0.0],
+    }
+    embeddings = TableEmbeddings(table)
+    texts = ["close", "near-orthogonal", "opposite"]
+    store = MemsvcVectorStore(small_service, embeddings, SCOPE)
+    await store.aadd_texts(texts, ids=texts)
+    reference = InMemoryVectorStore(embeddings)
+    await reference.aadd_texts(texts, ids=texts)
+
+    ours = {
+        doc.id: score for doc, score in await store.asimilarity_search_with_score("query", k=3)
+    }
+    theirs = {
+        doc.id: score for doc, score in await reference.asimilarity_search_with_score("query", k=3)
+    }
+    scored = await store.asimilarity_search_with_relevance_scores("query", k=3)
+    relevance = {doc.id: score for doc, score in scored}
+    assert ours == pytest.approx(theirs, abs=1e-5)  # the cosine similarity, as theirs
+    assert relevance["close"] == pytest.approx(theirs["close"], abs=1e-5)
+    assert relevance["near-orthogonal"] == pytest.approx(theirs["near-orthogonal"], abs=1e-5)
+    assert relevance["opposite"] == 0.0  # theirs is negative; LangChain wants [0, 1]
+
+    retriever = store.as_retriever(
+        search_type="similarity_score_threshold",
+        search_kwargs={"score_threshold": 0.5, "k": 3},
+    )
+    assert [doc.id for doc in await retriever.ainvoke("query")] == ["close"]
+
+
+def test_relevance_follows_pgvectors_convention_for_each_distance() -> None:
+    from memsvc.integrations.langchain import relevance_function
+
+    sqrt2 = math.sqrt(2.0)
+    cosine, ip, l2 = (relevance_function(d) for d in ("cosine", "ip", "l2"))
+    assert [cosine(s) for s in (1.0, 0.5, 0.05, -0.3)] == [1.0, 0.5, 0.05, 0.0]
+    assert [ip(s) for s in (0.8, -0.2)] == [0.8, 0.0]
+    # memsvc's l2 score is 1 / (1 + d); PGVector's relevance is 1 - d / sqrt(2).
+    for d in (0.0, 0.3, 1.0, sqrt2):
+        assert l2(1.0 / (1.0 + d)) == pytest.approx(1.0 - d / sqrt2)
+    assert l2(1.0 / (1.0 + 2.0)) == 0.0
 
 
 async def test_mmr_prefers_diverse_documents(small_service: MemoryService) -> None:

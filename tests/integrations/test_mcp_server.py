@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -152,12 +153,13 @@ async def test_every_tool_over_stdio(
         hits = (await _ok(client, "memory_search", {"query": "which units does the user prefer",
                                                      "k": 2}))["hits"]
         assert len(hits) == 2
-        assert hits[0]["memory"]["content"] == "the user prefers metric units"
+        assert hits[0]["memory"]["preview"] == "the user prefers metric units"
+        assert hits[0]["memory"]["content"] is None  # a preview unless full_content is asked
         assert hits[0]["score"] >= hits[1]["score"]
         filtered = (await _ok(client, "memory_search", {
             "query": "units", "k": 5, "where": {"kind": "fact"}
         }))["hits"]
-        assert [h["memory"]["content"] for h in filtered] == ["deploys happen on Tuesdays"]
+        assert [h["memory"]["preview"] for h in filtered] == ["deploys happen on Tuesdays"]
         exact = (await _ok(client, "memory_search", {
             "query": "units", "k": 5, "include": "exact", "session": "s-1"
         }))["hits"]
@@ -255,7 +257,7 @@ async def test_project_and_agent_confine_the_server(
         ancestors = await _ok(client, "memory_search", {
             "query": "plan units note", "k": 10, "include": "ancestors", "session": "s"
         })
-        contents = {h["memory"]["content"] for h in ancestors["hits"]}
+        contents = {h["memory"]["preview"] for h in ancestors["hits"]}
         assert contents == {"planner's note", "tenant-wide: metric units"}
     assert await memsvc_service.memories.count(Scope(tenant), include="descendants") == 3
 
@@ -299,9 +301,75 @@ async def test_bad_arguments_are_tool_errors_with_memsvcs_message(
         assert "content" in await _error(client, "memory_add", {})
         assert "Unknown tool" in await _error(client, "memory_drop_all", {})
         # The server is still serving after all of that.
-        assert (await _ok(client, "memory_add", {"content": "still fine"}))["content"]
+        assert (await _ok(client, "memory_add", {"content": "still fine"}))["preview"]
     # Nothing was partially written: only the last memory exists.
     assert await memsvc_service.memories.count(Scope(tenant), include="descendants") == 1
+
+
+async def test_arguments_are_held_to_the_published_schema(
+    stdio_server: ServerFactory, memsvc_service: MemoryService
+) -> None:
+    tenant = _tenant()
+    async with Client(stdio_server("--tenant", tenant)) as client:
+        # An argument the schema does not list is refused, naming it, not dropped.
+        unknown = await _error(client, "memory_add", {"content": "x", "tenant": "other"})
+        assert "'tenant' was unexpected" in unknown
+        assert "'limit' was unexpected" in await _error(
+            client, "memory_search", {"query": "x", "limit": 3}
+        )
+        # A value of another JSON type is refused, not converted.
+        assert "k: '5' is not of type 'integer'" in await _error(
+            client, "memory_search", {"query": "x", "k": "5"}
+        )
+        assert "importance: '0.5' is not of type 'number'" in await _error(
+            client, "memory_add", {"content": "x", "importance": "0.5"}
+        )
+        assert "where:" in await _error(
+            client, "memory_search", {"query": "x", "where": '{"kind": "fact"}'}
+        )
+        assert "metadata:" in await _error(
+            client, "memory_add", {"content": "x", "metadata": '{"kind": "fact"}'}
+        )
+        # What the schema allows still passes: 5.0 is an integer in JSON Schema,
+        # and a string is a JSON value a working-memory value may be, kept as sent.
+        assert (await _ok(client, "memory_search", {"query": "x", "k": 5.0}))["hits"] == []
+        await _ok(client, "working_set", {"session": "s", "key": "k", "value": '{"a": 1}'})
+        kept = await _ok(client, "working_get", {"session": "s", "key": "k"})
+        assert kept["values"] == {"k": '{"a": 1}'}
+        tools = (await client.list_tools()).tools
+        assert all(tool.input_schema["additionalProperties"] is False for tool in tools)
+    # Nothing was written by the refused calls.
+    assert await memsvc_service.memories.count(Scope(tenant), include="descendants") == 0
+
+
+async def test_large_memories_come_back_as_bounded_previews(
+    stdio_server: ServerFactory,
+) -> None:
+    big = "".join(f"line {i} of a long design note. " for i in range(60_000))  # ~2 MB
+    async with Client(stdio_server("--tenant", _tenant())) as client:
+        added = await client.call_tool("memory_add", {"content": big, "session": "s"})
+        assert not added.is_error, _text(added)
+        summary = added.structured_content
+        assert summary is not None
+        assert summary["preview"] == big[:300] and summary["truncated"] is True
+        assert summary["content_chars"] == len(big) and summary["content"] is None
+        # Both channels together stay small: the content is not echoed.
+        assert len(_text(added)) + len(json.dumps(summary)) < 5_000
+
+        found = await client.call_tool("memory_search", {"query": "long design note", "k": 3})
+        hit = found.structured_content["hits"][0]["memory"]  # type: ignore[index]
+        assert hit["id"] == summary["id"] and hit["content"] is None
+        assert len(_text(found)) < 5_000
+
+        full = await _ok(client, "memory_search", {
+            "query": "long design note", "k": 1, "full_content": True
+        })
+        assert full["hits"][0]["memory"]["content"] == big
+        got = await _ok(client, "memory_get", {"id": summary["id"]})
+        assert got["content"] == big and got["preview"] == big[:300]
+
+        short = await _ok(client, "memory_add", {"content": "short and whole"})
+        assert short["preview"] == "short and whole" and short["truncated"] is False
 
 
 def test_command_refuses_a_bad_tenant_or_embedder_without_a_traceback(

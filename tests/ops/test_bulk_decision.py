@@ -31,6 +31,7 @@ def small_bulk_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _write(path: Path, start: int, count: int) -> Path:
+    """Memories written by hand (no trailer: imported with allow_truncated)."""
     with path.open("w") as out:
         for i in range(start, start + count):
             out.write(json.dumps({
@@ -51,14 +52,14 @@ async def test_reimporting_rows_already_present_keeps_the_index(
     cli: Cli, db: asyncpg.Connection, tmp_path: Path
 ) -> None:
     first = _write(tmp_path / "first.jsonl", 0, 200)
-    loaded = await cli("import", str(first))
+    loaded = await cli("import", str(first), "--allow-truncated")
     assert loaded.exit_code == 0, loaded.output
     assert "memories: 200 inserted" in loaded.output
     assert "vector index dropped for the load and rebuilt" in loaded.output  # empty table
 
     before = await _index_oid(db)
     assert before is not None
-    again = await cli("import", str(first))
+    again = await cli("import", str(first), "--allow-truncated")
     assert again.exit_code == 0, again.output
     assert "memories: 0 inserted, 200 already present" in again.output
     assert "0 memories not stored yet (200 stored): vector index kept in place" in again.output
@@ -68,7 +69,7 @@ async def test_reimporting_rows_already_present_keeps_the_index(
 
     # 200 present + 100 new: 300 lines would pass the line count, 100 new rows do not.
     mixed = _write(tmp_path / "mixed.jsonl", 100, 200)
-    partly = await cli("import", str(mixed))
+    partly = await cli("import", str(mixed), "--allow-truncated")
     assert "memories: 100 inserted, 100 already present" in partly.output
     assert "100 memories not stored yet (200 stored): vector index kept" in partly.output
     assert await _index_oid(db) == before
@@ -77,9 +78,12 @@ async def test_reimporting_rows_already_present_keeps_the_index(
 async def test_a_large_new_load_still_rebuilds_the_index(
     service: MemoryService, cli: Cli, db: asyncpg.Connection, tmp_path: Path
 ) -> None:
-    assert (await cli("import", str(_write(tmp_path / "a.jsonl", 0, 100)))).exit_code == 0
+    first = _write(tmp_path / "a.jsonl", 0, 100)
+    assert (await cli("import", str(first), "--allow-truncated")).exit_code == 0
     before = await _index_oid(db)
-    report = await service.maintenance.import_file(_write(tmp_path / "b.jsonl", 1000, 300))
+    report = await service.maintenance.import_file(
+        _write(tmp_path / "b.jsonl", 1000, 300), allow_truncated=True
+    )
     assert report.memories.inserted == 300
     assert report.index_rebuilt
     assert report.index_decision.startswith("at least ")
@@ -91,7 +95,9 @@ async def test_a_large_new_load_still_rebuilds_the_index(
 async def test_count_new_memories_counts_only_absent_ids(
     service: MemoryService, db: asyncpg.Connection, tmp_path: Path
 ) -> None:
-    await service.maintenance.import_file(_write(tmp_path / "a.jsonl", 0, 100))
+    await service.maintenance.import_file(
+        _write(tmp_path / "a.jsonl", 0, 100), allow_truncated=True
+    )
     present = [("bulk", uuid.UUID(int=i + 1)) for i in range(100)]
     absent = [("bulk", uuid.UUID(int=i + 1)) for i in range(500, 530)]
     other_tenant = [("elsewhere", uuid.UUID(int=1))]

@@ -44,3 +44,24 @@ async def test_errors_are_messages_with_a_nonzero_exit_code(cli: Cli, tmp_path: 
     unreachable = await cli("stats", dsn="postgresql://nobody@127.0.0.1:1/none")
     assert unreachable.exit_code == 1
     assert "Error: StorageError" in unreachable.output and "Traceback" not in unreachable.output
+
+
+async def test_the_demo_shows_what_each_search_arm_finds(cli: Cli) -> None:
+    result = await cli("demo")
+    assert result.exit_code == 0, result.output
+    out = result.output
+
+    def hits(after: str) -> list[str]:
+        section = out.split(after, 1)[1].splitlines()[1:]
+        return [line for line in section[:3] if line.startswith("    ")]
+
+    assert len(hits("  vector arm (mode='vector')")) == 3
+    (text_hit,) = [h for h in hits("  text arm (mode='text' on 'BR-1142')") if "BR-1142" in h]
+    assert "ticket BR-1142" in text_hit
+    fused = hits("  hybrid (the default for text when there is an embedder)")
+    assert len(fused) == 3
+    # The fused list names the arms: the ticket first, found by the text arm,
+    # and the others found by the vector arm alone.
+    assert "ticket BR-1142" in fused[0] and "text arm #1" in fused[0], fused
+    assert all(line.endswith(")") and "text arm" not in line for line in fused[1:]), fused
+    assert all("vector arm #" in line for line in fused[1:]), fused

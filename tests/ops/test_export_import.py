@@ -87,7 +87,8 @@ async def test_export_then_import_into_a_fresh_database_reproduces_every_row(
     assert "exported 34 memories, 2 assemblies, 2 checkpoints" in exported.output
     lines = [json.loads(line) for line in dump.read_text(encoding="utf-8").splitlines()]
     assert lines[0]["type"] == "header" and lines[0]["embedding_dim"] == 384
-    assert {line["type"] for line in lines[1:]} == {"memory", "assembly", "checkpoint"}
+    assert {line["type"] for line in lines[1:-1]} == {"memory", "assembly", "checkpoint"}
+    assert lines[-1]["type"] == "trailer" and lines[-1]["lines"] == len(lines) - 1
 
     imported = await cli("import", str(dump), dsn=other_database)
     assert imported.exit_code == 0, imported.output
@@ -146,7 +147,7 @@ async def test_import_reports_each_rejected_line_and_loads_the_rest(
     ]
     path = tmp_path / "mixed.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    result = await cli("import", str(path))
+    result = await cli("import", str(path), "--allow-truncated")  # written by hand: no trailer
     assert result.exit_code == 1
     out = result.output
     assert "memories: 1 inserted, 0 already present, 5 rejected" in out
@@ -182,21 +183,24 @@ async def test_import_into_a_populated_store_copies_new_rows_and_stages_collisio
         return path
 
     fresh = write("fresh.jsonl", {n: f"new {n}" for n in range(1, 6)})
-    first = await service.maintenance.import_file(fresh, index_mode="keep")
+    # Files written by hand have no trailer: they load with allow_truncated.
+    first = await service.maintenance.import_file(fresh, index_mode="keep", allow_truncated=True)
     assert (first.memories.inserted, first.rejected_total) == (5, 0)
 
     # New ids, one holding content already stored in the scope: the batch is
     # copied, refused by the unique index, and staged, which names the row.
     clash = write("clash.jsonl", {6: "new 6", 7: "already here", 8: "new 8"})
     with caplog.at_level(logging.INFO, logger="memsvc.ops.loader"):
-        second = await service.maintenance.import_file(clash, index_mode="keep")
+        second = await service.maintenance.import_file(
+            clash, index_mode="keep", allow_truncated=True
+        )
     assert any("direct COPY of a batch failed" in r.getMessage() for r in caplog.records)
     assert (second.memories.inserted, second.memories.rejected) == (2, 1)
     assert [str(p) for p in second.rejected] == [
         f"line 2: memory: the same content is already stored in this scope as memory {stored.id}"
     ]
 
-    again = await service.maintenance.import_file(fresh, index_mode="keep")
+    again = await service.maintenance.import_file(fresh, index_mode="keep", allow_truncated=True)
     assert (again.memories.inserted, again.memories.already_present) == (0, 5)
     rows = await db.fetch(
         "SELECT m.content, count(e.*) AS events FROM memsvc.memories m "
@@ -219,7 +223,7 @@ async def test_bulk_import_rebuilds_the_vector_index_valid_and_searchable(
             vector = ",".join(f"{x:.9g}" for x in embedder.embed_one(text).tolist())
             out.write(json.dumps({"type": "memory", "tenant": "bulk", "content": text})[:-1]
                       + f',"embedding":[{vector}]}}\n')
-    result = await cli("import", str(path), "--index", "rebuild")
+    result = await cli("import", str(path), "--index", "rebuild", "--allow-truncated")
     assert result.exit_code == 0, result.output
     assert "vector index dropped for the load and rebuilt" in result.output
     valid = await db.fetchval(
@@ -232,7 +236,7 @@ async def test_bulk_import_rebuilds_the_vector_index_valid_and_searchable(
     )
     assert hits and hits[0].memory.content == "bulk memory about topic 3 item 3"
     # Ids without a UUID are derived from the content: a second run adds nothing.
-    again = await cli("import", str(path))
+    again = await cli("import", str(path), "--allow-truncated")
     assert "memories: 0 inserted, 300 already present, 0 rejected" in again.output
 
 
