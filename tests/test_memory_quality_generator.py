@@ -12,7 +12,8 @@ import numpy as np
 from benchmarks.memory_quality.extractor import Capabilities, Extractor, Store
 from benchmarks.memory_quality.generator import filler, generate
 from benchmarks.memory_quality.model import Add, Dataset, problems, validity
-from benchmarks.memory_quality.scoring import Strategy, evaluate
+from benchmarks.memory_quality.scoring import Strategy, ask, evaluate
+from benchmarks.memory_quality.sweep import sweep
 from memsvc import MemoryService, Scope
 from memsvc.embedding import HashingEmbedder
 
@@ -137,11 +138,42 @@ async def test_the_plain_store_holds_every_memory_and_scores_its_own_vectors(
     questions = [q for q in data.questions if q.stream == "history" and q.kind == "current"]
     stating = {op.fact: op.memory for op in ops if isinstance(op, Add) and op.fact}
     asked = {q.id: np.asarray(vectors[stating[q.answer]]) for q in questions}
-    figures = await evaluate(
-        service.memories,
-        {"history": scope},
-        questions,
-        asked,
-        Strategy("vector", "plain", "vector", False),
-    )
-    assert figures["current"]["top1"] == 1.0
+    for lens in ("asked", "slot"):
+        figures = await evaluate(
+            service.memories,
+            {"history": scope},
+            questions,
+            asked,
+            Strategy("vector", "plain", "vector", False),
+            lens=lens,
+        )
+        assert figures["current"]["top1"] == 1.0, lens
+    # Within its person and slot a question only ever sees that slot's facts.
+    for question in questions:
+        hits = await ask(
+            service.memories, scope, question, asked[question.id], "vector", False, 50, "slot"
+        )
+        assert hits
+        assert {hit.memory.metadata["fact"].rsplit("/", 1)[0] for hit in hits} == {
+            f"{question.about}/{question.slot}"
+        }
+
+
+def test_dedupe_sweep_counts_rows_lost_facts_and_wrong_merges() -> None:
+    data = generate(6, people=4, sessions=8)
+    adds = [op for _message, op in data.adds("duplicates")]
+    rng = np.random.default_rng(0)
+    vectors = {}
+    for op in adds:
+        vector = rng.normal(size=16)
+        vectors[op.memory] = vector / np.linalg.norm(vector)
+    everything, nothing, per_slot, _ = sweep(data, "duplicates", vectors, (-1.0, 1.01))
+    facts = {op.fact for op in adds if op.fact}
+    assert (nothing.kept, nothing.facts_lost, nothing.wrong_merges) == (len(adds), 0, 0)
+    # Everything merged into the first memory written.
+    assert everything.kept == 1
+    assert everything.facts_lost == len(facts) - (adds[0].fact is not None)
+    assert everything.wrong_merges == sum(op.fact != adds[0].fact for op in adds[1:])
+    # Within a person's slot the duplicates stream holds one fact: nothing wrong, nothing lost.
+    groups = {(op.about, op.fact.split("/")[1] if op.fact else None) for op in adds}
+    assert (per_slot.kept, per_slot.facts_lost, per_slot.wrong_merges) == (len(groups), 0, 0)

@@ -117,6 +117,9 @@ class Extractor:
         self.caps = caps
         self.store = store
         self.ids: dict[str, Any] = {}
+        # Writes answered with a memory that states another fact (or none):
+        # a dedupe that merged what it should have kept apart.
+        self.wrong_merges = 0
         self.dedupe: dict[str, Any] = {}
         if store.dedupe is not None:
             self.dedupe["dedupe"] = store.dedupe
@@ -175,13 +178,12 @@ class Extractor:
                 await self.write_one(scope, op, vectors[op.memory])
             return
         for op, memory in zip(adds, stored, strict=True):
-            self.ids[op.memory] = memory.id
+            self.stored(op, memory)
 
     async def write_one(self, scope: Scope, op: Add, vector: np.ndarray) -> None:
         kwargs: dict[str, Any] = {"embedding": vector, "metadata": metadata(op), **self.dedupe}
         if not self.store.supersession:
-            memory = await self.memories.add(scope, op.content, **kwargs)
-            self.ids[op.memory] = memory.id
+            self.stored(op, await self.memories.add(scope, op.content, **kwargs))
             return
         kwargs["valid_from"] = _moment(op.valid_from)
         older = self.known(op.supersedes)
@@ -193,7 +195,12 @@ class Extractor:
                 await self.memories.invalidate(memory_id, at=kwargs["valid_from"])
         else:
             memory = await self.memories.add(scope, op.content, **kwargs)
+        self.stored(op, memory)
+
+    def stored(self, op: Add, memory: Any) -> None:
         self.ids[op.memory] = memory.id
+        if memory.metadata.get("fact") != op.fact:
+            self.wrong_merges += 1
 
     async def end(self, op: Invalidate) -> None:
         for memory_id in self.known(op.memories):
@@ -210,8 +217,13 @@ class Extractor:
 
 
 def metadata(op: Add) -> dict[str, Any]:
-    """What a hit is scored by: the fact its memory states (None: not a fact)."""
-    return {"key": op.memory, "fact": op.fact, "kind": op.kind}
+    """What a hit is scored by (the fact it states, None if none) and searched within.
+
+    A structured extractor knows whom a memory is about and which attribute
+    it states: ``about`` and ``slot`` let a search ask within them.
+    """
+    slot = op.fact.split("/")[1] if op.fact else None
+    return {"key": op.memory, "fact": op.fact, "kind": op.kind, "about": op.about, "slot": slot}
 
 
 def _moment(text: str) -> datetime:

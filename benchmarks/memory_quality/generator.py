@@ -164,11 +164,17 @@ def history(
         raise ValueError("at least one session")
     names: list[str] = []
     taken = set(exclude)  # only looked up, never iterated: order stays seeded
+    # A fact told with a first name alone must name one person: first names
+    # are unique in a history while there are enough of them.
+    firsts: set[str] = set()
+    unique_firsts = people <= len(words.FIRST_NAMES)
     while len(names) < people:
-        name = f"{rng.choice(words.FIRST_NAMES)} {rng.choice(words.LAST_NAMES)}"
-        if name not in taken:
+        first, last = rng.choice(words.FIRST_NAMES), rng.choice(words.LAST_NAMES)
+        name = f"{first} {last}"
+        if name not in taken and not (unique_firsts and first in firsts):
             names.append(name)
             taken.add(name)
+            firsts.add(first)
     world = World(
         people=[
             Person(id=f"{prefix}p{n:03d}", name=name, relation=rng.choice(words.RELATIONS))
@@ -407,7 +413,7 @@ class Narrator:
                     self.rng.choice(words.ENDINGS), person, version.fields, when=version.valid_to
                 )
                 key = f"{message_id}#{len(ops)}"
-                ops.append(Add(key, sentence, "event", clock.isoformat()))
+                ops.append(Add(key, sentence, "event", clock.isoformat(), about=person.id))
                 ended = live.pop(n, [])
                 if ended and version.valid_to is not None:
                     ops.append(
@@ -428,6 +434,7 @@ class Narrator:
                     _moment(version.valid_from),
                     fact_id(person.id, slot, n),
                     older,
+                    about=person.id,
                 )
             )
             sentences.append(sentence)
@@ -477,7 +484,8 @@ class Narrator:
         else:
             sentence = self.near_miss(person, clock.date())
         text = rng.choice(words.WRAPPERS[:4]).format(s=sentence)
-        op = Add(f"{message_id}#0", sentence, memory, clock.isoformat())
+        about = None if person is None or memory == "note" else person.id
+        op = Add(f"{message_id}#0", sentence, memory, clock.isoformat(), about=about)
         return Message(message_id, "user", clock.isoformat(), text, [op])
 
     def near_miss(self, person: Person, day: date) -> str:
@@ -560,7 +568,15 @@ def history_questions(rng: random.Random, world: World) -> list[Question]:
             if not versions[last].ended:
                 text = render(rng.choice(words.QUESTIONS_NOW[slot]), person, {})
                 questions.append(
-                    Question("", "current", "history", text, fact_id(person.id, slot, last))
+                    Question(
+                        "",
+                        "current",
+                        "history",
+                        text,
+                        fact_id(person.id, slot, last),
+                        person.id,
+                        slot,
+                    )
                 )
             if len(versions) < 2:
                 continue
@@ -574,7 +590,16 @@ def history_questions(rng: random.Random, world: World) -> list[Question]:
             text = render(rng.choice(words.QUESTIONS_THEN[slot]), person, {}, when=month)
             valid_at = datetime.combine(month.replace(day=15), time(12), UTC).isoformat()
             questions.append(
-                Question("", "past", "history", text, fact_id(person.id, slot, n), valid_at)
+                Question(
+                    "",
+                    "past",
+                    "history",
+                    text,
+                    fact_id(person.id, slot, n),
+                    person.id,
+                    slot,
+                    valid_at,
+                )
             )
     return questions
 
@@ -607,7 +632,15 @@ def duplicate_stream(
                 turns.append((template, person, slot, n))
             text = render(rng.choice(words.QUESTIONS_NOW[slot]), person, {})
             questions.append(
-                Question("", "paraphrase", "duplicates", text, fact_id(person.id, slot, n))
+                Question(
+                    "",
+                    "paraphrase",
+                    "duplicates",
+                    text,
+                    fact_id(person.id, slot, n),
+                    person.id,
+                    slot,
+                )
             )
         slot = rng.choice(list(words.NEAR_MISSES))
         turns.append((rng.choice(words.NEAR_MISSES[slot]), person, slot, -1))
@@ -629,7 +662,7 @@ def duplicate_stream(
             if n < 0:
                 fields = random_value(rng, slot)
                 sentence = render(template, person, fields)
-                op = Add(f"{message_id}#0", sentence, "event", clock.isoformat())
+                op = Add(f"{message_id}#0", sentence, "event", clock.isoformat(), about=person.id)
             else:
                 version = world.versions[person.id][slot][n]
                 sentence = render(template, person, version.fields)
@@ -639,6 +672,7 @@ def duplicate_stream(
                     "fact",
                     _moment(version.valid_from),
                     fact_id(person.id, slot, n),
+                    about=person.id,
                 )
             session.messages.append(Message(message_id, "user", clock.isoformat(), sentence, [op]))
         sessions.append(session)

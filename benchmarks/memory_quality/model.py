@@ -11,13 +11,14 @@ extractor should derive from it, in order:
   fact started to hold (for an event or a note: when it was said).
   ``supersedes`` lists the keys of the memories this one ends at its
   ``valid_from``: every memory still current that states an earlier version
-  of the same slot.
+  of the same slot. ``about`` is the person a fact or an event is about.
 - ``Invalidate``: the memories ``memories`` stopped holding ``at`` (a project
   that ended without a successor).
 
 Memories with the same ``fact`` are paraphrases of one fact. ``Fact`` holds
-each fact's value and validity; ``Question`` a question, the fact that
-answers it, and for a past question the moment to ask about (``valid_at``).
+each fact's value and validity; ``Question`` a question, the person and slot
+it is about, the fact that answers it, and for a past question the moment to
+ask about (``valid_at``).
 Everything is plain JSON (``Dataset.to_json``), so an extraction pipeline
 can replay the conversations and be scored against the same key.
 """
@@ -44,6 +45,7 @@ class Add:
     valid_from: str
     fact: str | None = None
     supersedes: list[str] = field(default_factory=list)
+    about: str | None = None  # the person it is about (None: a note)
     op: Literal["add"] = "add"
 
 
@@ -102,6 +104,8 @@ class Question:
     stream: str
     text: str
     answer: str
+    about: str  # the person asked about
+    slot: str  # and which of their facts
     valid_at: str | None = None
 
 
@@ -219,6 +223,10 @@ def problems(dataset: Dataset) -> list[str]:
             fact = facts.get(question.answer)
             if fact is None or question.answer not in stated:
                 found.append(f"{question.id}: answer {question.answer} never stated in {stream}")
+            elif (fact.person, fact.slot) != (question.about, question.slot):
+                found.append(
+                    f"{question.id}: about {question.about}/{question.slot}, not {fact.id}"
+                )
             elif question.valid_at is not None and not (
                 fact.valid_from <= question.valid_at
                 and (fact.valid_to is None or question.valid_at < fact.valid_to)
@@ -241,6 +249,8 @@ def _op_problems(
     fact = facts.get(op.fact or "")
     if fact is None:
         return [f"{op.memory}: states unknown fact {op.fact}"]
+    if op.about != fact.person:
+        found.append(f"{op.memory}: about {op.about}, stating a fact of {fact.person}")
     if fact.valid_from > message.at:
         found.append(f"{op.memory}: told before {fact.id} holds")
     for key in op.supersedes:

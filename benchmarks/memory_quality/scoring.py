@@ -1,5 +1,11 @@
 """Asking the questions and scoring the hits against the answer key.
 
+Two lenses: ``asked``, the question searched as a user asks it, over the
+whole scope; ``slot``, the same search within the memories about the
+question's person and slot (``where={"about": ..., "slot": ...}``), which
+leaves the store's own choices (which version, how many copies) and none of
+the embedder's (which person, which attribute).
+
 A hit answers a question when its memory states the question's fact
 (``metadata["fact"]``, written by the extractor): top-1 when the first hit
 does, top-5 when one of the first five does. For a paraphrase question,
@@ -21,6 +27,8 @@ from benchmarks.memory_quality.model import Question
 from memsvc import Scope
 
 K = 5
+# Candidates an oracle strategy filters down to K.
+ORACLE_CANDIDATES = 100
 # The moment a "valid_at" latency query asks about when its question has none.
 SOME_PAST_MOMENT = datetime.fromisoformat("2024-06-15T12:00:00+00:00")
 
@@ -33,6 +41,9 @@ class Strategy:
     store: str
     mode: str  # "vector" | "hybrid"
     validity: bool  # valid="now" for current questions, valid_at for past ones
+    # The ceiling: search the plain store for more, keep the hits the answer
+    # key says held at the moment asked (what a perfect validity filter keeps).
+    oracle: bool = False
 
 
 @dataclass
@@ -60,9 +71,12 @@ async def ask(
     mode: str,
     validity: bool,
     k: int = K,
+    lens: str = "asked",
 ) -> list[Any]:
     """The hits of one question, searched the strategy's way."""
     kwargs: dict[str, Any] = {"k": k}
+    if lens == "slot":
+        kwargs["where"] = {"about": question.about, "slot": question.slot}
     if validity:
         if question.valid_at is not None:
             kwargs["valid_at"] = datetime.fromisoformat(question.valid_at)
@@ -83,8 +97,14 @@ async def evaluate(
     questions: list[Question],
     vectors: dict[str, np.ndarray],
     strategy: Strategy,
+    spans: dict[str, dict[str, tuple[str, str | None]]] | None = None,
+    lens: str = "asked",
 ) -> dict[str, Any]:
-    """Top-1, top-5 and copies@5 per question kind, and p50 latency, of one strategy."""
+    """Top-1, top-5 and copies@5 per question kind, and p50 latency, of one strategy.
+
+    ``spans``: per stream, each memory key's validity from the answer key
+    (``model.validity``), which an oracle strategy filters by.
+    """
     tallies: dict[str, Tally] = {}
     spent: list[float] = []
     for question in questions:
@@ -96,8 +116,13 @@ async def evaluate(
             vectors[question.id],
             strategy.mode,
             strategy.validity,
+            ORACLE_CANDIDATES if strategy.oracle else K,
+            lens,
         )
         spent.append(time.perf_counter() - started)
+        if strategy.oracle:
+            assert spans is not None
+            hits = held_then(hits, question, spans[question.stream])
         facts = [hit.memory.metadata.get("fact") for hit in hits[:K]]
         kinds: list[str] = [question.kind]
         if question.kind == "current" and not question.answer.endswith("/0"):
@@ -110,6 +135,21 @@ async def evaluate(
     figures: dict[str, Any] = {kind: tally.figures() for kind, tally in tallies.items()}
     figures["p50_ms"] = round(statistics.median(spent) * 1000, 3) if spent else None
     return figures
+
+
+def held_then(
+    hits: list[Any], question: Question, spans: dict[str, tuple[str, str | None]]
+) -> list[Any]:
+    """The hits whose memory held when the question asks about (now: not ended)."""
+    moment = question.valid_at
+    kept = []
+    for hit in hits:
+        start, end = spans[hit.memory.metadata["key"]]
+        if moment is None and end is None:
+            kept.append(hit)
+        elif moment is not None and start <= moment and (end is None or moment < end):
+            kept.append(hit)
+    return kept
 
 
 def latency_sides(memories: Any, scope: Scope, validity: bool, hybrid: bool) -> dict[str, Any]:
