@@ -14,9 +14,11 @@ would (``extractor``), asks the questions and scores the hits (``scoring``):
 - current fact ("where does Ana live now?"), past fact ("where did Ana live
   in April 2024?", with ``valid_at`` where the store has validity), and a
   fact said five ways (one answer, not five hits);
-- per strategy: plain vector search and hybrid search as today, then with
-  supersession + ``valid="now"``/``valid_at``, then with semantic dedup;
-  top-1 and top-5 per kind, rows stored, p50 search latency;
+- per strategy: plain vector search and hybrid search as today, the
+  ceiling (today's store, hits the answer key says were not valid dropped),
+  then supersession + ``valid="now"``/``valid_at``, then semantic dedup;
+  top-1 and top-5 per kind, rows stored, p50 search latency; each question
+  searched as asked, and within its person and slot (``scoring``);
 - the duplicate-heavy stream's rows per dedupe mode and the facts lost;
 - p50/p99 of searches with and without validity filters in a scope of
   ``--rows`` rows (the history plus other people's histories; past
