@@ -2,7 +2,8 @@
 
     python -m benchmarks.scale                          # 10,000 -> 100,000 -> 1,000,000 rows
     python -m benchmarks.scale --sizes 10000,50000      # a few minutes
-    python -m benchmarks.scale --out benchmarks/scale.json --plot docs/assets/scale.png  # plot: extra `bench`
+    # the plot (extra `bench`):
+    python -m benchmarks.scale --out benchmarks/scale.json --plot docs/assets/scale.png
 
 One embedded PostgreSQL (or ``--database-url``) holds memsvc's store and an
 identical raw table (``CREATE TABLE ... (LIKE memories INCLUDING ALL)``: same
