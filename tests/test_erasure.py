@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -549,6 +550,11 @@ async def owner_execute(settings: Settings, sql: str, *args: Any) -> None:
         await conn.close()
 
 
+def without_views(found: dict[str, int]) -> dict[str, int]:
+    """A scan's findings in tables (a view shows some of them, depending on the others)."""
+    return {name: count for name, count in found.items() if not name.startswith("recent_")}
+
+
 async def history_kinds(svc: MemoryService, memory_id: uuid.UUID) -> list[str]:
     return [e.kind for e in await svc.memories.history(memory_id)]
 
@@ -592,7 +598,7 @@ async def test_erasing_the_scope_that_reused_an_id_keeps_the_first_scopes_histor
 
     assert receipt.verified, receipt.remaining
     assert await scan(settings.database_url, second) == {}
-    assert await scan(settings.database_url, first) == trail
+    assert without_views(await scan(settings.database_url, first)) == without_views(trail)
     kinds = await history_kinds(service, memory.id)
     assert kinds.count("created") == 1 and kinds.count("deleted") == 1  # A's, untouched
     assert kinds.count("erased") == 1  # B's tombstone
@@ -615,8 +621,9 @@ async def test_a_sibling_holding_the_same_text_is_neither_accused_nor_touched(
 
     assert receipt.verified, receipt.remaining
     assert receipt.remaining == {}
-    assert await scan(settings.database_url, secret) == {
-        name: count for name, count in sibling_holds.items() if name != "memories.content"
+    assert without_views(await scan(settings.database_url, secret)) == {
+        name: count for name, count in without_views(sibling_holds).items()
+        if name != "memories.content"
     }
     assert (await service.erase(TARGET)).verified  # and so does every rerun
 
@@ -767,24 +774,30 @@ async def test_erase_never_runs_on_the_fallback_store_it_fails_naming_redis(
     server: RedisServer = redis_server_factory()
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     session = Scope(tenant, "bridge", "planner", "s-1")
-    redis_settings = settings.model_copy(update={"redis_url": server.url})
+    redis_settings = settings.model_copy(
+        update={"redis_url": server.url, "redis_timeout_s": 0.2}
+    )
     async with MemoryService.open(redis_settings) as svc:
         await svc.working(session).set("draft", {"text": "in redis"})
         memory = await svc.memories.add(session, "stays until the erasure runs")
-    server.kill()
-    async with MemoryService.open(redis_settings) as svc:
-        assert svc.working_store.using_fallback
-        with pytest.raises(RedisUnavailableError) as caught:
-            await svc.erase(Scope(tenant))
-        assert "Redis at redis://" in str(caught.value)
-        assert (await svc.memories.get(memory.id)).content == "stays until the erasure runs"
+    os.kill(server.pid, signal.SIGSTOP)  # alive, holding the session, but silent
+    try:
+        async with MemoryService.open(redis_settings) as svc:
+            assert svc.working_store.using_fallback
+            with pytest.raises(RedisUnavailableError) as caught:
+                await svc.erase(Scope(tenant))
+            assert "Redis at redis://" in str(caught.value)
+            assert (await svc.memories.get(memory.id)).content == "stays until the erasure runs"
+            assert await svc.memories.history(memory.id)  # no tombstone either
 
-        server.start()  # back, on the same port; the service still holds its fallback
-        receipt = await svc.erase(Scope(tenant))
-        assert svc.working_store.using_fallback
-        assert receipt.verified, receipt.remaining
-        assert receipt.removed["working_sessions"] == 1
-        assert receipt.working_memory.startswith("redis at redis://")
+            os.kill(server.pid, signal.SIGCONT)  # back; the service still holds its fallback
+            receipt = await svc.erase(Scope(tenant))
+            assert svc.working_store.using_fallback
+            assert receipt.verified, receipt.remaining
+            assert receipt.removed["working_sessions"] == 1
+            assert receipt.working_memory.startswith("redis at redis://")
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
     assert await redis_keys_of(server.url, tenant) == []
 
 

@@ -160,7 +160,7 @@ async def test_removals_on_the_fallback_store_reach_redis_or_fail_naming_it(
     await memory.set("b", 2)
     await memory.append_scratchpad("note")
     await store.close()
-    server.kill()
+    os.kill(server.pid, signal.SIGSTOP)  # alive, holding the session, but silent
 
     fallback, using_fallback = await open_working_store(settings)
     assert using_fallback
@@ -179,13 +179,14 @@ async def test_removals_on_the_fallback_store_reach_redis_or_fail_naming_it(
             assert time.monotonic() - started < 5.0  # a bounded retry
         assert await memory.get("a") == 10  # nothing removed
 
-        server.start()  # Redis back on its port: the removals now reach it too
+        os.kill(server.pid, signal.SIGCONT)  # Redis answers again: removals reach it too
         # Results are this process's view (the fallback's), as for every other call.
         assert await memory.delete("b") is False  # only Redis held it
         assert await memory.clear() == 1
         assert await memory.clear_scratchpad() == 0
         assert memory.is_using_fallback
     finally:
+        os.kill(server.pid, signal.SIGCONT)
         await fallback.close()
     redis_store = RedisStore.from_url(server.url, settings)
     try:
