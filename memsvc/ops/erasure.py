@@ -407,29 +407,38 @@ class Erasure(Repository):
         below the named level in tombstones and ``deleted`` ledger events.
         """
         params = Params()
-        gone_sql = q.delete_gone_entity_events(
-            self._schema, plan.scope_sql(params, "e"), params.add(plan.batch_size)
+        scope_sql = plan.scope_sql(params, "e")
+        after = params.add(0)
+        sql = q.delete_gone_entity_events(
+            self._schema, scope_sql, after, params.add(plan.batch_size)
         )
-
-        async def gone(conn: asyncpg.Connection) -> dict[str, int]:
-            return {"entity_events": len(await conn.fetch(gone_sql, *params.values))}
-
-        await self._batches(gone, receipt, progress)
+        await self._event_batches(sql, params, after, "entity_events", receipt, progress)
         if plan.depth == 3:
             return  # nothing below the named level
         for table, kind in (("entity_events", "deleted"), ("memory_events", "erased")):
-            renames = Params()
+            params = Params()
+            scope_sql = plan.scope_sql(params, "e")
+            key = params.add(plan.pseudonym_key)
+            after = params.add(0)
             sql = q.pseudonymize_batch(
-                self._schema, table, kind, plan.scope_sql(renames, "e"), plan.depth,
-                renames.add(plan.pseudonym_key), renames.add(plan.batch_size),
+                self._schema, table, kind, scope_sql, plan.depth, key, after,
+                params.add(plan.batch_size),
             )
+            await self._event_batches(sql, params, after, "pseudonymized", receipt, progress)
 
-            async def rename(
-                conn: asyncpg.Connection, sql: str = sql, values: list[object] = renames.values
-            ) -> dict[str, int]:
-                return {"pseudonymized": len(await conn.fetch(sql, *values))}
+    async def _event_batches(
+        self, sql: str, params: Params, after: str, counted: str, receipt: ErasureReceipt,
+        progress: ProgressReporter,
+    ) -> None:
+        """Run ``sql`` (returning event ids) batch after batch, each resuming after the last."""
 
-            await self._batches(rename, receipt, progress)
+        async def run(conn: asyncpg.Connection) -> builtins.list[Any] | None:
+            return await conn.fetch(sql, *params.values) or None
+
+        async for rows in self._each_batch(run):
+            params.values[int(after[1:]) - 1] = max(row["event_id"] for row in rows)
+            receipt.add(counted, len(rows))
+            progress.advance(len(rows))
 
     async def _erase_sessions(self, plan: ErasurePlan) -> int:
         """Drop the working memory of every session of the scope.

@@ -383,34 +383,42 @@ def entity_gone(schema: str, alias: str) -> str:
           AND c.id = {alias}.entity_id)"""
 
 
-def delete_gone_entity_events(schema: str, scope_sql: str, limit: str) -> str:
+def delete_gone_entity_events(schema: str, scope_sql: str, after: str, limit: str) -> str:
     """Delete the next batch of the scope's ledger events of assemblies and checkpoints gone
-    before the erasure (deleted by ``delete``): all but their ``deleted`` event."""
+    before the erasure (deleted by ``delete``): all but their ``deleted`` event.
+
+    In event order after ``after`` (keyset); returns the event ids deleted.
+    """
     return f"""
 WITH doomed AS (
     SELECT e.tenant_id, e.event_id FROM {schema}.entity_events AS e
-    WHERE {scope_sql} AND e.kind <> 'deleted' AND {entity_gone(schema, 'e')}
+    WHERE {scope_sql} AND e.event_id > {after} AND e.kind <> 'deleted'
+      AND {entity_gone(schema, 'e')}
+    ORDER BY e.tenant_id, e.event_id
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
 )
 DELETE FROM {schema}.entity_events AS x USING doomed AS d
 WHERE x.tenant_id = d.tenant_id AND x.event_id = d.event_id
-RETURNING 1"""
+RETURNING x.event_id"""
 
 
 def pseudonymize_batch(schema: str, table: str, kind: str, scope_sql: str, depth: int,
-                       key: str, limit: str) -> str:
+                       key: str, after: str, limit: str) -> str:
     """Replace the ids below the named level in the next batch of the scope's ``kind`` events.
 
     For tombstones and ledger events written before (by ``delete``, by an
     older erasure, or by a run that crashed): they keep no id of the erased
-    scope below the level the caller named.
+    scope below the level the caller named. In event order after ``after``
+    (keyset); returns the event ids changed.
     """
     project, agent, session = pseudonymized(depth, key, "x.")
     return f"""
 WITH doomed AS (
     SELECT e.tenant_id, e.event_id FROM {schema}.{table} AS e
-    WHERE {scope_sql} AND e.kind = '{kind}' AND {names_below(depth, "e.")}
+    WHERE {scope_sql} AND e.event_id > {after} AND e.kind = '{kind}'
+      AND {names_below(depth, "e.")}
+    ORDER BY e.tenant_id, e.event_id
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
 )
@@ -418,7 +426,7 @@ UPDATE {schema}.{table} AS x
 SET project_id = {project}, agent_id = {agent}, session_id = {session}
 FROM doomed AS d
 WHERE x.tenant_id = d.tenant_id AND x.event_id = d.event_id
-RETURNING 1"""
+RETURNING x.event_id"""
 
 
 # -------------------------------------------------------------------- LangGraph
