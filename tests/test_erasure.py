@@ -932,3 +932,19 @@ async def test_erasure_memory_does_not_grow_with_the_tenant(
     # Holding per-memory state costs about 0.6 KiB a memory (9 MiB more here); what
     # does grow is bounded: the driver's COPY buffer (512 KiB) filling up.
     assert peaks[1] - peaks[0] < 3 * 2**20, peaks
+
+
+async def test_ids_are_not_texts_a_row_outside_the_scopes_is_accused_of_holding(
+    service: MemoryService,
+) -> None:
+    """A metadata value equal to the tenant id is in every tenant row's tenant_id:
+    scope columns are ids, checked by scope, never searched for erased texts."""
+    from memsvc.integrations.langgraph import MemsvcStore
+
+    tenant = "acme-corporation"
+    await service.memories.add(Scope(tenant, "p", "a", "s"), "words", metadata={"org": tenant})
+    await MemsvcStore(service, tenant=tenant).aput(("facts",), "k1", {"text": "unrelated"})
+
+    receipt = await service.erase(Scope(tenant, "p"))
+
+    assert receipt.verified, receipt.remaining

@@ -37,7 +37,7 @@ from memsvc.ops.erased_texts import SUBSTRING_MAX_BYTES, SUBSTRING_MAX_TEXTS, SU
 from memsvc.ops.erasure_plan import ErasurePlan
 from memsvc.ops.erasure_queries import MIN_TEXT_BYTES
 from memsvc.repositories.base import Repository
-from memsvc.repositories.scope_sql import Params
+from memsvc.repositories.scope_sql import COLUMNS, Params
 from memsvc.settings import Settings
 from memsvc.working import WorkingStore
 
@@ -78,7 +78,9 @@ class ErasureCheck(Repository):
                     row["name"], list(zip(row["columns"], row["types"], strict=True)),
                     bool(row["has_tenant"]), bool(row["scoped"]),
                 )
-                for row in await conn.fetch(q.RELATIONS, self._schema, list(q.SEARCHED_TYPES))
+                for row in await conn.fetch(
+                    q.RELATIONS, self._schema, list(q.SEARCHED_TYPES), list(COLUMNS)
+                )
             ]
             found.update(await self._structure_left(conn, plan, relations, receipt))
             found.update(await self._texts_left(conn, plan, relations, receipt))
@@ -239,7 +241,7 @@ class ErasureCheck(Repository):
             plan.scope, descendants=plan.include == "descendants"
         )
         receipt.checked.append(
-            f"working memory ({receipt.working_memory}): "
+            f"working memory, in {receipt.working_memory}: "
             + (f"{left} keys of the scope's sessions" if left else "no key of the scope's sessions")
         )
         return {"working_memory_keys": left} if left else {}

@@ -31,13 +31,14 @@ BYTES_TYPES = ("bytea",)
 SEARCHED_TYPES = TEXT_TYPES + JSON_TYPES + ARRAY_TYPES + BYTES_TYPES
 
 # Every table of the schema (partitioned ones once, by their parent), with
-# its searchable columns and whether it has a tenant and a scope.
+# its searchable columns (not the scope columns: ids, checked by scope) and
+# whether it has a tenant and a scope.
 RELATIONS = """
 SELECT c.relname AS name,
-       coalesce(array_agg(a.attname::text ORDER BY a.attnum)
-                FILTER (WHERE t.typname = ANY($2::text[])), '{}') AS columns,
-       coalesce(array_agg(t.typname::text ORDER BY a.attnum)
-                FILTER (WHERE t.typname = ANY($2::text[])), '{}') AS types,
+       coalesce(array_agg(a.attname::text ORDER BY a.attnum) FILTER (
+           WHERE t.typname = ANY($2::text[]) AND a.attname <> ALL($3::text[])), '{}') AS columns,
+       coalesce(array_agg(t.typname::text ORDER BY a.attnum) FILTER (
+           WHERE t.typname = ANY($2::text[]) AND a.attname <> ALL($3::text[])), '{}') AS types,
        bool_or(a.attname = 'tenant_id') AS has_tenant,
        count(*) FILTER (WHERE a.attname IN ('tenant_id', 'project_id', 'agent_id', 'session_id'))
            = 4 AS scoped

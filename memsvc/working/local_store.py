@@ -365,7 +365,7 @@ class LocalStore:
 
     def describe(self) -> str:
         """Where the state lives, for receipts."""
-        return "the in-process store (no redis_url)"
+        return "this process's store (no redis_url)"
 
     async def reach(self) -> str:
         """Nothing to reach: the state lives in this process."""
