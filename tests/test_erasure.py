@@ -516,9 +516,10 @@ async def test_erase_through_pgbouncer(
 ) -> None:
     secret = marker()
     setup = await populate(bouncer_service, secret)
-    receipt = await bouncer_service.erase(TARGET, batch_size=2)
+    receipt = await bouncer_service.erase(TARGET, batch_size=2, vacuum=True)
     assert receipt.verified, receipt.remaining
     assert receipt.removed["memories"] == 3
+    assert set(receipt.vacuum.values()) == {"vacuumed"}
     assert await scan(bouncer_service.pool, secret) == {}
     for memory in setup["kept"].values():
         assert (await bouncer_service.memories.get(memory.id)).content == memory.content
