@@ -8,8 +8,9 @@ Each round fills two sibling agents with ``--memories`` memories each (every
 one updated once, so its history holds its content twice, and a tenth of them
 deleted, so only their history holds them), then erases one agent:
 
-- memsvc: ``svc.erase(scope)``, verification included (the structural queries
-  and the content scan of every text and JSON column of the tenant);
+- memsvc: ``svc.erase(scope)``, the check included (the queries by scope,
+  and the search for the erased texts: the sibling's rows read for the texts
+  they hold too, the tables without scope columns searched);
 - raw: the same removal with none of the checks, in batches of the same size:
   ``SELECT ... FOR UPDATE`` the next memories, ``DELETE`` them and their events
   and ``INSERT`` tombstones in one statement; then the deleted memories'

@@ -458,6 +458,10 @@ def reembed(spec: str, dim: int | None, batch_size: int) -> None:
 @click.option("--batch-size", default=500, show_default=True,
               type=click.IntRange(1, ERASE_MAX_BATCH), help="Rows per transaction.")
 @click.option("--yes", is_flag=True, help="Really erase (required: erasure cannot be undone).")
+@click.option("--vacuum", "vacuum", flag_value=True, default=False,
+              help="VACUUM the tables the erasure changed, afterwards.")
+@click.option("--vacuum-full", "vacuum", flag_value="full",
+              help="VACUUM FULL them instead (rewrites each table under an exclusive lock).")
 def erase(
     tenant: str,
     project: str | None,
@@ -465,14 +469,18 @@ def erase(
     session: str | None,
     batch_size: int,
     yes: bool,
+    vacuum: bool | str,
 ) -> None:
     """Erase a scope and everything under it, leaving no content behind (cannot be undone).
 
     Removes memories with their whole history (one content-free 'erased' event
     stays per memory), assemblies, checkpoints, working memory, and LangGraph
     checkpoints and store items when only --tenant is given; then checks that
-    nothing remains and prints the receipt. Exit code 1 when the check found
-    something (written during the erasure: run it again).
+    nothing remains and prints the receipt: what it checked, and what still
+    identifies the scope (ids below the one named become pseudonyms). Exit
+    code 1 when the check found something (written during the erasure: run
+    it again), or when Redis is configured and does not answer (nothing is
+    erased then).
     """
     scope = _scope_option(tenant, project, agent, session)
     assert scope is not None
@@ -483,7 +491,10 @@ def erase(
 
     async def run(progress: ProgressReporter) -> ErasureReceipt:
         async with _service(progress) as svc:
-            return await svc.erase(scope, batch_size=batch_size, progress=progress)
+            return await svc.erase(
+                scope, batch_size=batch_size, progress=progress,
+                vacuum="full" if vacuum == "full" else bool(vacuum),
+            )
 
     with _progress() as progress:
         receipt = _run(run(progress))

@@ -95,6 +95,16 @@ class WorkingMemoryError(MemsvcError):
     """The working-memory store (Redis) failed or is unreachable."""
 
 
+class RedisUnavailableError(WorkingMemoryError):
+    """Redis did not answer, and the operation must reach it (never the fallback store).
+
+    Raised by erasure and by removals from working memory (``clear``,
+    ``delete``, ``clear_scratchpad``) when the service runs on the in-process
+    fallback store and Redis stays unreachable for the bounded retry. Nothing
+    was removed; run the operation again once Redis answers.
+    """
+
+
 class EmbeddingError(MemsvcError):
     """The embedder failed to turn texts into vectors.
 

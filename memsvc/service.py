@@ -22,7 +22,7 @@ from memsvc.embedding import Embedder
 from memsvc.errors import MemsvcError, SchemaError
 from memsvc.models import Change
 from memsvc.ops.erasure import DEFAULT_BATCH as ERASE_BATCH
-from memsvc.ops.erasure import Erasure, ErasureReceipt
+from memsvc.ops.erasure import Erasure, ErasureReceipt, Vacuum
 from memsvc.ops.index_repair import find_broken_indexes, rebuild_broken_indexes
 from memsvc.ops.maintenance import Maintenance
 from memsvc.progress import NO_PROGRESS, ProgressReporter
@@ -282,6 +282,7 @@ class MemoryService:
         include: Include = "descendants",
         batch_size: int = ERASE_BATCH,
         progress: ProgressReporter = NO_PROGRESS,
+        vacuum: Vacuum = False,
     ) -> ErasureReceipt:
         """Erase everything memsvc holds for ``scope``, leaving no content behind.
 
@@ -292,12 +293,17 @@ class MemoryService:
         assemblies and session checkpoints, LangGraph checkpoints and store
         items when ``scope`` is a whole tenant, and the working memory of every
         session under it. Batched, idempotent, safe to run again after a crash.
-        The receipt says what went and whether a check afterwards found nothing
-        left (``verified``). See :mod:`memsvc.ops.erasure`.
+        Ids below the scope the caller names become pseudonyms in what stays
+        (tombstones, ledger events). ``vacuum=True`` (or ``"full"``) vacuums
+        the tables it changed afterwards. The receipt says what went, what a
+        check afterwards looked at and found (``verified``), and what still
+        identifies the scope. Raises RedisUnavailableError, having erased
+        nothing, when Redis is configured and does not answer. See
+        :mod:`memsvc.ops.erasure`.
         """
         try:
             return await self._erasure.erase(
-                scope, include=include, batch_size=batch_size, progress=progress
+                scope, include=include, batch_size=batch_size, progress=progress, vacuum=vacuum
             )
         finally:
             # Reads after an erasure must not find what it removed on a

@@ -172,6 +172,12 @@ class Settings(BaseSettings):
         description="Most memories one exact scope may hold; adds past it are a ConflictError.",
     )
     max_checkpoint_bytes: int = Field(default=16 * 1024 * 1024, ge=2)
+    import_clock_skew_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="Imports store a timestamp further than this in the future as the "
+        "time of the import (and report it).",
+    )
     checkpoint_keep_last: int = Field(default=50, ge=1)
     langgraph_checkpoint_keep_last: int | None = Field(
         default=None,

@@ -215,6 +215,21 @@ async def test_the_change_feed_shows_a_tenant_only_its_own_changes(
         assert raised.value.field == "scope"
 
 
+async def test_erase_vacuum_as_the_runtime_role_says_which_tables_it_could_not_vacuum(
+    rls_database: tuple[str, str],
+) -> None:
+    _, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    async with MemoryService.open(settings) as svc:
+        await svc.memories.add(Scope("alpha", "p", "a", "s"), "erase me")
+        receipt = await svc.erase(Scope("alpha", "p"), vacuum=True)
+    assert receipt.verified, receipt.remaining
+    assert receipt.removed["memories"] == 1
+    assert set(receipt.vacuum) >= {"memories", "memory_events"}
+    assert all(outcome.startswith("skipped: this role does not own the table")
+               for outcome in receipt.vacuum.values())
+
+
 async def test_erase_works_for_the_runtime_role_and_only_in_its_tenant(
     rls_database: tuple[str, str],
 ) -> None:

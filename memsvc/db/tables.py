@@ -70,6 +70,23 @@ ischema_names["xid8"] = XID8
 CURRENT_XID = "pg_current_xact_id()"
 
 
+CREATED_XID_COMMENT = (
+    "Id of the transaction that created the row (1 for rows older than revision 0021). "
+    "Erasure takes what committed before it began by this id, never by created_at."
+)
+
+
+def created_xid_column() -> Column[Any]:
+    """The ``created_xid`` column: which transaction created the row (erasure's cut)."""
+    return Column(
+        "created_xid",
+        XID8(),
+        nullable=False,
+        server_default=text(CURRENT_XID),
+        comment=CREATED_XID_COMMENT,
+    )
+
+
 def change_key_column(what: str) -> Column[Any]:
     """The ``change_key`` column: the feed's ordering key of a row's latest write."""
     return Column(
@@ -288,6 +305,7 @@ def build_metadata(settings: Settings) -> MetaData:
             comment="Text search vector of content, kept by the database.",
         ),
         change_key_column("the memory's latest write"),
+        created_xid_column(),
         PrimaryKeyConstraint("tenant_id", "id"),
         CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
         CheckConstraint("content_hash LIKE 'sha256:%'", name="content_hash_format"),
@@ -514,6 +532,7 @@ def _add_assembly_tables(
             comment="When the assembly or its membership last changed.",
         ),
         change_key_column("the assembly's latest write"),
+        created_xid_column(),
         PrimaryKeyConstraint("tenant_id", "id"),
         CheckConstraint("member_count >= 0", name="member_count_nonnegative"),
         CheckConstraint(
@@ -589,6 +608,7 @@ def _add_checkpoint_table(metadata: MetaData) -> None:
             comment="When it was taken.",
         ),
         change_key_column("the checkpoint's write"),
+        created_xid_column(),
         PrimaryKeyConstraint("tenant_id", "id"),
         comment="Durable snapshots of session state; the newest N per session are kept.",
     )

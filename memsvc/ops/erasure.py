@@ -3,76 +3,104 @@
 ``delete`` and ``delete_scope`` keep each memory's content in its history
 (audit). Erasure removes a scope's memories together with every event of
 their history, memberships (surviving assemblies are recomputed), the
-scope's assemblies and session checkpoints, LangGraph rows when the scope is
-a whole tenant, and working memory; it leaves one content-free ``erased``
-event per memory, so feeds and audits see that something was erased, and when.
+scope's assemblies and session checkpoints with their ledger events,
+LangGraph rows when the scope is a whole tenant, and working memory; it
+leaves one content-free ``erased`` event per memory (and the ``deleted``
+ledger event of each assembly and checkpoint), so feeds and audits see that
+something was erased, and when. Those keep the ids the caller named; ids
+below them become pseudonyms (see :meth:`ErasurePlan.kept`).
+
+History belongs to the scope its events name: a memory id used again in
+another scope after a delete keeps each scope's history apart.
 
 It works in batches, each its own short transaction, in an order that makes
 every batch complete on its own: a crash loses at most the batch in flight
 (rolled back), and running it again finishes the work (idempotent). It then
 checks with real queries that nothing of the scope remains (see
-:class:`ErasureReceipt`).
+:mod:`memsvc.ops.erasure_check`). Memory stays flat whatever the tenant's
+size: batches are bounded, what was removed is kept as fingerprints in a
+temporary file, working memory is erased as a SCAN finds it.
 
-Writers racing an erasure: what committed before it began is gone when it
-returns (each batch reads the latest committed rows, and the passes run until
-one finds nothing). A write committing while it runs is either erased whole
+Writers racing an erasure: the erasure takes a snapshot when it begins, and
+what had committed then is gone when it returns (each batch reads the latest
+committed rows, and the passes run until one finds nothing). The cut is by
+the creating transaction (``created_xid``), never by ``created_at``, which an
+import may supply. A write committing while it runs is either erased whole
 (row and history, as one batch) or kept whole (row with its full history);
-``verified`` is False when such a write is still there at the end, and a
-second run erases it.
+such rows are counted in ``written_during``, and a second run erases them.
+
+Working memory must be reached where it lives: with Redis configured, the
+erasure pings it first (a bounded retry) and fails with
+:class:`~memsvc.errors.RedisUnavailableError` before writing anything when
+it does not answer, also when the service runs on the in-process fallback.
 """
 
 from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import asyncpg
 
-from memsvc.errors import ValidationError
+from memsvc.db.errors import translate_errors
+from memsvc.errors import MemsvcError, ValidationError, WorkingMemoryError
 from memsvc.ops import erasure_queries as q
+from memsvc.ops.erased_texts import ErasedTexts
+from memsvc.ops.erasure_check import ErasureCheck
+from memsvc.ops.erasure_plan import ErasurePlan
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.base import Repository
 from memsvc.repositories.langgraph_checkpoints import LangGraphCheckpointRepository
 from memsvc.repositories.langgraph_store import LangGraphStoreRepository
-from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.repositories.scope_sql import Params
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
 from memsvc.validation import validate_limit, validate_scope
 from memsvc.working import WorkingStore
 
+T = TypeVar("T")
+
 DEFAULT_BATCH = 500
 MAX_BATCH = 10_000
+
+Vacuum = bool | Literal["full"]
 
 
 @dataclass
 class ErasureReceipt:
-    """What an erasure removed, and whether a check afterwards found nothing left.
+    """What an erasure removed, and what a check afterwards found.
 
     Attributes:
         scope: The scope erased.
         include: ``"descendants"`` (the scope and everything under it) or ``"exact"``.
         removed: Rows removed per table (``memory_events`` counts the history
-            removed; ``erased`` tombstones written are under ``tombstones``),
-            plus ``working_sessions``: sessions dropped from working memory.
+            removed; ``erased`` tombstones written are under ``tombstones``,
+            ids replaced by pseudonyms in older tombstones and ledger events
+            under ``pseudonymized``), plus ``working_sessions``: sessions
+            dropped from working memory.
         started: When the erasure began (the database's clock).
-        finished: When the verification ended (the database's clock).
-        verified: True when the verification queries found no row of the
-            scope in any memsvc table, no history of an erased memory but its
-            tombstone, and none of the erased contents in any text or JSON
-            column (except where a memory outside the scope still holds it).
-        remaining: What the verification found, per table or column (empty
-            when ``verified``).
-        written_during: Rows of the scope created after the erasure began,
-            per table: kept whole (with their full history); erase again to
-            remove them.
+        finished: When the check ended (the database's clock).
+        verified: True when the check found nothing of the scope left; what
+            it looked at is in ``checked``.
+        remaining: What the check found, per table, ``table.column`` or
+            ``working_memory_keys`` (empty when ``verified``). It never names
+            a row of another scope.
+        written_during: Rows of the scope created by transactions that had
+            not committed when the erasure began, per table: kept whole
+            (with their full history); erase again to remove them.
         langgraph: Whether LangGraph checkpoints and store items were erased
             (only for a whole tenant: their rows carry no narrower scope).
+        working_memory: Where working memory was erased (and checked).
+        checked: What the check looked at, one sentence each.
+        kept: What still identifies the erased scope, per column, and why.
+        vacuum: Per table, ``"vacuumed"``, ``"vacuumed (full)"`` or why it
+            was skipped; empty unless ``vacuum`` was asked for.
     """
 
     scope: Scope
@@ -84,6 +112,10 @@ class ErasureReceipt:
     remaining: dict[str, int] = field(default_factory=dict)
     written_during: dict[str, int] = field(default_factory=dict)
     langgraph: bool = False
+    working_memory: str = ""
+    checked: list[str] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)
+    vacuum: dict[str, str] = field(default_factory=dict)
 
     def add(self, table: str, count: int) -> None:
         """Count ``count`` more rows removed from ``table``."""
@@ -107,6 +139,7 @@ class Erasure(Repository):
         self._working_store = working_store
         self._langgraph = LangGraphCheckpointRepository(pool, settings)
         self._store = LangGraphStoreRepository(pool, settings)
+        self._check = ErasureCheck(pool, settings, working_store=working_store)
 
     async def erase(
         self,
@@ -115,6 +148,7 @@ class Erasure(Repository):
         include: Include = "descendants",
         batch_size: int = DEFAULT_BATCH,
         progress: ProgressReporter = NO_PROGRESS,
+        vacuum: Vacuum = False,
     ) -> ErasureReceipt:
         """Erase everything memsvc holds for ``scope``; see the module docstring.
 
@@ -125,39 +159,59 @@ class Erasure(Repository):
                 erase other scopes' rows and is refused).
             batch_size: Rows (or LangGraph threads) per transaction.
             progress: Told each pass as a step and each batch's rows.
+            vacuum: ``True``: ``VACUUM`` the tables the erasure changed
+                afterwards; ``"full"``: ``VACUUM FULL`` them (rewrites each
+                table under an exclusive lock). See the README on what
+                PostgreSQL keeps either way.
+
+        Raises:
+            RedisUnavailableError: Redis is configured and did not answer;
+                nothing was erased.
         """
         scope = validate_scope(scope)
         include = validate_include(include)
         if include == "ancestors":
             raise ValidationError("include", "must be 'descendants' or 'exact' for erase")
         batch_size = validate_limit(batch_size, "batch_size", MAX_BATCH)
-        whole_tenant = include == "descendants" and scope.depth == 0
-        started: datetime = await self._read(None, lambda conn: conn.fetchval(q.NOW))
-        receipt = ErasureReceipt(
-            scope=scope, include=include, started=started, langgraph=whole_tenant
-        )
-        erased = _Erased()
-
-        progress.start("erasing assemblies")
-        await self._erase_assemblies(scope, include, batch_size, receipt, progress)
-        progress.start("erasing memories and their history")
-        await self._erase_memories(scope, include, batch_size, receipt, erased, progress)
-        progress.start("erasing the history of deleted memories")
-        await self._erase_histories(scope, include, batch_size, receipt, erased, progress)
-        progress.start("erasing session checkpoints")
-        await self._erase_checkpoints(scope, include, batch_size, receipt, progress)
-        if whole_tenant:
-            progress.start("erasing LangGraph checkpoints and store items")
-            await self._erase_langgraph(scope.tenant, batch_size, receipt)
-        progress.start("erasing working memory", total=None, unit="sessions")
-        sessions = await self._working_store.erase_sessions(
-            scope, descendants=include == "descendants"
-        )
-        receipt.add("working_sessions", sessions)
-        progress.start("verifying", total=None)
-        await self._verify(scope, include, whole_tenant, erased, receipt)
+        if vacuum not in (False, True, "full"):
+            raise ValidationError("vacuum", "must be False, True or 'full'")
+        progress.start("reaching working memory", total=None)
+        where = await self._working_store.reach()
+        async with self._transaction() as conn:
+            cut = await conn.fetchrow(q.CUT)
+        with ErasedTexts() as texts:
+            plan = ErasurePlan(scope, include, batch_size, cut["snapshot"], texts)
+            receipt = ErasureReceipt(
+                scope=scope, include=include, started=cut["started"],
+                langgraph=plan.whole_tenant, working_memory=where, kept=plan.kept(),
+            )
+            await self._erase(plan, receipt, progress)
+            progress.start("verifying", total=None)
+            await self._check.verify(plan, receipt)
+        if vacuum:
+            progress.start("vacuuming", total=None)
+            receipt.vacuum = await self._vacuum(plan.whole_tenant, full=vacuum == "full")
         progress.done()
         return receipt
+
+    async def _erase(
+        self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter
+    ) -> None:
+        progress.start("erasing assemblies")
+        await self._erase_assemblies(plan, receipt, progress)
+        progress.start("erasing memories and their history")
+        await self._erase_memories(plan, receipt, progress)
+        progress.start("erasing the history of deleted memories")
+        await self._erase_histories(plan, receipt, progress)
+        progress.start("erasing session checkpoints")
+        await self._erase_checkpoints(plan, receipt, progress)
+        if plan.whole_tenant:
+            progress.start("erasing LangGraph checkpoints and store items")
+            await self._erase_langgraph(plan.scope.tenant, plan.batch_size, receipt)
+        progress.start("erasing ledger events and ids below the scope")
+        await self._erase_ledger(plan, receipt, progress)
+        progress.start("erasing working memory", total=None, unit="sessions")
+        receipt.add("working_sessions", await self._erase_sessions(plan))
 
     # ------------------------------------------------------------------ passes
 
@@ -185,142 +239,140 @@ class Erasure(Repository):
                 receipt.add(table, count)
             progress.advance(sum(counts.values()))
 
+    @staticmethod
+    def _texts_removed(texts: ErasedTexts, row: Any) -> None:
+        """Keep what a committed batch removed, for the check."""
+        texts.add(row["fingerprints"], row["substring_texts"], more=row["more_texts"])
+
     async def _erase_assemblies(
-        self,
-        scope: Scope,
-        include: Include,
-        batch_size: int,
-        receipt: ErasureReceipt,
-        progress: ProgressReporter,
+        self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter
     ) -> None:
         params = Params()
-        scope_sql = scope_condition(scope, include, params)
         lock_sql = q.lock_assemblies_batch(
-            self._schema, scope_sql, params.add(receipt.started), params.add(batch_size)
+            self._schema, plan.scope_sql(params), params.add(plan.snapshot),
+            params.add(plan.batch_size),
         )
         delete_sql = q.delete_assemblies(self._schema)
+        texts = plan.texts
 
-        async def run(conn: asyncpg.Connection) -> dict[str, int]:
+        async def run(conn: asyncpg.Connection) -> Any:
             rows = await conn.fetch(lock_sql, *params.values)
             if not rows:
-                return {}
-            counts = await conn.fetchrow(
-                delete_sql, [r["tenant_id"] for r in rows], [r["id"] for r in rows]
+                return None
+            return await conn.fetchrow(
+                delete_sql, [r["tenant_id"] for r in rows], [r["id"] for r in rows],
+                texts.key, texts.texts_left, texts.bytes_left,
             )
-            return {
-                "assemblies": counts["assemblies"],
-                "assembly_members": counts["members"],
-                "entity_events": counts["entity_events"],
-            }
 
-        await self._batches(run, receipt, progress)
+        async for row in self._each_batch(run):
+            self._texts_removed(texts, row)
+            receipt.add("assemblies", row["assemblies"])
+            receipt.add("assembly_members", row["members"])
+            receipt.add("entity_events", row["entity_events"])
+            progress.advance(row["assemblies"])
+
+    async def _each_batch(
+        self, run: Callable[[asyncpg.Connection], Awaitable[T | None]]
+    ) -> AsyncIterator[T]:
+        """Yield the result of ``run(conn)``, each in its own transaction, until it is None."""
+        while True:
+
+            async def attempt() -> T | None:
+                async with self._transaction() as active:
+                    return await run(active)
+
+            row = await self._retrying(attempt, owns_transaction=True)
+            if row is None:
+                return
+            yield row
 
     async def _erase_memories(
-        self,
-        scope: Scope,
-        include: Include,
-        batch_size: int,
-        receipt: ErasureReceipt,
-        erased: _Erased,
-        progress: ProgressReporter,
+        self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter
     ) -> None:
         params = Params()
-        scope_sql = scope_condition(scope, include, params)
         lock_sql = q.lock_memories_batch(
-            self._schema, scope_sql, params.add(receipt.started), params.add(batch_size)
+            self._schema, plan.scope_sql(params), params.add(plan.snapshot),
+            params.add(plan.batch_size),
         )
-        erase_sql = q.erase_memories(self._schema)
+        erase_sql = q.erase_memories(self._schema, plan.depth)
+        texts = plan.texts
 
-        while True:
+        async def run(conn: asyncpg.Connection) -> _Batch | None:
+            rows = await conn.fetch(lock_sql, *params.values)
+            if not rows:
+                return None
+            tenants = [r["tenant_id"] for r in rows]
+            ids = [r["id"] for r in rows]
+            members = await self._assemblies.erase_memberships(conn, tenants, ids)
+            counts = await conn.fetchrow(
+                erase_sql, tenants, ids, texts.key, texts.texts_left, texts.bytes_left,
+                *plan.pseudonym_args,
+            )
+            return _Batch(members, counts)
 
-            async def attempt() -> _Batch | None:
-                async with self._transaction() as active:
-                    rows = await active.fetch(lock_sql, *params.values)
-                    if not rows:
-                        return None
-                    tenants = [r["tenant_id"] for r in rows]
-                    ids = [r["id"] for r in rows]
-                    members = await self._assemblies.erase_memberships(active, tenants, ids)
-                    counts = await active.fetchrow(erase_sql, tenants, ids)
-                return _Batch(rows, members, counts)
-
-            batch = await self._retrying(attempt, owns_transaction=True)
-            if batch is None:
-                return
-            receipt.add("memories", batch.counts["memories"])
-            receipt.add("memory_events", batch.counts["events"])
-            receipt.add("tombstones", batch.counts["tombstones"])
-            receipt.add("assembly_members", batch.members)
-            erased.ids.extend((r["tenant_id"], r["id"]) for r in batch.rows)
-            erased.hashes.update(r["content_hash"] for r in batch.rows)
-            erased.lengths.update(r["content_bytes"] for r in batch.rows)
-            progress.advance(len(batch.rows))
-
-    async def _erase_histories(
-        self,
-        scope: Scope,
-        include: Include,
-        batch_size: int,
-        receipt: ErasureReceipt,
-        erased: _Erased,
-        progress: ProgressReporter,
-    ) -> None:
-        params = Params()
-        prior_sql = q.prior_scope_condition(scope, include, params)
-        after = params.add(uuid.UUID(int=0))
-        select_sql = q.deleted_memories_batch(
-            self._schema, prior_sql, after, params.add(batch_size)
-        )
-        erase_sql = q.erase_histories(self._schema)
-        while True:
-
-            async def attempt() -> tuple[builtins.list[Any], Any] | None:
-                async with self._transaction() as active:
-                    rows = await active.fetch(select_sql, *params.values)
-                    if not rows:
-                        return None
-                    tenants = [r["tenant_id"] for r in rows]
-                    ids = [r["memory_id"] for r in rows]
-                    keys = [f"{self._schema}:{t}:{i}" for t, i in zip(tenants, ids, strict=True)]
-                    await active.execute(q.LOCK_HISTORIES, keys)
-                    counts = await active.fetchrow(erase_sql, tenants, ids)
-                return rows, counts
-
-            done = await self._retrying(attempt, owns_transaction=True)
-            if done is None:
-                return
-            rows, counts = done
-            # The scope's tenant is fixed, so the id alone orders the keyset.
-            params.values[int(after[1:]) - 1] = rows[-1]["memory_id"]
+        async for batch in self._each_batch(run):
+            counts = batch.counts
+            self._texts_removed(texts, counts)
+            receipt.add("memories", counts["memories"])
             receipt.add("memory_events", counts["events"])
             receipt.add("tombstones", counts["tombstones"])
-            erased.ids.extend((r["tenant_id"], r["memory_id"]) for r in rows)
-            erased.hashes.update(counts["hashes"])
-            erased.lengths.update(counts["lengths"])
+            receipt.add("assembly_members", batch.members)
+            progress.advance(counts["memories"])
+
+    async def _erase_histories(
+        self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter
+    ) -> None:
+        params = Params()
+        scope_sql = plan.scope_sql(params, "e")
+        after = params.add(uuid.UUID(int=0))
+        select_sql = q.deleted_memories_batch(
+            self._schema, scope_sql, after, params.add(plan.batch_size)
+        )
+        erase_sql = q.erase_histories(self._schema, plan.depth)
+        texts = plan.texts
+
+        async def run(conn: asyncpg.Connection) -> tuple[builtins.list[Any], Any] | None:
+            rows = await conn.fetch(select_sql, *params.values)
+            if not rows:
+                return None
+            keys = [f"{self._schema}:{r['tenant_id']}:{r['memory_id']}" for r in rows]
+            await conn.execute(q.LOCK_HISTORIES, keys)
+            columns = [[r[name] for r in rows] for name in q.HISTORY_KEY]
+            counts = await conn.fetchrow(
+                erase_sql, *columns, texts.key, texts.texts_left, texts.bytes_left,
+                *plan.pseudonym_args,
+            )
+            return rows, counts
+
+        async for rows, counts in self._each_batch(run):
+            # The scope's tenant is fixed, so the id alone orders the keyset;
+            # from the last id on (>=): one id may have histories in several scopes.
+            params.values[int(after[1:]) - 1] = rows[-1]["memory_id"]
+            self._texts_removed(texts, counts)
+            receipt.add("memory_events", counts["events"])
+            receipt.add("tombstones", counts["tombstones"])
             progress.advance(len(rows))
 
     async def _erase_checkpoints(
-        self,
-        scope: Scope,
-        include: Include,
-        batch_size: int,
-        receipt: ErasureReceipt,
-        progress: ProgressReporter,
+        self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter
     ) -> None:
-        params = Params()
-        scope_sql = scope_condition(scope, include, params)
-        sql = q.delete_checkpoints_batch(
-            self._schema, scope_sql, params.add(receipt.started), params.add(batch_size)
-        )
+        texts = plan.texts
 
-        async def run(conn: asyncpg.Connection) -> dict[str, int]:
-            counts = await conn.fetchrow(sql, *params.values)
-            return {
-                "session_checkpoints": counts["checkpoints"],
-                "entity_events": counts["entity_events"],
-            }
+        async def run(conn: asyncpg.Connection) -> Any:
+            params = Params()
+            sql = q.delete_checkpoints_batch(
+                self._schema, plan.scope_sql(params), params.add(plan.snapshot),
+                params.add(plan.batch_size), params.add(texts.key),
+                params.add(texts.texts_left), params.add(texts.bytes_left),
+            )
+            row = await conn.fetchrow(sql, *params.values)
+            return row if row["checkpoints"] else None
 
-        await self._batches(run, receipt, progress)
+        async for row in self._each_batch(run):
+            self._texts_removed(texts, row)
+            receipt.add("session_checkpoints", row["checkpoints"])
+            receipt.add("entity_events", row["entity_events"])
+            progress.advance(row["checkpoints"])
 
     async def _erase_langgraph(
         self, tenant: str, batch_size: int, receipt: ErasureReceipt
@@ -344,88 +396,106 @@ class Erasure(Repository):
         # their predicates (the catalog): they go with the rows.
         await self._store.drop_namespace_indexes(tenant)
 
-    # ------------------------------------------------------------ verification
-
-    async def _verify(
-        self,
-        scope: Scope,
-        include: Include,
-        whole_tenant: bool,
-        erased: _Erased,
-        receipt: ErasureReceipt,
+    async def _erase_ledger(
+        self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter
     ) -> None:
-        """Look for anything of the scope left; fills ``remaining`` and ``written_during``."""
-        params = Params()
-        scope_sql = scope_condition(scope, include, params)
-        prior_sql = q.prior_scope_condition(scope, include, params)
-        started = params.add(receipt.started)
-        remaining_sql = q.remaining(
-            self._schema,
-            scope_sql=scope_sql,
-            prior_scope_sql=prior_sql,
-            tenant=params.add(scope.tenant) if whole_tenant else "",
-            tenants=params.add([t for t, _ in erased.ids]),
-            ids=params.add([i for _, i in erased.ids]),
-            started=started,
-            whole_tenant=whole_tenant,
-        )
-        during_params = Params()
-        during_sql = q.written_during(
-            self._schema,
-            scope_condition(scope, include, during_params),
-            during_params.add(receipt.started),
-        )
-        async with self._transaction() as conn:
-            row = await conn.fetchrow(remaining_sql, *params.values)
-            found = {name: count for name, count in row.items() if count}
-            if erased.hashes:
-                found.update(await self._content_left(conn, scope.tenant, erased))
-            during = await conn.fetchrow(during_sql, *during_params.values)
-            receipt.finished = await conn.fetchval(q.NOW)
-        receipt.remaining = found
-        receipt.written_during = {name: count for name, count in during.items() if count}
-        receipt.verified = not found
+        """Ledger events of assemblies and checkpoints deleted before, and ids below the scope.
 
-    async def _content_left(
-        self, conn: asyncpg.Connection, tenant: str, erased: _Erased
-    ) -> dict[str, int]:
-        """Text and JSON values, in every table of the schema, equal to an erased content.
-
-        Contents a live memory still holds (necessarily outside the erased
-        scope, which has none left) are not looked for: they must survive.
-        The columns are read from the catalog, so new tables are covered.
+        The passes above leave nothing else; this one finds what ``delete``,
+        an older erasure or a crashed run left: ``created``/``updated``
+        events of assemblies and checkpoints no longer there, and real ids
+        below the named level in tombstones and ``deleted`` ledger events.
         """
-        rows = await conn.fetch(q.held_elsewhere(self._schema), sorted(erased.hashes), tenant)
-        held = {row["content_hash"] for row in rows}
-        wanted = sorted(erased.hashes - held)
-        if not wanted:
-            return {}
-        tables: dict[tuple[str, bool], list[tuple[str, str]]] = {}
-        for column in await conn.fetch(q.TEXT_COLUMNS, self._schema):
-            key = (column["table_name"], column["has_tenant"])
-            tables.setdefault(key, []).append((column["column_name"], column["data_type"]))
-        found: dict[str, int] = {}
-        for (table, has_tenant), columns in tables.items():
-            sql = q.content_matches(self._schema, table, columns, has_tenant)
-            args: builtins.list[object] = [wanted, sorted(erased.lengths)]
-            if has_tenant:
-                args.append(tenant)
-            row = await conn.fetchrow(sql, *args)
-            found.update({f"{table}.{name}": count for name, count in row.items() if count})
-        return found
+        params = Params()
+        scope_sql = plan.scope_sql(params, "e")
+        after = params.add(0)
+        sql = q.delete_gone_entity_events(
+            self._schema, scope_sql, after, params.add(plan.batch_size)
+        )
+        await self._event_batches(sql, params, after, "entity_events", receipt, progress)
+        if plan.depth == 3:
+            return  # nothing below the named level
+        for table, kind in (("entity_events", "deleted"), ("memory_events", "erased")):
+            params = Params()
+            scope_sql = plan.scope_sql(params, "e")
+            key = params.add(plan.pseudonym_key)
+            after = params.add(0)
+            sql = q.pseudonymize_batch(
+                self._schema, table, kind, scope_sql, plan.depth, key, after,
+                params.add(plan.batch_size),
+            )
+            await self._event_batches(sql, params, after, "pseudonymized", receipt, progress)
 
+    async def _event_batches(
+        self, sql: str, params: Params, after: str, counted: str, receipt: ErasureReceipt,
+        progress: ProgressReporter,
+    ) -> None:
+        """Run ``sql`` (returning event ids) batch after batch, each resuming after the last."""
 
-@dataclass
-class _Erased:
-    """What this run erased, for the verification: ids, and the contents' hashes and sizes."""
+        async def run(conn: asyncpg.Connection) -> builtins.list[Any] | None:
+            return await conn.fetch(sql, *params.values) or None
 
-    ids: list[tuple[str, uuid.UUID]] = field(default_factory=list)
-    hashes: set[str] = field(default_factory=set)
-    lengths: set[int] = field(default_factory=set)
+        async for rows in self._each_batch(run):
+            params.values[int(after[1:]) - 1] = max(row["event_id"] for row in rows)
+            receipt.add(counted, len(rows))
+            progress.advance(len(rows))
+
+    async def _erase_sessions(self, plan: ErasurePlan) -> int:
+        """Drop the working memory of every session of the scope.
+
+        A failure is retried once after Redis answers again (the erase is a
+        SCAN and deletes: running it twice is harmless).
+        """
+        descendants = plan.include == "descendants"
+        try:
+            return await self._working_store.erase_sessions(plan.scope, descendants=descendants)
+        except WorkingMemoryError:
+            await self._working_store.reach()
+            return await self._working_store.erase_sessions(plan.scope, descendants=descendants)
+
+    # ------------------------------------------------------------------ vacuum
+
+    async def _vacuum(self, whole_tenant: bool, *, full: bool) -> dict[str, str]:
+        """VACUUM (or VACUUM FULL) the tables an erasure changes; per table, what happened.
+
+        Without the service's statement timeout (a big table takes longer),
+        with its lock timeout (VACUUM FULL waiting for its exclusive lock
+        would queue every other reader behind it). A table that fails is
+        reported, not raised: the erasure itself is done.
+        """
+        tables = list(q.ERASED_TABLES) + (list(q.LANGGRAPH_TABLES) if whole_tenant else [])
+        done: dict[str, str] = {}
+        # Behind pgbouncer the connection's settings are not ours to change.
+        own_timeout = not self._settings.pgbouncer
+        with translate_errors():
+            async with self._pooled() as conn:
+                rows = await conn.fetch(q.VACUUMABLE, self._schema, tables)
+                if own_timeout:
+                    await conn.execute(q.NO_STATEMENT_TIMEOUT)
+                try:
+                    for row in rows:
+                        done[row["relname"]] = await self._vacuum_table(
+                            conn, row["relname"], allowed=row["allowed"], full=full
+                        )
+                finally:
+                    if own_timeout:
+                        await conn.execute(q.RESET_STATEMENT_TIMEOUT)
+        return done
+
+    async def _vacuum_table(
+        self, conn: asyncpg.Connection, table: str, *, allowed: bool, full: bool
+    ) -> str:
+        if not allowed:
+            return "skipped: this role does not own the table (run as its owner)"
+        try:
+            with translate_errors():
+                await conn.execute(q.vacuum(self._schema, table, full=full))
+        except MemsvcError as exc:
+            return f"failed: {type(exc).__name__}: {exc}"
+        return "vacuumed (full)" if full else "vacuumed"
 
 
 @dataclass
 class _Batch:
-    rows: list[Any]
     members: int
     counts: Any

@@ -23,7 +23,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -138,6 +138,21 @@ class LoadReport:
         return self.rejected_total == 0
 
 
+# The timestamps of each record kind that an import may carry, and the kind's name.
+_RECORD_TIMES: dict[type, tuple[str, ...]] = {
+    MemoryRecord: ("created_at", "updated_at", "last_accessed_at"),
+    AssemblyRecord: ("created_at", "updated_at"),
+    CheckpointRecord: ("created_at",),
+    StoreItemRecord: ("created_at", "updated_at"),
+}
+_RECORD_KINDS: dict[type, str] = {
+    MemoryRecord: "memory",
+    AssemblyRecord: "assembly",
+    CheckpointRecord: "checkpoint",
+    StoreItemRecord: "store_item",
+}
+
+
 def _scope_params(scope: Scope) -> list[str | None]:
     return [scope.tenant, scope.project, scope.agent, scope.session]
 
@@ -210,6 +225,8 @@ class Loader:
         # server inserts (and parses vectors) as Python reads on, which uses
         # both cores of a small machine.
         self._in_flight: asyncio.Task[None] | None = None
+        # The server's clock minus ours: future timestamps are judged by the server's.
+        self._clock_offset = timedelta(0)
 
     async def __aenter__(self) -> Loader:
         conn = await connect(self._dsn, self._settings)
@@ -226,6 +243,8 @@ class Loader:
                 )
                 direct = await conn.fetchrow(q.direct_copy_possible(self._schema))
                 self._direct, self._check_stored = direct["possible"], not direct["empty"]
+                server_now: datetime = await conn.fetchval(q.NOW)
+                self._clock_offset = server_now - datetime.now(UTC)
         except BaseException:
             await conn.close()
             raise
@@ -254,6 +273,7 @@ class Loader:
 
     async def add(self, record: Record, source: str) -> None:
         """Queue or write one record."""
+        self._clamp_future_times(record, source)
         if isinstance(record, MemoryRecord):
             self._memories.append((record, source))
             if len(self._memories) >= self._memory_batch:
@@ -278,6 +298,27 @@ class Loader:
             # Members must be stored before the assembly that groups them.
             await self._flush_memories()
             await self._load_assembly(record, source)
+
+    def _clamp_future_times(self, record: Record, source: str) -> None:
+        """Store times further in the future than ``import_clock_skew_s`` as now; report each.
+
+        A future ``created_at`` would sort first for ever and, before erasure
+        cut by transaction id, made the row unerasable until its date.
+        """
+        skew = self._settings.import_clock_skew_s
+        now = datetime.now(UTC) + self._clock_offset
+        latest = now + timedelta(seconds=skew)
+        kind = _RECORD_KINDS[type(record)]
+        for name in _RECORD_TIMES[type(record)]:
+            value: datetime | None = getattr(record, name)
+            if value is not None and value > latest:
+                setattr(record, name, now)
+                self.report.warn(
+                    source,
+                    kind,
+                    f"{name} {value.isoformat()} is more than import_clock_skew_s "
+                    f"({skew:g}s) in the future: stored as the time of the import",
+                )
 
     async def flush(self) -> None:
         """Write everything buffered."""
@@ -366,7 +407,9 @@ class Loader:
                 await conn.copy_records_to_table(
                     "memory_events",
                     schema_name=self._schema,
-                    records=[(r.scope.tenant, r.id, "created", r.version) for r, _ in batch],
+                    records=[
+                        (*_scope_params(r.scope), r.id, "created", r.version) for r, _ in batch
+                    ],
                     columns=q.EVENT_COLUMNS,
                 )
         except asyncpg.PostgresError as exc:

@@ -43,7 +43,10 @@ STAGING_COLUMNS = (
 
 # The columns of a direct COPY into memories, in the order the loader writes them.
 DIRECT_COLUMNS = MEMORY_COLUMN_NAMES
-EVENT_COLUMNS = ("tenant_id", "memory_id", "kind", "version")
+# Events carry the memory's scope: erasure and the change feed select history by it.
+EVENT_COLUMNS = (
+    "tenant_id", "project_id", "agent_id", "session_id", "memory_id", "kind", "version"
+)
 
 NOW = "SELECT now()"
 

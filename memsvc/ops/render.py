@@ -162,11 +162,21 @@ def erasure_lines(receipt: ErasureReceipt) -> list[str]:
     if receipt.written_during:
         kept = ", ".join(f"{n} {name}" for name, n in sorted(receipt.written_during.items()))
         lines.append(f"written during the erasure and kept whole: {kept}")
+    lines.append(f"working memory: {receipt.working_memory}")
+    lines.append("checked:")
+    lines += [f"  {sentence}" for sentence in receipt.checked]
     if receipt.verified:
         lines.append("verified: nothing of the scope written before the erasure remains")
     else:
         lines.append("NOT verified; still present (written during the erasure? run it again):")
         lines += [f"  {name}: {count}" for name, count in sorted(receipt.remaining.items())]
+    lines.append("kept:")
+    lines += [f"  {column}: {why}" for column, why in receipt.kept.items()]
+    if receipt.vacuum:
+        by_outcome: dict[str, list[str]] = {}
+        for name, outcome in sorted(receipt.vacuum.items()):
+            by_outcome.setdefault(outcome, []).append(name)
+        lines += [f"{outcome}: {', '.join(names)}" for outcome, names in by_outcome.items()]
     return lines
 
 

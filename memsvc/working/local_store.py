@@ -344,6 +344,33 @@ class LocalStore:
                     self._last = None
             return len(doomed)
 
+    async def count_state(self, scope: Scope, *, descendants: bool) -> int:
+        """What of the sessions of ``scope`` is left, counted as Redis keys would be.
+
+        A user value is one key; the index of values, task state, scratchpad
+        and session metadata one each.
+        """
+        now = _monotonic()
+        count = 0
+        with self._lock:
+            for name, session in self._sessions.items():
+                if not in_scope(name, scope, descendants=descendants):
+                    continue
+                session.purge(now)
+                session.expire_state(now)
+                count += len(session.values) + bool(session.values)
+                count += (session.task is not None) + bool(session.scratchpad)
+                count += session.created_at is not None
+        return count
+
+    def describe(self) -> str:
+        """Where the state lives, for receipts."""
+        return "this process's store (no redis_url)"
+
+    async def reach(self) -> str:
+        """Nothing to reach: the state lives in this process."""
+        return self.describe()
+
     # --- lifecycle -------------------------------------------------------------
     async def ping(self) -> bool:
         """Always True: the store lives in this process."""

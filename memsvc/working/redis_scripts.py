@@ -306,3 +306,23 @@ return {#live_names(), redis.call('LLEN', pad), redis.call('EXISTS', task),
         redis.call('HGET', meta, 'created_at')}
 """
 )
+
+
+# Erasure: delete every key of the session (its values through the index,
+# its structures), and the keys in ARGV[2..] that a SCAN found under its tag
+# (a value no longer in the index). Returns how many keys existed.
+ERASE_SESSION = (
+    _PRELUDE
+    + """
+local names = redis.call('SMEMBERS', index)
+local deleted = 0
+for i = 1, #names do
+  deleted = deleted + redis.call('DEL', vprefix .. names[i])
+end
+deleted = deleted + redis.call('DEL', index, task, pad, meta)
+for i = 2, #ARGV do
+  deleted = deleted + redis.call('DEL', ARGV[i])
+end
+return deleted
+"""
+)

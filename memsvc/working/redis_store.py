@@ -12,6 +12,7 @@ timeout instead of after redis-py's default multi-second backoff.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
@@ -25,7 +26,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from memsvc.errors import WorkingMemoryError
+from memsvc.errors import RedisUnavailableError, WorkingMemoryError
 from memsvc.scope import Scope
 from memsvc.settings import Settings
 from memsvc.working import redis_scripts
@@ -40,6 +41,12 @@ _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 # A pool that is merely busy should make callers queue, not fail; a dead server
 # holds no connections, so this wait is not on the failure-detection path.
 _POOL_WAIT_FACTOR = 5
+
+# Keys SCAN returns per call, and sessions erased per round of scripts.
+SCAN_PAGE = 1000
+# reach(): pings before giving up, and the pause after the first (then longer).
+REACH_ATTEMPTS = 3
+REACH_PAUSE_S = 0.2
 
 
 def _translate_errors(
@@ -117,6 +124,7 @@ class RedisStore:
         self._snapshot = register(redis_scripts.SNAPSHOT)
         self._restore = register(redis_scripts.RESTORE)
         self._stats = register(redis_scripts.STATS)
+        self._erase_session = register(redis_scripts.ERASE_SESSION)
 
     @classmethod
     def from_url(cls, url: str, settings: Settings, *, cluster: bool = False) -> RedisStore:
@@ -309,20 +317,63 @@ class RedisStore:
 
     @_translate_errors
     async def erase_sessions(self, scope: Scope, *, descendants: bool) -> int:
-        """Delete every key of the sessions of ``scope`` (SCAN, then DEL per session).
+        """Delete every key of the sessions of ``scope``, as a SCAN finds them.
 
-        Keys are deleted one session (one hash tag, one cluster slot) at a
-        time, so the DEL never spans slots.
+        Streamed: every :data:`SCAN_PAGE` keys found, each session among them
+        is deleted whole by one script (one hash tag, one cluster slot), so
+        memory stays flat however many sessions there are. A session counts
+        once, when its script found keys to delete (SCAN may return a key of
+        a session already deleted).
         """
         pattern = scope_key_pattern(scope, descendants=descendants)
-        by_tag: dict[str, list[str]] = {}
-        async for key in self._client.scan_iter(match=pattern, count=1000):
-            tag = key[: key.index("}") + 1]
-            by_tag.setdefault(tag, []).append(key)
-        for keys in by_tag.values():
-            for start in range(0, len(keys), 1000):
-                await self._client.delete(*keys[start : start + 1000])
-        return len(by_tag)
+        sessions = 0
+        found: dict[str, list[str]] = {}
+        buffered = 0
+        async for key in self._client.scan_iter(match=pattern, count=SCAN_PAGE):
+            found.setdefault(key[: key.index("}") + 1], []).append(key)
+            buffered += 1
+            if buffered >= SCAN_PAGE:
+                sessions += await self._erase_found(found)
+                found, buffered = {}, 0
+        return sessions + await self._erase_found(found)
+
+    async def _erase_found(self, found: dict[str, list[str]]) -> int:
+        erased = 0
+        for tag, keys in found.items():
+            if await self._erase_session([tag + ":idx"], [0, *keys]):
+                erased += 1
+        return erased
+
+    @_translate_errors
+    async def count_state(self, scope: Scope, *, descendants: bool) -> int:
+        """How many keys of the sessions of ``scope`` exist (a SCAN, counted as it goes)."""
+        pattern = scope_key_pattern(scope, descendants=descendants)
+        count = 0
+        async for _ in self._client.scan_iter(match=pattern, count=SCAN_PAGE):
+            count += 1
+        return count
+
+    def describe(self) -> str:
+        """Where the state lives, for receipts: ``redis at <url>`` (password masked)."""
+        return f"redis at {self.display_url}"
+
+    async def reach(self) -> str:
+        """PING until Redis answers, within a bound; raise RedisUnavailableError if it never does.
+
+        For operations that must not be skipped while Redis is briefly down
+        (erasure): :data:`REACH_ATTEMPTS` pings, each within
+        ``redis_timeout_s``, with short pauses between them.
+        """
+        for attempt in range(REACH_ATTEMPTS):
+            if await self.ping():
+                return self.describe()
+            if attempt < REACH_ATTEMPTS - 1:
+                await asyncio.sleep(REACH_PAUSE_S * (attempt + 1))
+        raise RedisUnavailableError(
+            f"Redis at {self.display_url} did not answer {REACH_ATTEMPTS} pings in a row "
+            "(each within redis_timeout_s); this operation must reach it, never the "
+            "in-process fallback: run it again once Redis answers"
+        )
 
     # --- lifecycle -------------------------------------------------------------
     async def ping(self) -> bool:

@@ -163,6 +163,23 @@ class WorkingStore(Protocol):
         """
         ...
 
+    async def count_state(self, scope: Scope, *, descendants: bool) -> int:
+        """How many keys of the sessions of ``scope`` (or nested under it) still exist."""
+        ...
+
+    def describe(self) -> str:
+        """Where the shared state lives (``redis at <url>``), for receipts and messages."""
+        ...
+
+    async def reach(self) -> str:
+        """Make sure the store that other processes share answers; returns :meth:`describe`.
+
+        For operations that must reach the real store (erasure): Redis is
+        pinged within a bound. Raises
+        :class:`~memsvc.errors.RedisUnavailableError` when it does not answer.
+        """
+        ...
+
     async def ping(self) -> bool:
         """True when the backend answers; never raises."""
         ...
@@ -177,8 +194,9 @@ async def open_working_store(settings: Settings) -> tuple[WorkingStore, bool]:
 
     With ``redis_url`` set, Redis is used if it answers PING within
     ``redis_timeout_s``. If it does not, a warning is logged and an in-process
-    :class:`~memsvc.working.local_store.LocalStore` is returned with
-    ``using_fallback=True`` -- unless ``working_memory_require_redis`` is set,
+    :class:`~memsvc.working.fallback_store.FallbackStore` is returned
+    (``using_fallback=True``; its removals still reach Redis or fail, see
+    there) -- unless ``working_memory_require_redis`` is set,
     in which case :class:`~memsvc.errors.WorkingMemoryError` is raised. The
     choice is made once: a Redis that dies later makes calls fail, it never
     switches stores silently.
@@ -204,7 +222,9 @@ async def open_working_store(settings: Settings) -> tuple[WorkingStore, bool]:
         )
     logger.warning(
         "Redis at %s is unreachable; working memory falls back to an in-process store "
-        "(not shared between processes, lost on exit)",
+        "(not shared between processes, lost on exit; removals still reach Redis or fail)",
         store.display_url,
     )
-    return LocalStore(settings, using_fallback=True), True
+    from memsvc.working.fallback_store import FallbackStore
+
+    return FallbackStore(settings, settings.redis_url), True

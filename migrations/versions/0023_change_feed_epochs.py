@@ -31,7 +31,7 @@ needs no rights on the tables it rewrites, but with row-level security
 forced on the owner it refuses, naming what to do.
 
 Revision ID: 0023
-Revises: 0020
+Revises: 0021
 Create Date: 2026-11-27
 """
 
@@ -44,7 +44,7 @@ from alembic import op
 from memsvc.db.migrate import settings_for_migration
 
 revision: str = "0023"
-down_revision: str | None = "0020"
+down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

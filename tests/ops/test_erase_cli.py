@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+from click.testing import CliRunner
+
 from memsvc import Scope
+from memsvc.cli import main
 
 from .conftest import Cli, open_service
 
@@ -44,3 +50,47 @@ async def test_erase_refuses_without_yes_and_erases_with_it(
 
     missing = await cli("erase", "--project", "p", "--yes")
     assert missing.exit_code == 2 and "--tenant" in missing.output
+
+
+async def test_erase_fails_naming_redis_when_it_cannot_reach_it(
+    memsvc_database_url: str, redis_server_factory: Any
+) -> None:
+    server = redis_server_factory()
+    url = server.url
+    server.kill()
+    svc = await open_service(memsvc_database_url)
+    try:
+        kept = await svc.memories.add(Scope("acme", "p", "a", "s"), "not erased yet")
+    finally:
+        await svc.close()
+    env = {"MEMSVC_DATABASE_URL": memsvc_database_url, "MEMSVC_AUTO_MIGRATE": "false",
+           "MEMSVC_REDIS_URL": url, "MEMSVC_REDIS_TIMEOUT_S": "0.2"}
+
+    result = await asyncio.to_thread(
+        CliRunner().invoke, main, ["erase", "--tenant", "acme", "--yes"], env=env
+    )
+
+    assert result.exit_code == 1
+    assert f"RedisUnavailableError: Redis at {url}" in result.output
+    assert "verified" not in result.output
+    svc = await open_service(memsvc_database_url)
+    try:
+        assert (await svc.memories.get(kept.id)).content == "not erased yet"
+    finally:
+        await svc.close()
+
+
+async def test_erase_vacuum_vacuums_the_tables_it_changed_and_says_so(
+    cli: Cli, memsvc_database_url: str
+) -> None:
+    svc = await open_service(memsvc_database_url)
+    try:
+        await svc.memories.add(Scope("acme", "p", "a", "s"), "erase me")
+    finally:
+        await svc.close()
+
+    done = await cli("erase", "--tenant", "acme", "--project", "p", "--yes", "--vacuum")
+
+    assert done.exit_code == 0, done.output
+    assert "vacuumed: assemblies, assembly_members, entity_events, memories, memory_events, " \
+        "session_checkpoints" in done.output

@@ -234,3 +234,27 @@ async def test_a_redis_cluster_url_opens_the_cluster_client(
         assert await memory.get_scratchpad() == ["note"]
     finally:
         await store.close()
+
+
+async def test_erasing_sessions_drops_each_under_the_scope_once_however_many_keys(
+    make_memory: MemoryFactory,
+) -> None:
+    """More keys than one SCAN round (1,000): sessions span rounds, each counts once."""
+    inside = [Scope("t", "p", "a", f"s{i}") for i in range(3)]
+    outside = Scope("t", "q", "a", "s0")
+    first = await make_memory(scope=inside[0])
+    store = first.store
+    for scope in [*inside, outside]:
+        memory = await make_memory(scope=scope, store=store)
+        for i in range(400):
+            await memory.set(f"k{i}", i)
+        await memory.append_scratchpad("note")
+        await memory.set_task_state(TaskState(task_id="t1"))
+    project = Scope("t", "p")
+    assert await store.count_state(project, descendants=True) == 3 * (400 + 4)
+
+    assert await store.erase_sessions(project, descendants=True) == 3
+
+    assert await store.count_state(project, descendants=True) == 0
+    assert await store.count_state(outside, descendants=False) == 400 + 4
+    assert await store.erase_sessions(project, descendants=True) == 0

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from memsvc.errors import WorkingMemoryError
+from memsvc.errors import RedisUnavailableError, WorkingMemoryError
 from memsvc.models import TaskState
 from memsvc.settings import Settings
 from memsvc.testing.redis import RedisServer
@@ -145,3 +145,52 @@ async def test_for_session_with_redis_url_opens_redis(redis_url: str) -> None:
     async with memory:
         assert isinstance(memory.store, RedisStore)
         assert await memory.is_healthy()
+
+
+async def test_removals_on_the_fallback_store_reach_redis_or_fail_naming_it(
+    redis_server_factory: ServerFactory,
+) -> None:
+    """clear, delete and clear_scratchpad must not report success while Redis,
+    which other processes read, still holds what they removed."""
+    server = redis_server_factory()
+    settings = Settings(redis_url=server.url, redis_timeout_s=0.2)
+    store, _ = await open_working_store(settings)
+    memory = WorkingMemory(SESSION, store, settings)
+    await memory.set("a", 1)
+    await memory.set("b", 2)
+    await memory.append_scratchpad("note")
+    await store.close()
+    os.kill(server.pid, signal.SIGSTOP)  # alive, holding the session, but silent
+
+    fallback, using_fallback = await open_working_store(settings)
+    assert using_fallback
+    memory = WorkingMemory(SESSION, fallback, settings)
+    try:
+        await memory.set("a", 10)  # ordinary work goes on, in process
+        removals: list[Callable[[], Awaitable[object]]] = [
+            lambda: memory.clear(),
+            lambda: memory.delete("a"),
+            lambda: memory.clear_scratchpad(),
+        ]
+        for removal in removals:
+            started = time.monotonic()
+            with pytest.raises(RedisUnavailableError, match=r"Redis at redis://"):
+                await removal()
+            assert time.monotonic() - started < 5.0  # a bounded retry
+        assert await memory.get("a") == 10  # nothing removed
+
+        os.kill(server.pid, signal.SIGCONT)  # Redis answers again: removals reach it too
+        # Results are this process's view (the fallback's), as for every other call.
+        assert await memory.delete("b") is False  # only Redis held it
+        assert await memory.clear() == 1
+        assert await memory.clear_scratchpad() == 0
+        assert memory.is_using_fallback
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        await fallback.close()
+    redis_store = RedisStore.from_url(server.url, settings)
+    try:
+        assert await redis_store.list_keys(SESSION) == []
+        assert await redis_store.get_scratchpad(SESSION) == []
+    finally:
+        await redis_store.close()
