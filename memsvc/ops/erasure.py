@@ -178,6 +178,8 @@ class Erasure(Repository):
         progress.start("reaching working memory", total=None)
         where = await self._working_store.reach()
         async with self._transaction() as conn:
+            await conn.fetchval(q.current_epoch(self._schema))
+        async with self._transaction() as conn:
             cut = await conn.fetchrow(q.CUT)
         with ErasedTexts() as texts:
             plan = ErasurePlan(scope, include, batch_size, cut["snapshot"], texts)

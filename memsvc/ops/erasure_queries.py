@@ -27,6 +27,16 @@ from memsvc.repositories.scope_sql import COLUMNS
 # clock (for the receipt only).
 CUT = "SELECT clock_timestamp() AS started, pg_current_snapshot()::text AS snapshot"
 
+
+def current_epoch(schema: str) -> str:
+    """Start the transaction-id epoch first if the database moved to another cluster.
+
+    ``created_xid`` holds transaction ids; after a restore into another
+    cluster they would look uncommitted to every snapshot the cut takes, until
+    the new epoch renumbers them (see migration 0023).
+    """
+    return f"SELECT {schema}.change_feed_epoch()"
+
 # Texts shorter than this are not looked for.
 MIN_TEXT_BYTES = 8
 

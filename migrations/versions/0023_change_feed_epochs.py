@@ -96,11 +96,22 @@ BEGIN
         RETURN recorded;  -- started by the caller we waited for
     END IF;
     boundary := pg_snapshot_xmin(pg_current_snapshot());
-    UPDATE {schema}.memories SET change_key = '1' WHERE change_key >= boundary;
+    -- created_xid (erasure's cut, migration 0021) is a transaction id too:
+    -- one from the old cluster would look uncommitted to every snapshot.
+    UPDATE {schema}.memories SET
+        change_key = CASE WHEN change_key >= boundary THEN '1' ELSE change_key END,
+        created_xid = CASE WHEN created_xid >= boundary THEN '1' ELSE created_xid END
+    WHERE change_key >= boundary OR created_xid >= boundary;
     ALTER TABLE {schema}.assemblies DISABLE TRIGGER bump_change_key;
-    UPDATE {schema}.assemblies SET change_key = '1' WHERE change_key >= boundary;
+    UPDATE {schema}.assemblies SET
+        change_key = CASE WHEN change_key >= boundary THEN '1' ELSE change_key END,
+        created_xid = CASE WHEN created_xid >= boundary THEN '1' ELSE created_xid END
+    WHERE change_key >= boundary OR created_xid >= boundary;
     ALTER TABLE {schema}.assemblies ENABLE TRIGGER bump_change_key;
-    UPDATE {schema}.session_checkpoints SET change_key = '1' WHERE change_key >= boundary;
+    UPDATE {schema}.session_checkpoints SET
+        change_key = CASE WHEN change_key >= boundary THEN '1' ELSE change_key END,
+        created_xid = CASE WHEN created_xid >= boundary THEN '1' ELSE created_xid END
+    WHERE change_key >= boundary OR created_xid >= boundary;
     collapse := EXISTS (SELECT 1 FROM {schema}.memory_events WHERE change_key >= boundary)
         OR EXISTS (SELECT 1 FROM {schema}.entity_events WHERE change_key >= boundary);
     IF collapse THEN

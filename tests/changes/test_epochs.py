@@ -229,3 +229,25 @@ def test_since_a_time_without_a_time_zone_is_rejected(service: MemoryService) ->
     with pytest.raises(ValidationError) as raised:
         service.changes(since=datetime(2026, 1, 1))
     assert raised.value.field == "since"
+
+
+async def test_an_erasure_after_a_restore_erases_what_was_written_before_the_move(
+    settings: Settings, scope: Scope, other_cluster: Cluster
+) -> None:
+    # Erasure takes what committed before it began by the creating transaction's
+    # id: ids recorded in the old cluster must not look uncommitted in the new one.
+    await _source_ahead(settings, other_cluster)
+    async with MemoryService.open(settings) as svc:
+        await svc.memories.add(scope, "said before the move")
+        await svc.assemblies.create(scope, "before the move")
+        await svc.checkpoints.create(scope, {"step": 1})
+
+    async with contextlib.aclosing(_restored(settings, other_cluster)) as moves:
+        moved = await anext(moves)
+        async with MemoryService.open(moved) as svc:
+            receipt = await svc.erase(scope)
+            assert receipt.verified, receipt.remaining
+            assert receipt.removed["memories"] == 1
+            assert receipt.removed["assemblies"] == 1
+            assert receipt.removed["session_checkpoints"] == 1
+            assert await svc.memories.count(scope) == 0
