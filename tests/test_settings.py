@@ -122,7 +122,8 @@ def test_settings_that_cannot_work_together_are_refused_naming_both(
     assert other in raised.value.reason
     assert env_var(setting) in message and env_var(other) in message
     for name, value in values.items():  # the same from the environment
-        monkeypatch.setenv(env_var(name), json.dumps(value) if isinstance(value, list) else str(value))
+        text = json.dumps(value) if isinstance(value, list) else str(value)
+        monkeypatch.setenv(env_var(name), text)
     with pytest.raises(ValidationError) as raised:
         Settings()
     assert raised.value.field == setting and env_var(other) in str(raised.value)

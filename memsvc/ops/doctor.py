@@ -14,7 +14,8 @@ Checked, in order (later checks need the earlier ones to pass):
    agree with the member rows, recomputed in SQL;
 6. ``content hashes``: memories whose stored ``content_hash`` is not the
    hash of their content (content edited in SQL): dedupe and import
-   idempotency rely on it;
+   idempotency rely on it; ``time ranges``: stored times Python cannot read
+   (see :mod:`memsvc.ops.doctor_times`, which also repairs them);
 7. ``history``: memories that vanished without a ``deleted`` event, or exist
    without any event (rows changed behind memsvc's back; reported only);
 8. ``gc backlog``: expired memories and sessions over checkpoint retention
@@ -51,7 +52,7 @@ from memsvc.db.pool import connect
 from memsvc.db.replicas import replica_name
 from memsvc.db.tables import OPCLASSES
 from memsvc.errors import MemsvcError
-from memsvc.ops import bulk_queries
+from memsvc.ops import bulk_queries, doctor_times
 from memsvc.ops import doctor_queries as q
 from memsvc.ops.bulk import (
     ASSEMBLY_VECTOR_INDEX,
@@ -154,6 +155,8 @@ class Doctor:
                 await self._check_assemblies(conn, report, repair)
                 progress.start("doctor: checking content hashes")
                 await self._check_content_hashes(conn, report, repair)
+                progress.start("doctor: checking time ranges")
+                await self._check_time_ranges(conn, report, repair)
                 progress.start("doctor: checking history and gc backlog")
                 await self._check_history(conn, report)
                 await self._check_commit_timestamps(conn, report)
@@ -424,6 +427,30 @@ class Doctor:
         check.status = "problem" if remaining else "repaired"
         if remaining:
             check.detail = "; ".join(remaining)
+
+    # ------------------------------------------------------------ time ranges
+
+    async def _check_time_ranges(
+        self, conn: asyncpg.Connection, report: DoctorReport, repair: bool
+    ) -> None:
+        found = await doctor_times.find_out_of_range(conn, self._schema)
+        constraints = await doctor_times.unvalidated(conn, self._schema)
+        if not found and not constraints:
+            report.add(doctor_times.CHECK_NAME, "ok", "every stored time is within range")
+            return
+        check = report.add(
+            doctor_times.CHECK_NAME,
+            "problem" if found else "warning",
+            doctor_times.describe(found, constraints),
+        )
+        if not repair:
+            return
+        self._progress.start("doctor: bringing times into range")
+        fixes, failures = await doctor_times.repair(conn, self._schema, found, constraints)
+        check.fixes += fixes
+        check.status = "problem" if failures else "repaired"
+        if failures:
+            check.detail = "; ".join(failures)
 
     # ------------------------------------------------------------ history, backlog
 

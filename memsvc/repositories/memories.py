@@ -38,6 +38,7 @@ from memsvc.repositories.text_terms import hybrid_terms
 from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
 from memsvc.telemetry import traced_operations
+from memsvc.time_limits import validate_time
 from memsvc.validation import (
     check_text,
     validate_content,
@@ -1498,9 +1499,7 @@ class MemoryRepository(Repository):
             ("created_before", created_before, "<"),
         ):
             if moment is not None:
-                if not isinstance(moment, datetime) or moment.tzinfo is None:
-                    raise ValidationError(name, "must be a timezone-aware datetime")
-                filters.append(f"created_at {op} {params.add(moment)}")
+                filters.append(f"created_at {op} {params.add(validate_time(moment, name))}")
         options = {
             "mode": search_mode,
             "distance": self._settings.distance,

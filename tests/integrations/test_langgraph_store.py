@@ -155,6 +155,20 @@ async def test_ttl_expires_refreshes_on_read_and_is_swept(service: MemoryService
     assert left == 2
 
 
+@pytest.mark.parametrize("ttl", [1e12, 365_000 * 24 * 60 + 1, float("inf"), 0])
+async def test_a_ttl_past_the_limit_is_refused_and_the_store_stays_readable(
+    service: MemoryService, ttl: float
+) -> None:
+    store = MemsvcStore(service)
+    await store.aput(("t",), "kept", {"v": 1}, ttl=60)
+    with pytest.raises(ValidationError) as raised:
+        await store.aput(("t",), "forever", {"v": 2}, ttl=ttl)
+    assert raised.value.field == "ttl"
+    assert [item.key for item in await store.asearch(("t",))] == ["kept"]
+    await store.aput(("t",), "longest", {"v": 3}, ttl=365_000 * 24 * 60)
+    assert (await store.aget(("t",), "longest")) is not None
+
+
 async def test_ttl_sweeper_runs_on_the_loop(service: MemoryService) -> None:
     store = MemsvcStore(service)
     await store.aput(("t",), "gone", {"v": 1}, ttl=0.001)

@@ -298,8 +298,13 @@ async def test_bad_arguments_are_tool_errors_with_memsvcs_message(
         )
         assert "content" in await _error(client, "memory_add", {})
         assert "Unknown tool" in await _error(client, "memory_drop_all", {})
-        # The server is still serving after all of that.
+        # A TTL past what memsvc keeps (365,000 days) is refused, naming it.
+        assert "ValidationError: ttl: must be at most" in await _error(
+            client, "memory_add", {"content": "keep forever", "ttl_seconds": 1e12}
+        )
+        # The server is still serving after all of that, searches included.
         assert (await _ok(client, "memory_add", {"content": "still fine"}))["content"]
+        assert (await _ok(client, "memory_search", {"query": "still fine"}))["hits"]
     # Nothing was partially written: only the last memory exists.
     assert await memsvc_service.memories.count(Scope(tenant), include="descendants") == 1
 

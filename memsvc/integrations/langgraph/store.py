@@ -45,6 +45,7 @@ from memsvc.repositories.langgraph_store import (
 )
 from memsvc.scope import validate_id
 from memsvc.service import MemoryService
+from memsvc.time_limits import validate_duration
 from memsvc.validation import encode_json
 
 log = logging.getLogger(__name__)
@@ -251,12 +252,8 @@ class MemsvcStore(BaseStore):
             if not isinstance(op.value, Mapping):
                 raise ValidationError("value", "must be a mapping (or None to delete)")
             value = encode_json("value", dict(op.value), self._max_bytes)
-            ttl = op.ttl
-            if ttl is not None and (
-                isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0
-            ):
-                raise ValidationError("ttl", "must be a positive number of minutes or None")
-            writes.append(ItemWrite(prefix, key, value, None if ttl is None else float(ttl)))
+            ttl = None if op.ttl is None else validate_duration(op.ttl, "ttl", "minutes")
+            writes.append(ItemWrite(prefix, key, value, ttl))
             texts += self._texts(prefix, key, op)
         vectors: list[FieldVector] = []
         if texts and self.embeddings is not None:
