@@ -24,10 +24,12 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
-from memsvc import MemoryService, Scope
+from memsvc import MemoryService, Scope, Settings
 from memsvc.cli import main
 from memsvc.embedding import HashingEmbedder, embedder_from_spec
 from memsvc.errors import ValidationError
+from memsvc.integrations.mcp import create_server
+from memsvc.sync import SyncMemoryService
 
 TOOLS = {
     "memory_add",
@@ -421,3 +423,11 @@ async def test_streamable_http_serves_the_same_tools_per_tenant(
         assert "not found" in await _error(theirs, "memory_get", {"id": stored["id"]})
         assert (await _ok(theirs, "memory_search", {"query": "served", "k": 5}))["hits"] == []
         assert "ValidationError: content" in await _error(ours, "memory_add", {"content": "\x00"})
+
+
+def test_create_server_says_which_client_to_pass(settings: Settings) -> None:
+    with SyncMemoryService.open(settings, embedder=HashingEmbedder()) as client:
+        # Its tools run on the MCP server's loop: a client on another loop is refused.
+        for given in (client, object()):
+            with pytest.raises(TypeError, match="MemoryService opened on the loop"):
+                create_server(given, Scope("t"))  # type: ignore[arg-type]
