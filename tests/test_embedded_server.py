@@ -207,12 +207,54 @@ def test_a_sigkilled_holder_does_not_keep_the_server_alive(data_dir: Path) -> No
 
 def test_db_stop_leaves_nothing_behind_while_holders_live(data_dir: Path) -> None:
     holder = HolderProcess(data_dir, close=True)
-    stop = memsvc(data_dir, "db", "stop")
+    stop = memsvc(data_dir, "db", "stop", "--force")
     assert (stop.returncode, stop.stdout.strip()) == (0, "embedded PostgreSQL stopped")
     assert_no_trace(data_dir)
     holder.leave()  # its close() finds nothing to do and starts nothing
     assert_no_trace(data_dir)
     assert memsvc(data_dir, "db", "stop").stdout.strip() == "embedded PostgreSQL is not running"
+
+
+_USE = """
+import asyncio, logging, sys
+logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+from memsvc import MemoryService, Scope
+async def main():
+    async with MemoryService.open() as service:
+        await service.memories.count(Scope("t"))
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        try:
+            await service.memories.count(Scope("t"))
+        except Exception as exc:
+            print(type(exc).__name__, flush=True)
+asyncio.run(main())
+"""
+
+
+def test_db_stop_refuses_while_the_server_is_in_use_and_force_leaves_one_line_warnings(
+    data_dir: Path,
+) -> None:
+    user = subprocess.Popen(
+        [sys.executable, "-c", _USE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=_env(data_dir),
+    )  # fmt: skip
+    assert user.stdout is not None and user.stdout.readline().strip() == "ready"
+    refused = memsvc(data_dir, "db", "stop")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"Error: the embedded PostgreSQL is in use by processes {user.pid}: stop them "
+        "first, or pass --force (they lose their connections)"
+    )
+    assert running_postmaster_pid(data_dir) is not None
+    assert memsvc(data_dir, "db", "stop", "--force").returncode == 0
+    time.sleep(4)  # the user's pool tries to reconnect after 1 s, then 2 s more
+    output, errors = user.communicate("\n", timeout=60)
+    assert output.strip() == "StorageError"  # its calls fail, with memsvc's error
+    assert "Traceback" not in errors, errors
+    retries = [line for line in errors.splitlines() if line.startswith("asyncpg.pool WARNING")]
+    assert retries and all("Error" in line for line in retries), errors
+    assert_no_trace(data_dir)
 
 
 def test_db_start_keeps_the_server_after_its_users_leave(data_dir: Path) -> None:

@@ -116,6 +116,40 @@ def running_postmaster_pid(data_dir: Path) -> int | None:
     return None if info is None else int(info.pid)
 
 
+class OneLineReconnectWarnings(logging.Filter):
+    """asyncpg's pool logs a traceback each time it fails to reconnect the
+    connections its ``min_size`` keeps (backing off from 1 s to 60 s). With the
+    embedded server stopped under a process (``memsvc db stop --force``), that
+    is the same traceback again and again: each becomes one line, with its error.
+
+    Only connection failures logged by ``asyncpg.pool`` with a traceback are
+    changed; anything else passes untouched.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import asyncpg
+
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(
+            error, OSError | asyncpg.CannotConnectNowError | asyncpg.PostgresConnectionError
+        ):
+            record.msg = f"{record.getMessage()} ({type(error).__name__}: {error})"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_RECONNECT_FILTER = OneLineReconnectWarnings()
+
+
+def quiet_reconnect_tracebacks() -> None:
+    """Install :class:`OneLineReconnectWarnings` on asyncpg's pool logger (once)."""
+    pool_log = logging.getLogger("asyncpg.pool")
+    if _RECONNECT_FILTER not in pool_log.filters:
+        pool_log.addFilter(_RECONNECT_FILTER)
+
+
 # --------------------------------------------------------------------- holders
 
 
@@ -284,6 +318,7 @@ class EmbeddedPostgres:
         self._holder = holder
         if holder.pid == os.getpid():
             atexit.register(self._leave_at_exit)
+            quiet_reconnect_tracebacks()
         log.info("embedded PostgreSQL ready in %s", self.data_dir)
         return self.dsn
 
