@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from memsvc import MemoryService, Scope, ValidationError
+from memsvc.repositories.memories import MAX_QUERY_CHARS
 from memsvc.time_limits import MAX_DURATION
 
 
@@ -222,3 +223,19 @@ async def test_times_outside_the_range_are_refused_naming_the_argument(
         with pytest.raises(ValidationError) as raised:
             await call()
         assert raised.value.field == field
+
+
+@pytest.mark.parametrize("mode", ["text", "hybrid"])
+async def test_a_text_query_past_the_limit_is_refused_up_front(
+    service: MemoryService, scope: Scope, mode: str
+) -> None:
+    await service.memories.add(scope, "word 7 is here")
+    fits = " ".join(f"w{i}" for i in range(3_000))[:MAX_QUERY_CHARS]
+    await service.memories.search(scope, fits, mode=mode)  # at the limit: searched
+    huge = " ".join(f"word{i}" for i in range(100_000))  # PostgreSQL's stack ran out
+    with pytest.raises(ValidationError) as raised:
+        await service.memories.search(scope, huge, mode=mode)
+    assert raised.value.field == "query" and str(MAX_QUERY_CHARS) in raised.value.reason
+    # Searched by its embedding alone, a long text is fine.
+    hits = await service.memories.search(scope, huge, mode="vector")
+    assert [h.memory.content for h in hits] == ["word 7 is here"]

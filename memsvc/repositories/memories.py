@@ -67,6 +67,10 @@ MAX_K = 1000
 MAX_PAGE = 10_000
 ADD_MANY_CHUNK = 2_000
 KEY_MAX_LENGTH = 1024
+# Text and hybrid search parse the query into a text-search query with a term
+# per word; PostgreSQL's stack runs out past about ten thousand of them
+# (max_stack_depth's default), and a query this long holds at most half as many.
+MAX_QUERY_CHARS = 16_384
 
 # Hybrid search: each arm contributes its best max(2 x fetched rows, 50)
 # candidates (at most MAX_K) to reciprocal rank fusion (constant q.RRF_K).
@@ -1330,6 +1334,13 @@ class MemoryRepository(Repository):
             check_text("query", text)
             if not text.strip():
                 raise ValidationError("query", "must not be empty or only whitespace")
+            if mode != "vector" and len(text) > MAX_QUERY_CHARS:
+                raise ValidationError(
+                    "query",
+                    f"is {len(text)} characters, over the limit of {MAX_QUERY_CHARS} for text "
+                    "and hybrid search (each word is a term of the text query); pass "
+                    "mode='vector' to search by its embedding alone",
+                )
         return str(mode), text
 
     async def _search_statement(
