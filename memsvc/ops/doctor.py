@@ -84,6 +84,8 @@ class Check:
     status: Status
     detail: str
     fixes: list[str] = field(default_factory=list)
+    # False for what --repair cannot fix (the detail says what to do instead).
+    repairable: bool = True
 
 
 @dataclass
@@ -99,13 +101,18 @@ class DoctorReport:
         return [c for c in self.checks if c.status == "problem"]
 
     @property
+    def repairable(self) -> list[Check]:
+        """Problems that ``repair`` could fix (none, once it ran)."""
+        return [c for c in self.problems if c.repairable and not self.repair]
+
+    @property
     def ok(self) -> bool:
         """True when no problem remains (warnings allowed)."""
         return not self.problems
 
-    def add(self, name: str, status: Status, detail: str) -> Check:
+    def add(self, name: str, status: Status, detail: str, *, repairable: bool = True) -> Check:
         """Append a check and return it."""
-        check = Check(name, status, detail)
+        check = Check(name, status, detail, repairable=repairable)
         self.checks.append(check)
         return check
 
@@ -183,7 +190,7 @@ class Doctor:
                 else f"available ({available}) but not created in this database: "
                 "run `memsvc migrate`, which creates it"
             )
-            report.add("pgvector", "problem", detail)
+            report.add("pgvector", "problem", detail, repairable=False)
             return False
         if _version(version) < MIN_PGVECTOR:
             report.add(
@@ -202,13 +209,14 @@ class Doctor:
                 "problem",
                 f"schema {self._schema} is at {current or 'no revision'}, head is {head}: "
                 "run `memsvc migrate`",
+                repairable=False,
             )
             return False
         report.add("migrations", "ok", f"at head ({head})")
         recorded = {r["key"]: r["value"] for r in await conn.fetch(q.schema_info(self._schema))}
         partitioning = migrate.recorded_partitions_mismatch(recorded, self._settings)
         if partitioning is not None:
-            report.add("partitions", "problem", partitioning)
+            report.add("partitions", "problem", partitioning, repairable=False)
             return False
         count = self._settings.partition_count
         report.add(
@@ -225,7 +233,7 @@ class Doctor:
                     f"settings say {expected_type}"
                 )
         if mismatches:
-            report.add("vector settings", "problem", "; ".join(mismatches))
+            report.add("vector settings", "problem", "; ".join(mismatches), repairable=False)
             return False
         report.add(
             "vector settings",
@@ -251,9 +259,15 @@ class Doctor:
             await conn.close()
         head = migrate.head_revision()
         if not state["standby"]:
-            report.add(name, "problem", "not a standby (promoted?): it is never read from")
+            report.add(
+                name, "problem", "not a standby (promoted?): it is never read from",
+                repairable=False,
+            )
         elif revision != head:
-            report.add(name, "problem", f"schema at {revision or 'no revision'}, head is {head}")
+            report.add(
+                name, "problem", f"schema at {revision or 'no revision'}, head is {head}",
+                repairable=False,
+            )
         elif state["lag_s"] > self._settings.replica_max_lag_s:
             report.add(
                 name,
