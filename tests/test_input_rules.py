@@ -424,6 +424,24 @@ def test_imported_times_at_the_ends_of_the_range_are_kept() -> None:
     assert record.created_at == EARLIEST and record.expires_at == LATEST
 
 
+async def test_an_import_rejects_a_line_out_of_range_and_loads_the_rest_readably(
+    service: MemoryService, tmp_path: Path
+) -> None:
+    lines = [
+        {"type": "memory", "tenant": "t", "content": "fine", "expires_at": "2999-01-01T00:00Z"},
+        {"type": "memory", "tenant": "t", "content": "far", "expires_at": "9999-12-31T23:30-05:00"},
+        {"type": "store_item", "tenant": "t", "namespace": ["n"], "key": "k", "value": {},
+         "ttl_minutes": 1e12},
+    ]
+    path = tmp_path / "times.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = await service.maintenance.import_file(path)
+    reasons = sorted(problem.reason for problem in report.rejected)
+    assert len(reasons) == 2
+    assert reasons[0].startswith("expires_at: must be within") and "ttl_minutes" in reasons[1]
+    assert [m.content for m in await service.memories.list(Scope("t"))] == ["fine"]
+
+
 # ---------------------------------------------------------------- JSON values
 
 JSON_VALUES: dict[str, Any] = {
