@@ -20,8 +20,10 @@ Distance = Literal["cosine", "l2", "ip"]
 ENV_PREFIX = "MEMSVC_"
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-# PostgreSQL's timeout settings are 32-bit milliseconds.
-MAX_TIMEOUT_MS = 2**31 - 1
+# PostgreSQL's integer settings and parameters (timeouts in milliseconds,
+# retention counts) are 32-bit.
+MAX_INT4 = 2**31 - 1
+MAX_TIMEOUT_MS = MAX_INT4
 # Client-side timeouts become socket timeouts, which must fit the OS's timeval.
 MAX_TIMEOUT_S = 30 * 86_400.0
 # pgvector's HNSW index holds vectors of at most this many dimensions.
@@ -149,7 +151,7 @@ class Settings(BaseSettings):
     hnsw_m: int = Field(default=16, ge=2, le=100)
     hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
     hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
-    hnsw_max_scan_tuples: int = Field(default=20_000, ge=1)
+    hnsw_max_scan_tuples: int = Field(default=20_000, ge=1, le=MAX_INT4)
     embedder: str = Field(
         default="hashing",
         description="Embedder where memsvc picks one (`memsvc mcp`, the demo): `hashing`, "
@@ -182,10 +184,11 @@ class Settings(BaseSettings):
         description="Most memories one exact scope may hold; adds past it are a ConflictError.",
     )
     max_checkpoint_bytes: int = Field(default=16 * 1024 * 1024, ge=2)
-    checkpoint_keep_last: int = Field(default=50, ge=1)
+    checkpoint_keep_last: int = Field(default=50, ge=1, le=MAX_INT4)
     langgraph_checkpoint_keep_last: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_INT4,
         description="MemsvcSaver keeps the newest N checkpoints per thread and namespace, "
         "pruned in each put's transaction. Unset: keep them all.",
     )

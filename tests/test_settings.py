@@ -30,6 +30,9 @@ BAD_VALUES = [
     ("working_memory_default_ttl_seconds", 10**12),
     ("redis_timeout_s", "inf"),  # a socket timeout must be finite
     ("command_timeout_s", "nan"),
+    ("checkpoint_keep_last", 2**31),  # checkpoint retention reaches SQL as a 32-bit count
+    ("langgraph_checkpoint_keep_last", 10**20),
+    ("hnsw_max_scan_tuples", 2**31),  # a PostgreSQL setting
     # An empty path or URL is never read as the current directory or libpq's defaults.
     ("data_dir", ""),
     ("data_dir", "  "),
