@@ -98,11 +98,13 @@ def async_service(svc: object, owner: str) -> MemoryService:
 
 
 class _OnServiceLoop:
-    """``target``'s coroutine methods, run on the service's loop whichever loop awaits them."""
+    """``target``'s coroutine methods, run on the service's loop whichever loop awaits them.
+
+    Everything else reads and writes through to ``target``.
+    """
 
     def __init__(self, target: object, service: MemoryService) -> None:
-        self._target = target
-        self._service = service
+        self.__dict__.update(_target=target, _service=service)
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._target, name)
@@ -113,8 +115,12 @@ class _OnServiceLoop:
         async def call(*args: Any, **kwargs: Any) -> Any:
             return await run_on(self._service.loop, attribute(*args, **kwargs))
 
-        setattr(self, name, call)  # found directly from now on
+        self.__dict__[name] = call  # found directly from now on
         return call
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__dict__.pop(name, None)  # a method replaced on the target is wrapped anew
+        setattr(self._target, name, value)
 
 
 def on_service_loop(target: T, service: MemoryService) -> T:
