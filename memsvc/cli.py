@@ -140,10 +140,26 @@ def start() -> None:
 
 
 @db.command()
-def stop() -> None:
-    """Stop the embedded server, whoever started it; forget every holder."""
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Stop it even while other processes use it (they lose their connections).",
+)
+def stop(force: bool) -> None:
+    """Stop the embedded server, whoever started it; forget every holder.
+
+    While other processes use it (see `memsvc db status`) it refuses, naming
+    them, unless --force: their calls would fail until they reopen.
+    """
     server = _embedded()
     was_running = running_postmaster_pid(server.data_dir) is not None
+    holders = server.holders() if was_running and not force else []
+    if holders:
+        pids = ", ".join(str(holder.pid) for holder in holders)
+        raise click.ClickException(
+            f"the embedded PostgreSQL is in use by processes {pids}: stop them first, or "
+            "pass --force (they lose their connections)"
+        )
     server.stop()
     click.echo(f"embedded PostgreSQL {'stopped' if was_running else 'is not running'}")
 

@@ -450,7 +450,7 @@ async def prepare_database(
                 raise SchemaError(
                     "the database was created with other vector settings: "
                     + "; ".join(mismatches)
-                    + ". Use the same settings, or a new db_schema / database."
+                    + ". (A new db_schema or database would start an empty schema instead.)"
                 )
             if settings.row_level_security:
                 await _check_row_level_security(conn, settings)

@@ -8,16 +8,26 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from memsvc.errors import ValidationError
+from memsvc.time_limits import MAX_DURATION_DAYS, MAX_DURATION_SECONDS
 
 VectorType = Literal["vector", "halfvec"]
 Distance = Literal["cosine", "l2", "ip"]
 
 ENV_PREFIX = "MEMSVC_"
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# PostgreSQL's integer settings and parameters (timeouts in milliseconds,
+# retention counts) are 32-bit.
+MAX_INT4 = 2**31 - 1
+MAX_TIMEOUT_MS = MAX_INT4
+# Client-side timeouts become socket timeouts, which must fit the OS's timeval.
+MAX_TIMEOUT_S = 30 * 86_400.0
+# pgvector's HNSW index holds vectors of at most this many dimensions.
+HNSW_MAX_DIM = {"vector": 2_000, "halfvec": 4_000}
 
 
 class Settings(BaseSettings):
@@ -28,7 +38,10 @@ class Settings(BaseSettings):
     raises :class:`memsvc.ValidationError` naming the setting and its variable.
     """
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+    # NaN and infinity are refused for every float setting: none of them means "never".
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, frozen=True, extra="forbid", allow_inf_nan=False
+    )
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -52,12 +65,17 @@ class Settings(BaseSettings):
     )
     pool_min_size: int = Field(default=1, ge=0)
     pool_max_size: int = Field(default=10, ge=1)
-    statement_timeout_ms: int = Field(default=30_000, ge=0, description="0 disables it.")
-    lock_timeout_ms: int = Field(default=10_000, ge=0, description="0 disables it.")
-    connect_timeout_s: float = Field(default=10.0, gt=0)
+    statement_timeout_ms: int = Field(
+        default=30_000, ge=0, le=MAX_TIMEOUT_MS, description="0 disables it."
+    )
+    lock_timeout_ms: int = Field(
+        default=10_000, ge=0, le=MAX_TIMEOUT_MS, description="0 disables it."
+    )
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=MAX_TIMEOUT_S)
     command_timeout_s: float = Field(
         default=60.0,
         gt=0,
+        le=MAX_TIMEOUT_S,
         description="Client-side deadline for one statement and for getting a pooled "
         "connection; past it a call raises StorageError even if the server never answers.",
     )
@@ -80,6 +98,7 @@ class Settings(BaseSettings):
     change_retention_days: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_DURATION_DAYS,
         description="gc removes change events (memory history included) older than this; "
         "a feed cursor older than what gc removed raises CursorExpiredError. Unset: keep all.",
     )
@@ -139,7 +158,7 @@ class Settings(BaseSettings):
     hnsw_m: int = Field(default=16, ge=2, le=100)
     hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
     hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
-    hnsw_max_scan_tuples: int = Field(default=20_000, ge=1)
+    hnsw_max_scan_tuples: int = Field(default=20_000, ge=1, le=MAX_INT4)
     embedder: str = Field(
         default="hashing",
         description="Embedder where memsvc picks one (`memsvc mcp`, the demo): `hashing`, "
@@ -178,10 +197,11 @@ class Settings(BaseSettings):
         description="Imports store a timestamp further than this in the future as the "
         "time of the import (and report it).",
     )
-    checkpoint_keep_last: int = Field(default=50, ge=1)
+    checkpoint_keep_last: int = Field(default=50, ge=1, le=MAX_INT4)
     langgraph_checkpoint_keep_last: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_INT4,
         description="MemsvcSaver keeps the newest N checkpoints per thread and namespace, "
         "pruned in each put's transaction. Unset: keep them all.",
     )
@@ -189,13 +209,39 @@ class Settings(BaseSettings):
     # --- working memory ----------------------------------------------------------
     redis_url: str | None = Field(default=None, description="Unset: in-process store.")
     working_memory_require_redis: bool = False
-    working_memory_default_ttl_seconds: int | None = Field(default=86_400, ge=1)
+    working_memory_default_ttl_seconds: int | None = Field(
+        default=86_400, ge=1, le=int(MAX_DURATION_SECONDS)
+    )
     working_memory_max_sessions: int = Field(default=1_000, ge=1)
     working_memory_max_keys: int = Field(default=10_000, ge=1)
     working_memory_max_value_bytes: int = Field(default=1024 * 1024, ge=1)
     scratchpad_max_entries: int = Field(default=1_000, ge=1)
-    redis_timeout_s: float = Field(default=1.0, gt=0)
+    redis_timeout_s: float = Field(default=1.0, gt=0, le=MAX_TIMEOUT_S)
     redis_max_connections: int = Field(default=50, ge=1)
+
+    @field_validator("data_dir", "database_url", "redis_url", "listen_url", mode="before")
+    @classmethod
+    def _not_empty(cls, value: Any) -> Any:
+        # An empty variable (MEMSVC_DATA_DIR=) would read as the current
+        # directory, an empty URL as libpq's defaults: never what was meant.
+        if isinstance(value, str | Path) and not str(value).strip():
+            raise ValueError("must not be empty (unset it to use the default)")
+        return value
+
+    @field_validator("data_dir")
+    @classmethod
+    def _path_is_printable(cls, value: Path) -> Path:
+        # The server's postmaster.pid records the path on one line.
+        if _CONTROL.search(str(value)):
+            raise ValueError("must not contain control characters (newlines, tabs, NUL)")
+        return value
+
+    @model_validator(mode="after")
+    def _settings_work_together(self) -> Settings:
+        # Checked here, before anything starts, rather than by the driver,
+        # the server or the first index build.
+        check_combinations(self)
+        return self
 
     @field_validator("db_schema")
     @classmethod
@@ -252,6 +298,52 @@ class Settings(BaseSettings):
         return self.auto_migrate
 
 
+def _combination_error(first: str, second: str, reason: str) -> ValidationError:
+    return ValidationError(
+        first, f"{reason} (environment variables {env_var(first)}, {env_var(second)})"
+    )
+
+
+def check_combinations(settings: Settings) -> None:
+    """Raise ValidationError, naming both settings, for two that cannot work together."""
+    if settings.pool_min_size > settings.pool_max_size:
+        raise _combination_error(
+            "pool_min_size",
+            "pool_max_size",
+            f"is {settings.pool_min_size}, above pool_max_size ({settings.pool_max_size})",
+        )
+    if settings.working_memory_require_redis and settings.redis_url is None:
+        raise _combination_error(
+            "working_memory_require_redis",
+            "redis_url",
+            "is set but redis_url is not: set redis_url, or unset working_memory_require_redis "
+            "to use the in-process store",
+        )
+    most = HNSW_MAX_DIM[settings.vector_type]
+    if settings.embedding_dim > most:
+        other = "halfvec (up to 4000)" if settings.vector_type == "vector" else "a smaller model"
+        raise _combination_error(
+            "embedding_dim",
+            "vector_type",
+            f"is {settings.embedding_dim}, but an HNSW index of vector_type "
+            f"{settings.vector_type!r} holds at most {most} dimensions: use {other}",
+        )
+    if settings.hnsw_ef_construction < 2 * settings.hnsw_m:
+        raise _combination_error(
+            "hnsw_ef_construction",
+            "hnsw_m",
+            f"is {settings.hnsw_ef_construction}, below 2 x hnsw_m ({2 * settings.hnsw_m}), "
+            "which pgvector requires",
+        )
+    if settings.replica_urls and settings.database_url is None:
+        raise _combination_error(
+            "replica_urls",
+            "database_url",
+            "are set but database_url is not: replicas serve reads of database_url's "
+            "server, never of the embedded one",
+        )
+
+
 def env_var(setting: str) -> str:
     """The environment variable of a setting (``embedding_dim`` -> ``MEMSVC_EMBEDDING_DIM``)."""
     return ENV_PREFIX + setting.upper()
@@ -262,6 +354,11 @@ def settings_error(exc: pydantic.ValidationError) -> ValidationError:
     setting and its variable (values are left out: a URL may hold a password)."""
     problems = []
     for error in exc.errors(include_url=False, include_input=False):
+        raised = error.get("ctx", {}).get("error")
+        if isinstance(raised, ValidationError):
+            # A check of several settings (check_combinations) names its own.
+            problems.append((raised.field, raised.reason))
+            continue
         location = error["loc"]
         setting = str(location[0]) if location else "settings"
         message = error["msg"].removeprefix("Value error, ")

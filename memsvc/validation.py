@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -17,6 +16,7 @@ import numpy as np
 from memsvc import jsontext
 from memsvc.errors import ValidationError
 from memsvc.scope import Scope, validate_id
+from memsvc.time_limits import validate_duration
 
 # Largest finite values each vector type can store.
 VECTOR_LIMITS = {"vector": float(np.finfo(np.float32).max), "halfvec": 65504.0}
@@ -246,16 +246,13 @@ def validate_importance(value: object, field: str = "importance") -> float:
 
 
 def validate_ttl(value: object, field: str = "ttl") -> float | None:
-    """Check a time-to-live (seconds or timedelta); returns seconds or None."""
+    """Check a time-to-live (seconds or timedelta); returns seconds or None.
+
+    Positive and at most :data:`memsvc.time_limits.MAX_DURATION` (None: no expiry).
+    """
     if value is None:
         return None
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(field, "must be seconds (a number) or a timedelta")
-    if not math.isfinite(value) or value <= 0:
-        raise ValidationError(field, "must be a positive number of seconds")
-    return float(value)
+    return validate_duration(value, field, hint="; None keeps it with no expiry")
 
 
 def validate_scope(value: object, field: str = "scope") -> Scope:

@@ -33,6 +33,7 @@ from memsvc.cli import main as cli
 from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres, pgdata_path
 from memsvc.db.tables import build_metadata
+from memsvc.db.time_checks import TIME_COLUMNS
 from memsvc.embedding import HashingEmbedder
 from memsvc.ops import (
     bulk_queries,
@@ -95,6 +96,11 @@ def _cross_tenant() -> dict[str, str]:
         doctor_queries.stale_content_hashes(s): "doctor: content hashes to recompute",
         change_queries.watermark_holder(s): "doctor / a stalled change feed: events of "
         "every tenant held back behind the transaction holding the feed's watermark",
+        **{
+            doctor_queries.times_out_of_range(s, table, columns): "doctor: times out of "
+            "range, in every tenant's rows"
+            for table, columns in TIME_COLUMNS.items()
+        },
         stats_queries.memories_per_tenant(s, False): "stats of every tenant",
         stats_queries.assemblies_per_tenant(s, False): "stats of every tenant",
         stats_queries.checkpoints_per_tenant(s, False): "stats of every tenant",

@@ -15,16 +15,18 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import psutil
 import pytest
 
-from memsvc import MemoryService, Settings, StorageError
+from memsvc import MemoryService, Scope, Settings, StorageError
 from memsvc.db.embedded import (
     RECORD_FILE,
     EmbeddedPostgres,
     Holder,
     ServerRecord,
+    ensure_service_user,
     pgdata_path,
     running_postmaster_pid,
 )
@@ -205,12 +207,54 @@ def test_a_sigkilled_holder_does_not_keep_the_server_alive(data_dir: Path) -> No
 
 def test_db_stop_leaves_nothing_behind_while_holders_live(data_dir: Path) -> None:
     holder = HolderProcess(data_dir, close=True)
-    stop = memsvc(data_dir, "db", "stop")
+    stop = memsvc(data_dir, "db", "stop", "--force")
     assert (stop.returncode, stop.stdout.strip()) == (0, "embedded PostgreSQL stopped")
     assert_no_trace(data_dir)
     holder.leave()  # its close() finds nothing to do and starts nothing
     assert_no_trace(data_dir)
     assert memsvc(data_dir, "db", "stop").stdout.strip() == "embedded PostgreSQL is not running"
+
+
+_USE = """
+import asyncio, logging, sys
+logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+from memsvc import MemoryService, Scope
+async def main():
+    async with MemoryService.open() as service:
+        await service.memories.count(Scope("t"))
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        try:
+            await service.memories.count(Scope("t"))
+        except Exception as exc:
+            print(type(exc).__name__, flush=True)
+asyncio.run(main())
+"""
+
+
+def test_db_stop_refuses_while_the_server_is_in_use_and_force_leaves_one_line_warnings(
+    data_dir: Path,
+) -> None:
+    user = subprocess.Popen(
+        [sys.executable, "-c", _USE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=_env(data_dir),
+    )  # fmt: skip
+    assert user.stdout is not None and user.stdout.readline().strip() == "ready"
+    refused = memsvc(data_dir, "db", "stop")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"Error: the embedded PostgreSQL is in use by processes {user.pid}: stop them "
+        "first, or pass --force (they lose their connections)"
+    )
+    assert running_postmaster_pid(data_dir) is not None
+    assert memsvc(data_dir, "db", "stop", "--force").returncode == 0
+    time.sleep(4)  # the user's pool tries to reconnect after 1 s, then 2 s more
+    output, errors = user.communicate("\n", timeout=60)
+    assert output.strip() == "StorageError"  # its calls fail, with memsvc's error
+    assert "Traceback" not in errors, errors
+    retries = [line for line in errors.splitlines() if line.startswith("asyncpg.pool WARNING")]
+    assert retries and all("Error" in line for line in retries), errors
+    assert_no_trace(data_dir)
 
 
 def test_db_start_keeps_the_server_after_its_users_leave(data_dir: Path) -> None:
@@ -278,3 +322,55 @@ def test_the_cli_says_one_line_for_an_unusable_data_dir(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("Error: StorageError: data_dir (MEMSVC_DATA_DIR)")
     assert str(path) in lines[0]
+
+
+# Spaces (a home directory "John Smith"), both quotes, a shell's $ and
+# backquote, non-ASCII letters; and a comma, which no DSN can carry in a
+# socket path (the socket then goes to a directory of its own).
+AWKWARD_NAMES = ["John Smith's \"data\" $HOME `x` Zoë", "Smith, John & Zoë #1"]
+
+
+@pytest.fixture(params=AWKWARD_NAMES)
+def awkward_dir(request: pytest.FixtureRequest) -> Iterator[Path]:
+    parent = Path(tempfile.mkdtemp(prefix="memsvc test "))
+    directory = parent / request.param / ".memsvc"
+    yield directory
+    EmbeddedPostgres(directory).stop()
+    shutil.rmtree(parent, ignore_errors=True)
+
+
+async def test_a_data_dir_with_spaces_quotes_and_non_ascii_runs_the_server(
+    awkward_dir: Path,
+) -> None:
+    settings = Settings(data_dir=awkward_dir, embedding_dim=8)
+    async with MemoryService.open(settings) as service:
+        memory = await service.memories.add(Scope("t"), "stored", embedding=[1.0] * 8)
+        assert await service.memories.get(memory.id) == memory
+        assert running_postmaster_pid(awkward_dir) is not None
+        if "," not in str(awkward_dir):  # the socket sits in the awkward path itself
+            assert quote(str(pgdata_path(awkward_dir)), safe="/") in service.dsn
+        holder = HolderProcess(awkward_dir)  # another process joins it
+        assert holder.dsn == service.dsn
+        count = "select count(*) from memsvc.memories"
+        psql = memsvc(awkward_dir, "db", "psql", "-t", "-A", "-c", count)
+        assert (psql.returncode, psql.stdout.strip()) == (0, "1"), psql.stderr
+        holder.leave()
+    assert_no_trace(awkward_dir)
+
+
+@pytest.mark.skipif(
+    sys.platform == "win32" or os.geteuid() != 0 or shutil.which("useradd") is None,
+    reason="creates an OS user: needs root and useradd",
+)
+def test_run_as_root_the_server_user_is_created_without_a_login_shell() -> None:
+    import pwd
+
+    name = f"memsvc_t{os.getpid()}"  # not the real one: other servers run as it
+    try:
+        ensure_service_user(name)
+        entry = pwd.getpwnam(name)
+        assert entry.pw_shell in ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false")
+        assert entry.pw_uid < 1000  # a system user
+        ensure_service_user(name)  # an existing user is left as it is
+    finally:
+        subprocess.run(["userdel", name], check=False, capture_output=True)

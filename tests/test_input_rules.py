@@ -35,6 +35,7 @@ from memsvc.models import Memory
 from memsvc.ops import records
 from memsvc.ops.records import memory_from_json
 from memsvc.sync import SyncMemoryService
+from memsvc.time_limits import EARLIEST, LATEST
 from memsvc.validation import validate_embedding
 
 SCOPE = Scope("acme", "bridge", "planner", "s-42")
@@ -386,6 +387,59 @@ async def test_legacy_import_refuses_vectors_that_cannot_be_compared(
     assert set(rejected) == {"memories/zero.json", "memories/strings.json", "memories/bools.json"}
     assert all(reason.startswith("embedding: ") for reason in rejected.values())
     assert [m.content for m in await service.memories.list(Scope("legacy"))] == ["memory fine"]
+
+
+# ---------------------------------------------------------------- imported times
+
+# Times PostgreSQL would store but Python could not read back (or only in UTC).
+IMPORTED_TIMES_OUT_OF_RANGE = [
+    "9999-12-31T23:30:00-05:00",  # year 10000 in UTC
+    "0001-01-01T00:00:00+05:00",  # year 0 in UTC
+    "9999-12-31T12:00:00Z",
+    "0001-01-01T00:00:00Z",
+    1e12,  # Unix seconds: year 33658
+]
+
+
+@pytest.mark.parametrize("value", IMPORTED_TIMES_OUT_OF_RANGE, ids=repr)
+@pytest.mark.parametrize("field", ["created_at", "updated_at", "expires_at", "last_accessed_at"])
+def test_imported_times_out_of_range_are_refused_naming_the_field(
+    field: str, value: object
+) -> None:
+    with pytest.raises(ValidationError) as raised:
+        memory_from_json({"type": "memory", "content": "x", field: value}, Settings())
+    assert raised.value.field == field
+
+
+def test_imported_times_at_the_ends_of_the_range_are_kept() -> None:
+    record = memory_from_json(
+        {
+            "type": "memory",
+            "content": "x",
+            "created_at": "0001-01-02T00:00:00Z",
+            "expires_at": "9999-12-30T23:59:59.999999+00:00",
+        },
+        Settings(),
+    )
+    assert record.created_at == EARLIEST and record.expires_at == LATEST
+
+
+async def test_an_import_rejects_a_line_out_of_range_and_loads_the_rest_readably(
+    service: MemoryService, tmp_path: Path
+) -> None:
+    lines = [
+        {"type": "memory", "tenant": "t", "content": "fine", "expires_at": "2999-01-01T00:00Z"},
+        {"type": "memory", "tenant": "t", "content": "far", "expires_at": "9999-12-31T23:30-05:00"},
+        {"type": "store_item", "tenant": "t", "namespace": ["n"], "key": "k", "value": {},
+         "ttl_minutes": 1e12},
+    ]
+    path = tmp_path / "times.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = await service.maintenance.import_file(path)
+    reasons = sorted(problem.reason for problem in report.rejected)
+    assert len(reasons) == 2
+    assert reasons[0].startswith("expires_at: must be within") and "ttl_minutes" in reasons[1]
+    assert [m.content for m in await service.memories.list(Scope("t"))] == ["fine"]
 
 
 # ---------------------------------------------------------------- JSON values

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -280,3 +282,108 @@ async def test_get_refuses_a_bad_tenant_every_time(service: MemoryService, scope
     assert await service.memories.get(memory.id, tenant=scope.tenant) == memory
     with pytest.raises(NotFoundError):
         await service.memories.get(memory.id, tenant="someone-else")
+
+
+# ---------------------------------------------------------------- expired copies
+#
+# An expired memory waits only for gc; reads never return it. Deduplication
+# counts it as gone: an add of its content (or id) removes it and stores a
+# new memory, so add never returns a memory a read could not return.
+
+
+async def _expire(service: MemoryService, *ids: uuid.UUID) -> None:
+    async with service.pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE memsvc.memories SET expires_at = now() - interval '1 second' "
+            "WHERE id = ANY($1::uuid[])",
+            list(ids),
+        )
+
+
+async def _assert_readable(service: MemoryService, scope: Scope, memory: Memory) -> None:
+    assert memory.expires_at is None
+    assert await service.memories.get(memory.id) == memory
+    assert [m.id for m in await service.memories.list(scope)] == [memory.id]
+    hits = await service.memories.search(scope, memory.content, mode="text")
+    assert [h.memory.id for h in hits] == [memory.id]
+
+
+@pytest.mark.parametrize("how", ["embedded here", "embedding given", "caller's transaction"])
+async def test_adding_the_content_of_an_expired_memory_stores_a_new_one(
+    service: MemoryService, scope: Scope, how: str
+) -> None:
+    old = await service.memories.add(scope, "the meeting moved to 3pm", ttl=60)
+    await _expire(service, old.id)
+    arguments: dict = {"embedding": np.ones(384)} if how == "embedding given" else {}
+    if how == "caller's transaction":
+        async with service.pool.acquire() as conn, conn.transaction():
+            new = await service.memories.add(scope, "the meeting moved to 3pm", conn=conn)
+    else:
+        new = await service.memories.add(scope, "the meeting moved to 3pm", **arguments)
+    assert new.id != old.id and new.version == 1 and new.created_at > old.created_at
+    await _assert_readable(service, scope, new)
+    with pytest.raises(NotFoundError):
+        await service.memories.get(old.id)
+    # The expired row went as gc would have removed it: with its deleted event.
+    assert [e.kind for e in await service.memories.history(old.id)] == ["created", "deleted"]
+
+
+async def test_an_expired_memory_s_id_can_be_added_again(
+    service: MemoryService, scope: Scope
+) -> None:
+    old = await service.memories.add(scope, "retry me later", ttl=60)
+    await _expire(service, old.id)
+    again = await service.memories.add(scope, "different words, same id", id=old.id)
+    assert again.id == old.id and again.content == "different words, same id"
+    await _assert_readable(service, scope, again)
+
+
+async def test_add_many_with_the_content_of_an_expired_memory_stores_a_new_one(
+    service: MemoryService, scope: Scope
+) -> None:
+    old = await service.memories.add(scope, "stale", ttl=60)
+    kept = await service.memories.add(scope, "kept")
+    await _expire(service, old.id)
+    result = await service.memories.add_many(scope, ["kept", "stale", "stale", "fresh"])
+    assert [m.content for m in result] == ["kept", "stale", "stale", "fresh"]
+    assert result[0].id == kept.id
+    assert result[1].id == result[2].id != old.id and result[1].expires_at is None
+    assert await service.memories.get(result[1].id) == result[1]
+    assert await service.memories.count(scope) == 3
+    with pytest.raises(NotFoundError):
+        await service.memories.get(old.id)
+
+
+async def test_racing_adds_across_the_expiry_instant_agree_on_one_live_memory(
+    service: MemoryService, scope: Scope
+) -> None:
+    content = "a fact that expires while agents race to re-add it"
+    old = await service.memories.add(scope, content, ttl=1.0)
+    assert old.expires_at is not None
+
+    async def add_at(delay: float, many: bool) -> tuple[datetime, Memory]:
+        await asyncio.sleep(delay)
+        started = datetime.now(UTC)
+        if many:
+            return started, (await service.memories.add_many(scope, [content]))[0]
+        return started, await service.memories.add(scope, content)
+
+    # Forty adds and batches spread over 2 s: the old copy expires after 1 s.
+    results = await asyncio.gather(
+        *(add_at(0.05 * i, many=i % 3 == 0) for i in range(40))
+    )
+    new_ids = set()
+    for started, memory in results:
+        if memory.id == old.id:
+            # Returned only while it was live: a read at that moment saw it too.
+            assert memory.expires_at is not None and memory.expires_at > started
+        else:
+            assert memory.expires_at is None
+            new_ids.add(memory.id)
+    assert any(memory.id == old.id for _, memory in results)  # the race did span it
+    assert len(new_ids) == 1  # every add after the expiry got the same new memory
+    (new_id,) = new_ids
+    assert [m.id for m in await service.memories.list(scope)] == [new_id]
+    async with service.pool.acquire() as conn:
+        rows = await conn.fetchval("SELECT count(*) FROM memsvc.memories")
+    assert rows == 1  # the expired copy was removed, not left beside the new one

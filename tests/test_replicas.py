@@ -124,6 +124,7 @@ SCOPE = Scope(tenant="acme", project="bridge", agent="planner", session="s-1")
 def test_replica_urls_come_from_the_environment_as_a_list_or_csv(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("MEMSVC_DATABASE_URL", "postgresql://primary/db")
     monkeypatch.setenv("MEMSVC_REPLICA_URLS", "postgresql://r1/db, postgresql://r2/db")
     assert Settings().replica_urls == ["postgresql://r1/db", "postgresql://r2/db"]
     monkeypatch.setenv("MEMSVC_REPLICA_URLS", '["postgresql://r3/db"]')

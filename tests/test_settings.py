@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -23,6 +24,20 @@ BAD_VALUES = [
     ("auto_migrate", "perhaps"),
     ("exact_search_threshold", -5),
     ("text_search_config", "english'; DROP TABLE x; --"),  # interpolated: identifiers only
+    # Durations within what PostgreSQL, Python and the OS represent.
+    ("statement_timeout_ms", 2**31),  # PostgreSQL's timeouts are 32-bit milliseconds
+    ("change_retention_days", 1e9),  # gc's cutoff would fall before year 1
+    ("working_memory_default_ttl_seconds", 10**12),
+    ("redis_timeout_s", "inf"),  # a socket timeout must be finite
+    ("command_timeout_s", "nan"),
+    ("checkpoint_keep_last", 2**31),  # checkpoint retention reaches SQL as a 32-bit count
+    ("langgraph_checkpoint_keep_last", 10**20),
+    ("hnsw_max_scan_tuples", 2**31),  # a PostgreSQL setting
+    # An empty path or URL is never read as the current directory or libpq's defaults.
+    ("data_dir", ""),
+    ("data_dir", "  "),
+    ("database_url", ""),
+    ("redis_url", ""),
 ]
 
 
@@ -86,3 +101,62 @@ def test_the_settings_page_lists_every_setting_with_its_variable() -> None:
     page = (Path(__file__).parent.parent / "docs" / "reference" / "settings.md").read_text()
     listed = dict(re.findall(r"^\| `(\w+)` \| `(MEMSVC_\w+)` \|", page, flags=re.MULTILINE))
     assert listed == {name: env_var(name) for name in Settings.model_fields}
+
+
+# Pairs of settings that cannot work together, each first named with the other.
+COMBINATIONS = [
+    ({"pool_min_size": 20, "pool_max_size": 10}, "pool_min_size", "pool_max_size"),
+    ({"working_memory_require_redis": True}, "working_memory_require_redis", "redis_url"),
+    ({"embedding_dim": 3072}, "embedding_dim", "vector_type"),  # HNSW: 2000 for vector
+    ({"embedding_dim": 4001, "vector_type": "halfvec"}, "embedding_dim", "vector_type"),
+    ({"hnsw_m": 48, "hnsw_ef_construction": 64}, "hnsw_ef_construction", "hnsw_m"),
+    ({"replica_urls": ["postgresql://replica/db"]}, "replica_urls", "database_url"),
+]
+
+
+@pytest.mark.parametrize(("values", "setting", "other"), COMBINATIONS)
+def test_settings_that_cannot_work_together_are_refused_naming_both(
+    monkeypatch: pytest.MonkeyPatch, values: dict, setting: str, other: str
+) -> None:
+    with pytest.raises(ValidationError) as raised:
+        Settings(**values)
+    assert raised.value.field == setting
+    message = str(raised.value)
+    assert other in raised.value.reason
+    assert env_var(setting) in message and env_var(other) in message
+    for name, value in values.items():  # the same from the environment
+        text = json.dumps(value) if isinstance(value, list) else str(value)
+        monkeypatch.setenv(env_var(name), text)
+    with pytest.raises(ValidationError) as raised:
+        Settings()
+    assert raised.value.field == setting and env_var(other) in str(raised.value)
+
+
+def test_settings_that_work_together_are_accepted() -> None:
+    Settings(pool_min_size=10, pool_max_size=10, hnsw_m=32, hnsw_ef_construction=64)
+    Settings(embedding_dim=3072, vector_type="halfvec")
+    Settings(database_url="postgresql://primary/db", replica_urls=["postgresql://r/db"])
+
+
+def test_the_cli_refuses_a_pool_minimum_above_its_maximum_in_one_line() -> None:
+    env = {"MEMSVC_POOL_MIN_SIZE": "20", "MEMSVC_POOL_MAX_SIZE": "10", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-m", "memsvc", "stats"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "Error: ValidationError: pool_min_size: is 20, above pool_max_size (10) (environment "
+        "variables MEMSVC_POOL_MIN_SIZE, MEMSVC_POOL_MAX_SIZE)"
+    ]
+
+
+def test_an_empty_data_dir_creates_nothing_in_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMSVC_DATA_DIR", "")
+    with pytest.raises(ValidationError) as raised:
+        Settings()
+    assert raised.value.field == "data_dir" and "empty" in raised.value.reason
+    assert list(tmp_path.iterdir()) == []

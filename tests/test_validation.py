@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
 from memsvc import MemoryService, Scope, ValidationError
+from memsvc.repositories.memories import MAX_QUERY_CHARS
+from memsvc.time_limits import MAX_DURATION
 
 
 @pytest.mark.parametrize(
@@ -30,6 +33,8 @@ from memsvc import MemoryService, Scope, ValidationError
         ("importance", {"importance": 1.5}),
         ("importance", {"importance": math.nan}),
         ("ttl", {"ttl": -1}),
+        ("ttl", {"ttl": timedelta(days=365 * 8000)}),
+        ("ttl", {"ttl": 1e12}),
         ("id", {"id": "not-a-uuid"}),
     ],
 )
@@ -147,3 +152,90 @@ def test_float32_query_arrays_get_the_same_answers_as_any_other_embedding() -> N
             validate_embedding(bad, 8, field="query", distance="cosine")
         assert caught.value.field == "query"
 
+
+
+# ------------------------------------------------------------ times and durations
+#
+# A time PostgreSQL stores but Python cannot read (past 9999-12-31, before
+# year 1, infinity) made every read meeting its row fail. Every duration and
+# time memsvc accepts is bounded (memsvc.time_limits); the database's CHECK
+# constraints refuse the rest.
+
+HUGE_TTLS = [timedelta(days=365 * 8000), 1e12, MAX_DURATION + timedelta(seconds=1)]
+
+
+@pytest.mark.parametrize("ttl", HUGE_TTLS)
+async def test_a_ttl_past_the_limit_is_refused_and_the_scope_stays_readable(
+    service: MemoryService, scope: Scope, ttl: object
+) -> None:
+    kept = await service.memories.add(scope, "kept")
+    writes = [
+        ("ttl", lambda: service.memories.add(scope, "keep forever", ttl=ttl)),
+        (
+            "items[1].ttl",
+            lambda: service.memories.add_many(
+                scope, ["fine", {"content": "keep forever", "ttl": ttl}]
+            ),
+        ),
+        ("ttl", lambda: service.memories.put(scope, "k", "keep forever", ttl=ttl)),
+    ]
+    for field, write in writes:
+        with pytest.raises(ValidationError) as raised:
+            await write()
+        assert raised.value.field == field
+        assert "365,000 days" in raised.value.reason and "None" in raised.value.reason
+    assert [m.id for m in await service.memories.list(scope)] == [kept.id]
+    assert [h.memory.id for h in await service.memories.search(scope, "kept")] == [kept.id]
+    assert await service.memories.count(scope, include="descendants") == 1
+
+
+async def test_the_longest_ttl_is_stored_and_read_back(
+    service: MemoryService, scope: Scope
+) -> None:
+    memory = await service.memories.add(scope, "nearly forever", ttl=MAX_DURATION)
+    assert memory.expires_at is not None
+    assert memory.expires_at - datetime.now(UTC) > MAX_DURATION - timedelta(minutes=1)
+    assert await service.memories.get(memory.id) == memory
+    assert [m.id for m in await service.memories.list(scope)] == [memory.id]
+
+
+OUT_OF_RANGE = [
+    datetime(9999, 12, 31, 12, tzinfo=UTC),  # Python reads it, not in every time zone
+    datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5))),  # year 0 in UTC
+    datetime(1, 1, 1, 12, tzinfo=UTC),
+    datetime(2026, 1, 1),  # naive
+]
+
+
+@pytest.mark.parametrize("moment", OUT_OF_RANGE, ids=str)
+async def test_times_outside_the_range_are_refused_naming_the_argument(
+    service: MemoryService, scope: Scope, moment: datetime
+) -> None:
+    memory = await service.memories.add(scope, "a moment")
+    calls = {
+        "as_of": lambda: service.memories.get(memory.id, as_of=moment),
+        "created_after": lambda: service.memories.search(scope, "moment", created_after=moment),
+        "created_before": lambda: service.memories.search(
+            scope, "moment", created_before=moment
+        ),
+    }
+    for field, call in calls.items():
+        with pytest.raises(ValidationError) as raised:
+            await call()
+        assert raised.value.field == field
+
+
+@pytest.mark.parametrize("mode", ["text", "hybrid"])
+async def test_a_text_query_past_the_limit_is_refused_up_front(
+    service: MemoryService, scope: Scope, mode: str
+) -> None:
+    await service.memories.add(scope, "word 7 is here")
+    fits = " ".join(f"w{i}" for i in range(3_000))[:MAX_QUERY_CHARS]
+    await service.memories.search(scope, fits, mode=mode)  # at the limit: searched
+    huge = " ".join(f"word{i}" for i in range(100_000))  # PostgreSQL's stack ran out
+    with pytest.raises(ValidationError) as raised:
+        await service.memories.search(scope, huge, mode=mode)
+    assert raised.value.field == "query" and str(MAX_QUERY_CHARS) in raised.value.reason
+    # Searched by its embedding alone, a long text is fine.
+    hits = await service.memories.search(scope, huge, mode="vector")
+    assert [h.memory.content for h in hits] == ["word 7 is here"]

@@ -17,17 +17,28 @@ them, ``<data_dir>/server.json``, guarded by an inter-process file lock:
 The wheel's own handle list (``pg/.handle_pids.json``) is not used: it keeps
 the pid of a process that exits without its ``atexit`` hook (``exec``,
 SIGKILL) for ever, and then the server is never stopped again.
+
+memsvc starts ``postgres`` itself, each path its own argument: the wheel
+starts it through ``pg_ctl -o``, whose options pass through a shell, so a
+data directory with a space ("John Smith"), a quote or a ``$`` did not
+start. The wheel still runs ``initdb`` (arguments, no shell) and stops it.
+
+Run as root, the server runs as the OS user ``pgserver`` (PostgreSQL refuses
+root); memsvc creates that user first, as a system user with no login shell,
+when it does not exist yet (see :func:`ensure_service_user`).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -36,6 +47,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import fasteners
 import psutil
@@ -49,6 +61,9 @@ RECORD_FILE = "server.json"
 LOCK_FILE = "server.lock"
 DATA_DIR_SETTING = "data_dir (MEMSVC_DATA_DIR)"
 _STOP_TIMEOUT_S = 60
+_START_TIMEOUT_S = 60
+# The OS user the wheel runs the server as when started by root.
+SERVICE_USER = "pgserver"
 _START_ATTEMPTS = 3
 # File locks are per process; threads of one process also take this one.
 _THREAD_LOCK = threading.RLock()
@@ -99,6 +114,40 @@ def running_postmaster_pid(data_dir: Path) -> int | None:
     """The pid of the server running on ``data_dir``, or None when it is down."""
     info = _postmaster_info(data_dir)
     return None if info is None else int(info.pid)
+
+
+class OneLineReconnectWarnings(logging.Filter):
+    """asyncpg's pool logs a traceback each time it fails to reconnect the
+    connections its ``min_size`` keeps (backing off from 1 s to 60 s). With the
+    embedded server stopped under a process (``memsvc db stop --force``), that
+    is the same traceback again and again: each becomes one line, with its error.
+
+    Only connection failures logged by ``asyncpg.pool`` with a traceback are
+    changed; anything else passes untouched.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import asyncpg
+
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(
+            error, OSError | asyncpg.CannotConnectNowError | asyncpg.PostgresConnectionError
+        ):
+            record.msg = f"{record.getMessage()} ({type(error).__name__}: {error})"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+_RECONNECT_FILTER = OneLineReconnectWarnings()
+
+
+def quiet_reconnect_tracebacks() -> None:
+    """Install :class:`OneLineReconnectWarnings` on asyncpg's pool logger (once)."""
+    pool_log = logging.getLogger("asyncpg.pool")
+    if _RECONNECT_FILTER not in pool_log.filters:
+        pool_log.addFilter(_RECONNECT_FILTER)
 
 
 # --------------------------------------------------------------------- holders
@@ -258,7 +307,7 @@ class EmbeddedPostgres:
                     if record.stop_when_idle and not record.holders:
                         log.info("adopting the embedded PostgreSQL left by a process that died")
                 record.holders.append(holder)
-                self._dsn = str(info.get_uri())
+                self._dsn = dsn_of(info)
         except MemsvcError:
             raise
         except Exception as exc:  # the wheel raises plain exceptions
@@ -269,6 +318,7 @@ class EmbeddedPostgres:
         self._holder = holder
         if holder.pid == os.getpid():
             atexit.register(self._leave_at_exit)
+            quiet_reconnect_tracebacks()
         log.info("embedded PostgreSQL ready in %s", self.data_dir)
         return self.dsn
 
@@ -276,8 +326,9 @@ class EmbeddedPostgres:
         """Initialise the data directory if new, start the postmaster; its info."""
         pgdata = pgdata_path(self.data_dir)
         pgdata.mkdir(exist_ok=True)
-        # The wheel's server object, used only for initdb and pg_ctl start: its
-        # start() would also join the wheel's handle list (see the module doc).
+        ensure_service_user()
+        # The wheel's server object, used only for initdb: its start() would
+        # also join the wheel's handle list (see the module doc).
         server = _pgserver().PostgresServer(pgdata, cleanup_mode=None)
         server.ensure_pgdata_inited()
         enable_commit_timestamps(pgdata)
@@ -286,7 +337,7 @@ class EmbeddedPostgres:
             # (holding its shared memory): the new one would refuse to start.
             _wait_for_exit(_leftover_processes(pgdata))
             try:
-                server.ensure_postgres_running()
+                info = _launch_postmaster(server, pgdata)
                 break
             except subprocess.SubprocessError as exc:
                 log.warning("embedded PostgreSQL did not start (%s); its log:\n%s",
@@ -297,7 +348,7 @@ class EmbeddedPostgres:
                         f"did not start; see {pgdata / 'log'}"
                     ) from exc
                 time.sleep(0.5)
-        return server.get_postmaster_info()
+        return info
 
     @property
     def dsn(self) -> str:
@@ -372,6 +423,125 @@ def enable_commit_timestamps(pgdata: Path) -> None:
     if COMMIT_TIMESTAMP_LINE not in text:
         with conf.open("a") as out:
             out.write(("" if not text or text.endswith("\n") else "\n") + COMMIT_TIMESTAMP_LINE)
+
+
+def dsn_of(info: Any) -> str:
+    """The DSN of a running server: its socket directory percent-encoded, so a
+    path with spaces, ``&``, ``#`` or ``+`` reaches the driver (and psql) intact."""
+    if info.socket_dir is not None:
+        return f"postgresql://postgres@/postgres?host={quote(str(info.socket_dir), safe='/')}"
+    return str(info.get_uri())
+
+
+def _socket_directory(pgdata: Path, runtime_path: Path) -> Path:
+    """Where the server's socket goes: the data directory, unless its path is
+    too long for a socket or holds a comma, which no DSN can carry (libpq and
+    asyncpg read a comma in ``host`` as a list of hosts); then a short
+    directory named after it in the runtime directory, as the wheel does."""
+    if "," not in str(pgdata):
+        return Path(_pgserver().utils.find_suitable_socket_dir(pgdata, runtime_path))
+    named = hashlib.sha256(f"{pgdata}-{pgdata.stat().st_ino}".encode()).hexdigest()[:10]
+    directory = runtime_path / named
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def _socket_directory_option(directory: Path) -> str:
+    # unix_socket_directories is a list: quoted, a name may hold commas and
+    # spaces; a quote inside is doubled.
+    return '"' + str(directory).replace('"', '""') + '"'
+
+
+def _launch_postmaster(server: Any, pgdata: Path) -> Any:
+    """Start ``postgres`` on ``pgdata`` and wait until it accepts connections; its info.
+
+    Every path is an argument of its own (no shell in between). Listening on
+    a unix socket only (in the data directory, or a short directory when
+    that path is too long for a socket), like the wheel; in its own session,
+    so a Ctrl-C in the terminal does not reach it. Raises
+    SubprocessError when it exits or is not ready in time.
+    """
+    utils = _pgserver().utils
+    if sys.platform == "win32":  # no unix sockets: the wheel's pg_ctl start
+        server.ensure_postgres_running()
+        return server.get_postmaster_info()
+    socket_dir = _socket_directory(pgdata, Path(server.runtime_path))
+    user = server.system_user
+    if user is not None and socket_dir != pgdata:
+        utils.ensure_prefix_permissions(socket_dir)
+        socket_dir.chmod(0o777)
+    command = [
+        str(server.bin_path / "postgres"), "-D", str(pgdata),
+        "-h", "", "-k", _socket_directory_option(socket_dir),
+    ]  # fmt: skip
+    with (pgdata / "log").open("ab") as log_file:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            **_as_user(user),
+        )
+    # Reaped when it exits (e.g. `memsvc db stop` from another process), so
+    # it never lingers as a zombie that still looks alive.
+    threading.Thread(target=process.wait, name="memsvc-postmaster", daemon=True).start()
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise subprocess.CalledProcessError(process.returncode, command)
+        info = _postmaster_info(pgdata.parent)
+        if info is not None and info.pid == process.pid and info.status == "ready":
+            return info
+        time.sleep(0.05)
+    process.terminate()
+    raise subprocess.TimeoutExpired(command, _START_TIMEOUT_S)
+
+
+def _as_user(user: str | None) -> dict[str, Any]:
+    """Popen options running the child as ``user`` (and only its group), or none."""
+    if user is None:
+        return {}
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def ensure_service_user(name: str = SERVICE_USER) -> None:
+    """Run as root, create the server's OS user before the wheel does: a system
+    user with no login shell and no home (the wheel's own has a login shell).
+
+    An existing user is left as it is. Nothing happens when not root.
+    """
+    if sys.platform == "win32" or os.geteuid() != 0:
+        return
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+        return
+    except KeyError:
+        pass
+    shell = next(
+        (path for path in ("/usr/sbin/nologin", "/sbin/nologin") if os.path.exists(path)),
+        "/bin/false",
+    )
+    try:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", shell, name],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+    except (OSError, subprocess.CalledProcessError) as exc:
+        # The wheel tries again (with its own useradd) and reports its failure.
+        log.warning("could not create the system user %s: %s", name, exc)
+        return
+    log.warning(
+        "running as root: created the system user %r (no login shell) that the embedded "
+        "PostgreSQL runs as",
+        name,
+    )
 
 
 def _leftover_processes(pgdata: Path) -> list[psutil.Process]:

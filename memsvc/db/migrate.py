@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from memsvc.db import partitions
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.errors import SchemaError
-from memsvc.settings import Settings
+from memsvc.settings import Settings, env_var
 
 # Key of the advisory lock that serialises concurrent `upgrade` runs.
 MIGRATION_LOCK_KEY = 0x6D656D737663  # "memsvc"
@@ -156,7 +156,9 @@ def recorded_settings_mismatch(recorded: dict[str, Any], settings: Settings) -> 
         "upgrade head` with the new setting: that rebuilds the text search column)",
     }
     return [
-        f"{name}: database has {recorded.get(name)!r}, settings say {value!r}"
+        f"{name}: database has {recorded.get(name)!r}, settings say {value!r}: set "
+        f"{env_var(name)}={recorded.get(name)} to use it"
+        + ("" if name != "embedding_dim" else " (`memsvc reembed --dim` changes it)")
         + hints.get(name, "")
         for name, value in wanted.items()
         if recorded.get(name) != value

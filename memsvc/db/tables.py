@@ -41,6 +41,7 @@ from sqlalchemy.dialects.postgresql import (
 from sqlalchemy.dialects.postgresql.base import ischema_names
 from sqlalchemy.types import UserDefinedType
 
+from memsvc.db.time_checks import add_range_checks
 from memsvc.settings import Settings
 
 NAMING_CONVENTION = {
@@ -457,6 +458,7 @@ def build_metadata(settings: Settings) -> MetaData:
     _add_checkpoint_table(metadata)
     _add_langgraph_tables(metadata)
     _add_langgraph_store_tables(metadata, vector_type, settings, hnsw_with)
+    add_range_checks(metadata)
     return metadata
 
 

@@ -43,7 +43,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from memsvc.db.errors import translate_errors
 from memsvc.errors import NotFoundError, ValidationError
-from memsvc.integrations.loop_bridge import run_blocking, run_on
+from memsvc.integrations.loop_bridge import async_service, run_blocking, run_on
 from memsvc.models import Memory, SearchHit
 from memsvc.repositories.memories import KEY_MAX_LENGTH, MAX_K
 from memsvc.scope import Scope
@@ -81,9 +81,8 @@ def _resolve(
 ) -> tuple[MemoryService, asyncio.AbstractEventLoop]:
     if isinstance(svc, SyncMemoryService):
         return svc.service, loop or svc.loop
-    if isinstance(svc, MemoryService):
-        return svc, loop or svc.loop
-    raise ValidationError("svc", "must be a MemoryService or a SyncMemoryService")
+    service = async_service(svc, "MemsvcVectorStore")
+    return service, loop or service.loop
 
 
 def _document(memory: Memory) -> Document:

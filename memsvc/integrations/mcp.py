@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from memsvc.embedding import embedder_from_spec
 from memsvc.errors import MemsvcError, NotFoundError, ValidationError
+from memsvc.integrations.loop_bridge import ServiceTypeError
 from memsvc.models import Memory
 from memsvc.scope import Include, Scope
 from memsvc.service import MemoryService
@@ -315,7 +316,16 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
 
     Raises:
         ValueError: ``scope`` names a session, or the service has no embedder.
+        TypeError: ``service`` is not a MemoryService (a SyncMemoryService
+            included: the tools run on the server's loop, so pass a service
+            opened on it, as ``memsvc mcp`` does).
     """
+    if not isinstance(service, MemoryService):
+        raise ServiceTypeError(
+            "service",
+            "create_server takes a memsvc.MemoryService opened on the loop that serves "
+            f"MCP (open it there with MemoryService.open()), not {type(service).__name__}",
+        )
     if scope.session is not None:
         raise ValueError("the server's scope stops at the agent; sessions are tool arguments")
     if service.embedder is None:

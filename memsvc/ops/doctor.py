@@ -14,7 +14,8 @@ Checked, in order (later checks need the earlier ones to pass):
    agree with the member rows, recomputed in SQL;
 6. ``content hashes``: memories whose stored ``content_hash`` is not the
    hash of their content (content edited in SQL): dedupe and import
-   idempotency rely on it;
+   idempotency rely on it; ``time ranges``: stored times Python cannot read
+   (see :mod:`memsvc.ops.doctor_times`, which also repairs them);
 7. ``history``: memories that vanished without a ``deleted`` event, or exist
    without any event (rows changed behind memsvc's back; reported only);
 8. ``gc backlog``: expired memories and sessions over checkpoint retention
@@ -55,7 +56,7 @@ from memsvc.db.pool import connect
 from memsvc.db.replicas import freshness, primary_state, replica_name
 from memsvc.db.tables import OPCLASSES
 from memsvc.errors import MemsvcError
-from memsvc.ops import bulk_queries
+from memsvc.ops import bulk_queries, doctor_times
 from memsvc.ops import doctor_queries as q
 from memsvc.ops.bulk import (
     ASSEMBLY_VECTOR_INDEX,
@@ -88,6 +89,8 @@ class Check:
     status: Status
     detail: str
     fixes: list[str] = field(default_factory=list)
+    # False for what --repair cannot fix (the detail says what to do instead).
+    repairable: bool = True
 
 
 @dataclass
@@ -103,13 +106,18 @@ class DoctorReport:
         return [c for c in self.checks if c.status == "problem"]
 
     @property
+    def repairable(self) -> list[Check]:
+        """Problems that ``repair`` could fix (none, once it ran)."""
+        return [c for c in self.problems if c.repairable and not self.repair]
+
+    @property
     def ok(self) -> bool:
         """True when no problem remains (warnings allowed)."""
         return not self.problems
 
-    def add(self, name: str, status: Status, detail: str) -> Check:
+    def add(self, name: str, status: Status, detail: str, *, repairable: bool = True) -> Check:
         """Append a check and return it."""
-        check = Check(name, status, detail)
+        check = Check(name, status, detail, repairable=repairable)
         self.checks.append(check)
         return check
 
@@ -159,6 +167,8 @@ class Doctor:
                 await self._check_assemblies(conn, report, repair)
                 progress.start("doctor: checking content hashes")
                 await self._check_content_hashes(conn, report, repair)
+                progress.start("doctor: checking time ranges")
+                await self._check_time_ranges(conn, report, repair)
                 progress.start("doctor: checking history and gc backlog")
                 await self._check_history(conn, report)
                 await self._check_commit_timestamps(conn, report)
@@ -188,7 +198,7 @@ class Doctor:
                 else f"available ({available}) but not created in this database: "
                 "run `memsvc migrate`, which creates it"
             )
-            report.add("pgvector", "problem", detail)
+            report.add("pgvector", "problem", detail, repairable=False)
             return False
         if _version(version) < MIN_PGVECTOR:
             report.add(
@@ -207,13 +217,14 @@ class Doctor:
                 "problem",
                 f"schema {self._schema} is at {current or 'no revision'}, head is {head}: "
                 "run `memsvc migrate`",
+                repairable=False,
             )
             return False
         report.add("migrations", "ok", f"at head ({head})")
         recorded = {r["key"]: r["value"] for r in await conn.fetch(q.schema_info(self._schema))}
         partitioning = migrate.recorded_partitions_mismatch(recorded, self._settings)
         if partitioning is not None:
-            report.add("partitions", "problem", partitioning)
+            report.add("partitions", "problem", partitioning, repairable=False)
             return False
         count = self._settings.partition_count
         report.add(
@@ -230,7 +241,7 @@ class Doctor:
                     f"settings say {expected_type}"
                 )
         if mismatches:
-            report.add("vector settings", "problem", "; ".join(mismatches))
+            report.add("vector settings", "problem", "; ".join(mismatches), repairable=False)
             return False
         report.add(
             "vector settings",
@@ -264,9 +275,15 @@ class Doctor:
             f"{state['lag_s']:.1f} s"
         )
         if verdict == "not a standby":
-            report.add(name, "problem", "not a standby (promoted?): it is never read from")
+            report.add(
+                name, "problem", "not a standby (promoted?): it is never read from",
+                repairable=False,
+            )
         elif revision != head:
-            report.add(name, "problem", f"schema at {revision or 'no revision'}, head is {head}")
+            report.add(
+                name, "problem", f"schema at {revision or 'no revision'}, head is {head}",
+                repairable=False,
+            )
         elif verdict == "not receiving":
             receiver = state["receiver"]
             report.add(
@@ -456,6 +473,30 @@ class Doctor:
         check.status = "problem" if remaining else "repaired"
         if remaining:
             check.detail = "; ".join(remaining)
+
+    # ------------------------------------------------------------ time ranges
+
+    async def _check_time_ranges(
+        self, conn: asyncpg.Connection, report: DoctorReport, repair: bool
+    ) -> None:
+        found = await doctor_times.find_out_of_range(conn, self._schema)
+        constraints = await doctor_times.unvalidated(conn, self._schema)
+        if not found and not constraints:
+            report.add(doctor_times.CHECK_NAME, "ok", "every stored time is within range")
+            return
+        check = report.add(
+            doctor_times.CHECK_NAME,
+            "problem" if found else "warning",
+            doctor_times.describe(found, constraints),
+        )
+        if not repair:
+            return
+        self._progress.start("doctor: bringing times into range")
+        fixes, failures = await doctor_times.repair(conn, self._schema, found, constraints)
+        check.fixes += fixes
+        check.status = "problem" if failures else "repaired"
+        if failures:
+            check.detail = "; ".join(failures)
 
     # ------------------------------------------------------------ history, backlog
 

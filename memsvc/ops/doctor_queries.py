@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from memsvc.db.time_checks import TTL_MINUTES_SQL
+from memsvc.time_limits import EARLIEST_SQL, LATEST_SQL, in_range_sql
+
 PGVECTOR_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
 PGVECTOR_AVAILABLE = "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
 
@@ -164,3 +167,83 @@ RETURNING id"""
 def commit_times_waiting(schema: str) -> str:
     """History events whose commit time gc has not persisted yet."""
     return f"SELECT count(*) FROM {schema}.memory_events WHERE committed_at IS NULL"
+
+
+# ------------------------------------------------------------ time ranges
+# Rows from before revision 0024's constraints (or written while one was
+# dropped) may hold times Python cannot read: see memsvc.time_limits.
+
+_PRIOR_EXPIRY = "(prior->>'expires_at')::timestamptz"
+
+
+def times_out_of_range(schema: str, table: str, columns: tuple[str, ...]) -> str:
+    """For each of a table's time columns, how many rows hold a time out of range (one scan)."""
+    counts = ", ".join(
+        f"count(*) FILTER (WHERE NOT ({in_range_sql(column)})) AS {column}" for column in columns
+    )
+    if table == "langgraph_store_items":
+        counts += f", count(*) FILTER (WHERE NOT ({TTL_MINUTES_SQL})) AS ttl_minutes"
+    if table == "memory_events":
+        counts += (
+            f", count(*) FILTER (WHERE prior ? 'expires_at' AND "
+            f"NOT ({in_range_sql(_PRIOR_EXPIRY)})) AS prior_expires_at"
+        )
+    return f"SELECT {counts} FROM {schema}.{table}"
+
+
+def _fixed(column: str, past_means_never: bool) -> tuple[str, str]:
+    """(condition true when ``column`` is out of range, the expression replacing it)."""
+    if column == "ttl_minutes":
+        # Dropped: the item keeps its expiry, reads no longer extend it.
+        return f"NOT ({TTL_MINUTES_SQL})", "NULL"
+    if column == "prior_expires_at":
+        value = _PRIOR_EXPIRY
+        bad = f"prior ? 'expires_at' AND NOT ({in_range_sql(value)})"
+        fix = (
+            f"jsonb_set(prior, '{{expires_at}}', CASE WHEN {value} < {EARLIEST_SQL} "
+            f"THEN to_jsonb({EARLIEST_SQL}::timestamptz) ELSE 'null'::jsonb END)"
+        )
+        return bad, fix
+    late = "NULL" if past_means_never else LATEST_SQL
+    fix = (
+        f"CASE WHEN {column} < {EARLIEST_SQL} THEN {EARLIEST_SQL}::timestamptz "
+        f"ELSE {late}::timestamptz END"
+    )
+    return f"NOT ({in_range_sql(column)})", fix
+
+
+def bring_times_into_range(schema: str, table: str, columns: dict[str, bool]) -> str:
+    """Move a table's out-of-range times to the nearest end of the range, in one statement.
+
+    ``columns`` maps each column found out of range to whether a time past
+    the range means "never" (an expiry: ``infinity``, year 33000), which
+    becomes NULL. One statement for all of them: a row must satisfy every
+    constraint (even one NOT VALID) once updated. ``prior_expires_at`` is
+    the prior expiry in history events; ``ttl_minutes`` is dropped.
+    """
+    fixes = {column: _fixed(column, never) for column, never in columns.items()}
+    target = {"prior_expires_at": "prior"}
+    assignments = ", ".join(
+        f"{target.get(column, column)} = CASE WHEN {bad} THEN {fix} "
+        f"ELSE {target.get(column, column)} END"
+        for column, (bad, fix) in fixes.items()
+    )
+    where = " OR ".join(f"({bad})" for bad, _ in fixes.values())
+    return f"UPDATE {schema}.{table} SET {assignments} WHERE {where}"
+
+
+def unvalidated_constraints() -> str:
+    """Which of the constraints named ``$2`` are NOT VALID on tables of schema ``$1``."""
+    return """
+SELECT DISTINCT c.conname AS name, t.relname AS table_name
+FROM pg_constraint AS c
+JOIN pg_class AS t ON t.oid = c.conrelid
+JOIN pg_namespace AS n ON n.oid = t.relnamespace
+WHERE n.nspname = $1 AND c.conname = ANY($2::text[]) AND NOT c.convalidated
+  AND NOT t.relispartition
+ORDER BY 1"""
+
+
+def validate_constraint(schema: str, table: str, name: str) -> str:
+    """Check every row against a NOT VALID constraint (writes go on meanwhile)."""
+    return f"ALTER TABLE {schema}.{table} VALIDATE CONSTRAINT {name}"

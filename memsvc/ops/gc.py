@@ -45,6 +45,7 @@ from memsvc.repositories.memory_asof_queries import SHOW_TRACKING
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.scope import Scope
 from memsvc.settings import Settings
+from memsvc.time_limits import validate_duration
 
 T = TypeVar("T")
 
@@ -124,12 +125,9 @@ class GarbageCollector:
             raise ValidationError("batch_size", "must be an integer")
         if not 1 <= batch_size <= MAX_BATCH:
             raise ValidationError("batch_size", f"must be between 1 and {MAX_BATCH}")
-        if idle_session_days is not None and (
-            isinstance(idle_session_days, bool)
-            or not isinstance(idle_session_days, int | float)
-            or not idle_session_days > 0
-        ):
-            raise ValidationError("idle_session_days", "must be a positive number of days")
+        if idle_session_days is not None:
+            # Bounded: its cutoff (now minus it) must be a time Python represents.
+            idle_session_days = validate_duration(idle_session_days, "idle_session_days", "days")
         started = time.perf_counter()
         report = GcReport()
         progress.start("gc: deleting expired memories")

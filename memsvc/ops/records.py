@@ -48,6 +48,7 @@ from memsvc.repositories.checkpoints import MAX_DESCRIPTION_BYTES as CHECKPOINT_
 from memsvc.repositories.memories import KEY_MAX_LENGTH, content_hash
 from memsvc.scope import Scope, validate_id
 from memsvc.settings import Settings
+from memsvc.time_limits import RANGE_TEXT, validate_duration, validate_time
 from memsvc.validation import (
     VECTOR_LIMITS,
     check_text,
@@ -164,17 +165,21 @@ def parse_time(field_name: str, value: object) -> datetime | None:
         raise ValidationError(field_name, "must be an ISO 8601 timestamp or Unix seconds")
     if isinstance(value, int | float):
         try:
-            return datetime.fromtimestamp(value, UTC)
+            moment = datetime.fromtimestamp(value, UTC)
         except (OverflowError, OSError, ValueError) as exc:
-            raise ValidationError(field_name, "is not a valid Unix time") from exc
-    if isinstance(value, str):
+            raise ValidationError(field_name, f"must be within {RANGE_TEXT}") from exc
+    elif isinstance(value, str):
         text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
         try:
             moment = datetime.fromisoformat(text)
         except ValueError as exc:
             raise ValidationError(field_name, f"is not an ISO 8601 timestamp: {value!r}") from exc
-        return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-    raise ValidationError(field_name, "must be an ISO 8601 timestamp or Unix seconds")
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+    else:
+        raise ValidationError(field_name, "must be an ISO 8601 timestamp or Unix seconds")
+    # Within what both PostgreSQL and Python represent (see memsvc.time_limits).
+    return validate_time(moment, field_name)
 
 
 def _int(field_name: str, value: object, default: int, minimum: int) -> int:
@@ -399,8 +404,10 @@ def store_item_from_json(obj: Mapping[str, Any], settings: Settings) -> StoreIte
     if not isinstance(value, Mapping):
         raise ValidationError("value", "must be a JSON object")
     ttl = obj.get("ttl_minutes")
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)):
         raise ValidationError("ttl_minutes", "must be a positive number or null")
+    if ttl is not None:
+        ttl = validate_duration(ttl, "ttl_minutes", "minutes")
     raw_vectors = obj.get("vectors") or {}
     if not isinstance(raw_vectors, Mapping):
         raise ValidationError("vectors", "must map field paths to embeddings")

@@ -108,7 +108,9 @@ def doctor_lines(report: DoctorReport) -> list[str]:
     if not problems:
         lines.append("no problems")
     else:
-        lines.append(f"{problems} problem(s) remain" + ("" if report.repair else "; try --repair"))
+        # --repair is suggested only where it can fix something.
+        hint = "; try --repair" if report.repairable else ""
+        lines.append(f"{problems} problem(s) remain{hint}")
     return lines
 
 

@@ -29,6 +29,7 @@ from memsvc.repositories import ranking
 from memsvc.repositories.base import Repository
 from memsvc.repositories.change_signal import signals_changes
 from memsvc.repositories.embedding_space import EmbeddingSpace
+from memsvc.repositories.expired_collisions import remove_expired, split_live
 from memsvc.repositories.filters import compile_where
 from memsvc.repositories.memory_asof import AsOfReads, validate_as_of
 from memsvc.repositories.scope_sql import Params, scope_condition
@@ -38,6 +39,7 @@ from memsvc.repositories.text_terms import hybrid_terms
 from memsvc.scope import Include, Scope, validate_include
 from memsvc.settings import Settings
 from memsvc.telemetry import traced_operations
+from memsvc.time_limits import validate_time
 from memsvc.validation import (
     check_text,
     validate_content,
@@ -65,6 +67,10 @@ MAX_K = 1000
 MAX_PAGE = 10_000
 ADD_MANY_CHUNK = 2_000
 KEY_MAX_LENGTH = 1024
+# Text and hybrid search parse the query into a text-search query with a term
+# per word; PostgreSQL's stack runs out past about ten thousand of them
+# (max_stack_depth's default), and a query this long holds at most half as many.
+MAX_QUERY_CHARS = 16_384
 
 # Hybrid search: each arm contributes its best max(2 x fetched rows, 50)
 # candidates (at most MAX_K) to reciprocal rank fusion (constant q.RRF_K).
@@ -312,6 +318,9 @@ class MemoryRepository(Repository):
         existing memory instead of a duplicate (a unique index decides, so
         racing writers agree). Passing your own ``id`` makes a retried call
         idempotent; reusing an id for different content is a ConflictError.
+        An expired memory (not yet collected by gc) counts as gone: the add
+        removes it and stores a new memory (see
+        :mod:`memsvc.repositories.expired_collisions`).
 
         Args:
             scope: Where the memory lives.
@@ -331,7 +340,7 @@ class MemoryRepository(Repository):
             # Content already stored here comes back as it is, as the insert
             # below would return it: embedding the text again would be wasted.
             # Only a shortcut: the insert's conflict handling stays the truth.
-            stored = await self._read(
+            stored, _ = await self._read(
                 conn,
                 lambda active: self._find_duplicate(active, scope, memory_id, digest),
                 routed=False,
@@ -367,10 +376,14 @@ class MemoryRepository(Repository):
                             updated_at=row["updated_at"],
                             expires_at=row["expires_at"],
                         )
-                    existing = await self._find_duplicate(active, scope, memory_id, digest)
+                    existing, expired = await self._find_duplicate(
+                        active, scope, memory_id, digest
+                    )
                     if existing is not None:
                         return existing
-                    # The row we collided with was deleted in between: try again.
+                    if expired:
+                        await remove_expired(active, self._schema, expired, self.delete_locked)
+                    # The row we collided with expired, or was deleted in between: try again.
             raise ConflictError("memory could not be inserted: it kept colliding with a deletion")
 
         return await self._retrying(attempt, owns_transaction=conn is None)
@@ -410,16 +423,18 @@ class MemoryRepository(Repository):
 
     async def _find_duplicate(
         self, conn: asyncpg.Connection, scope: Scope, memory_id: uuid.UUID, digest: str
-    ) -> Memory | None:
+    ) -> tuple[Memory | None, builtins.list[Any]]:
+        """The live memory an add of ``digest``/``memory_id`` collides with, and the
+        expired rows in its way (which count as gone)."""
         params = Params(scope.tenant, memory_id, digest)
         sql = q.find_duplicate(self._schema, scope_condition(scope, "exact", params))
-        rows = await conn.fetch(sql, *params.values)
-        for row in rows:
+        live, expired = split_live(await conn.fetch(sql, *params.values))
+        for row in live:
             found = Memory.from_row(row)
             if found.id == memory_id and (found.content_hash != digest or found.scope != scope):
                 raise ConflictError(f"id {memory_id} is already used by a different memory")
-            return found
-        return None
+            return found, expired
+        return None, expired
 
     async def put(
         self,
@@ -506,7 +521,8 @@ class MemoryRepository(Repository):
         optionally ``embedding``, ``metadata``, ``importance``, ``ttl``, ``id``.
         Every item is validated before anything is sent. Duplicates (of stored
         memories or within the batch) come back as the existing memory, so the
-        result has one memory per item, in order.
+        result has one memory per item, in order; an expired memory counts as
+        gone, as in :meth:`add`.
         """
         scope = validate_scope(scope)
         batch = validate_sequence(items, "items")
@@ -529,26 +545,38 @@ class MemoryRepository(Repository):
 
         async def attempt() -> tuple[dict[uuid.UUID, Memory], dict[str, Memory]]:
             by_id: dict[uuid.UUID, Memory] = {}
+            by_digest: dict[str, Memory] = {}
             async with self._writing(scope, conn, always_transaction=True) as active:
                 for j, i in enumerate(embedded):
                     next_vector = None if nexts is None else nexts[j]
                     vectors[i] = self._held_vector(generation, vectors[i], next_vector)
                 wire = [None if v is None else vector_bytes(v, vector_type) for v in vectors]
-                for start in range(0, len(ids), ADD_MANY_CHUNK):
-                    chunk = slice(start, start + ADD_MANY_CHUNK)
-                    rows = await active.fetch(
-                        self._insert_many_sql,
-                        *_scope_params(scope),
-                        ids[chunk],
-                        texts[chunk],
-                        digests[chunk],
-                        metas[chunk],
-                        wire[chunk],
-                        weights[chunk],
-                        ttls[chunk],
+                columns: builtins.list[builtins.list[Any]] = [
+                    ids, texts, digests, metas, wire, weights, ttls
+                ]
+                chosen: builtins.list[int] | None = None  # None: every item
+                for _ in range(3):
+                    await self._insert_items(active, scope, columns, chosen, by_id)
+                    absent = [i for i in chosen or range(len(ids)) if ids[i] not in by_id]
+                    if not absent:
+                        break
+                    params = Params(
+                        scope.tenant, [ids[i] for i in absent], [digests[i] for i in absent]
                     )
-                    for row in rows:
-                        by_id[row["id"]] = Memory.from_row(row)
+                    sql = q.find_batch_duplicates(
+                        self._schema, scope_condition(scope, "exact", params)
+                    )
+                    live, expired = split_live(await active.fetch(sql, *params.values))
+                    for row in live:
+                        found = Memory.from_row(row)
+                        by_id.setdefault(found.id, found)
+                        if found.scope == scope and found.key is None:
+                            by_digest[found.content_hash] = found
+                    if not expired:
+                        break
+                    # Expired rows count as gone: remove them, insert those items again.
+                    await remove_expired(active, self._schema, expired, self.delete_locked)
+                    chosen = absent
                 if nexts is not None:
                     await self._space.write_next(
                         active,
@@ -557,20 +585,6 @@ class MemoryRepository(Repository):
                         [digests[i] for i in embedded],
                         nexts,
                     )
-                absent = [i for i in range(len(ids)) if ids[i] not in by_id]
-                by_digest: dict[str, Memory] = {}
-                if absent:
-                    params = Params(
-                        scope.tenant, [ids[i] for i in absent], [digests[i] for i in absent]
-                    )
-                    sql = q.find_batch_duplicates(
-                        self._schema, scope_condition(scope, "exact", params)
-                    )
-                    for row in await active.fetch(sql, *params.values):
-                        found = Memory.from_row(row)
-                        by_id.setdefault(found.id, found)
-                        if found.scope == scope and found.key is None:
-                            by_digest[found.content_hash] = found
             return by_id, by_digest
 
         by_id, by_digest = await self._retrying(attempt, owns_transaction=conn is None)
@@ -584,6 +598,28 @@ class MemoryRepository(Repository):
                 raise ConflictError(f"items[{i}] collided with a memory deleted meanwhile; retry")
             result.append(memory)
         return result
+
+    async def _insert_items(
+        self,
+        conn: asyncpg.Connection,
+        scope: Scope,
+        columns: builtins.list[builtins.list[Any]],
+        chosen: builtins.list[int] | None,
+        by_id: dict[uuid.UUID, Memory],
+    ) -> None:
+        """Insert a batch's items (``chosen`` indexes of the parallel ``columns``;
+        None: all of them) in chunks; the rows inserted go into ``by_id``."""
+        if chosen is not None:
+            columns = [[column[i] for i in chosen] for column in columns]
+        for start in range(0, len(columns[0]), ADD_MANY_CHUNK):
+            chunk = slice(start, start + ADD_MANY_CHUNK)
+            rows = await conn.fetch(
+                self._insert_many_sql,
+                *_scope_params(scope),
+                *(column[chunk] for column in columns),
+            )
+            for row in rows:
+                by_id[row["id"]] = Memory.from_row(row)
 
     async def _embed_missing(
         self,
@@ -1300,6 +1336,13 @@ class MemoryRepository(Repository):
             check_text("query", text)
             if not text.strip():
                 raise ValidationError("query", "must not be empty or only whitespace")
+            if mode != "vector" and len(text) > MAX_QUERY_CHARS:
+                raise ValidationError(
+                    "query",
+                    f"is {len(text)} characters, over the limit of {MAX_QUERY_CHARS} for text "
+                    "and hybrid search (each word is a term of the text query); pass "
+                    "mode='vector' to search by its embedding alone",
+                )
         return str(mode), text
 
     async def _search_statement(
@@ -1502,9 +1545,7 @@ class MemoryRepository(Repository):
             ("created_before", created_before, "<"),
         ):
             if moment is not None:
-                if not isinstance(moment, datetime) or moment.tzinfo is None:
-                    raise ValidationError(name, "must be a timezone-aware datetime")
-                filters.append(f"created_at {op} {params.add(moment)}")
+                filters.append(f"created_at {op} {params.add(validate_time(moment, name))}")
         options = {
             "mode": search_mode,
             "distance": self._settings.distance,

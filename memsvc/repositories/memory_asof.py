@@ -35,6 +35,7 @@ import asyncpg
 
 from memsvc.errors import ConcurrencyError, StorageError, ValidationError
 from memsvc.repositories import memory_asof_queries as q
+from memsvc.time_limits import validate_time
 
 # Reads again when a commit at or before t was not yet visible to the
 # snapshot (a window of microseconds to a WAL flush); these many times.
@@ -51,10 +52,8 @@ TRACKING_OFF = (
 
 
 def validate_as_of(value: object) -> datetime:
-    """``as_of`` must be a timezone-aware datetime."""
-    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
-        raise ValidationError("as_of", "must be a timezone-aware datetime")
-    return value
+    """``as_of`` must be a timezone-aware datetime in the accepted range (see time_limits)."""
+    return validate_time(value, "as_of")
 
 
 class AsOfReads:

@@ -103,12 +103,16 @@ SELECT * FROM ins"""
 
 
 def find_duplicate(schema: str, scope_sql: str) -> str:
-    """The row an insert collided with: same id, or same content in the same scope."""
+    """The rows an insert collided with: same id, or same content in the same scope.
+
+    ``live`` says whether each is still live (by this statement's ``now()``):
+    an expired one counts as gone (see :mod:`memsvc.repositories.expired_collisions`).
+    """
     return f"""
-SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+SELECT {MEMORY_COLUMNS}, {NOT_EXPIRED} AS live FROM {schema}.memories
 WHERE tenant_id = $1 AND id = $2
 UNION ALL
-SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+SELECT {MEMORY_COLUMNS}, {NOT_EXPIRED} AS live FROM {schema}.memories
 WHERE {scope_sql} AND key IS NULL AND content_hash = $3 AND id <> $2"""
 
 
@@ -144,13 +148,28 @@ WHERE {scope_sql} AND key IS NULL AND content_hash = ANY($1::text[]) AND embeddi
 
 
 def find_batch_duplicates(schema: str, scope_sql: str) -> str:
-    """Rows a batch collided with, by id or by content hash in the scope."""
+    """Rows a batch collided with, by id or by content hash in the scope (and ``live``)."""
     return f"""
-SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+SELECT {MEMORY_COLUMNS}, {NOT_EXPIRED} AS live FROM {schema}.memories
 WHERE tenant_id = $1 AND id = ANY($2::uuid[])
 UNION
-SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+SELECT {MEMORY_COLUMNS}, {NOT_EXPIRED} AS live FROM {schema}.memories
 WHERE {scope_sql} AND key IS NULL AND content_hash = ANY($3::text[])"""
+
+
+def lock_expired(schema: str) -> str:
+    """Lock the rows named (tenant/id arrays) that have expired, to delete them.
+
+    Re-checked under the lock: a row whose TTL was extended meanwhile is not
+    taken, one deleted meanwhile is skipped. Id order, as every deleter locks.
+    """
+    return f"""
+SELECT m.tenant_id, m.id FROM {schema}.memories AS m
+JOIN unnest($1::text[], $2::uuid[]) AS d(tenant_id, id)
+  ON m.tenant_id = d.tenant_id AND m.id = d.id
+WHERE m.id = ANY($2::uuid[]) AND m.expires_at <= now()
+ORDER BY m.tenant_id, m.id
+FOR UPDATE OF m"""
 
 
 def upsert_by_key(schema: str, scope_sql: str) -> str:

@@ -23,6 +23,7 @@ from memsvc.models import Checkpoint, TaskState
 from memsvc.scope import Scope
 from memsvc.settings import Settings
 from memsvc.telemetry import traced_operations
+from memsvc.time_limits import MAX_DURATION_SECONDS
 from memsvc.validation import check_text, validate_ttl
 from memsvc.working.store import SessionLimits, SessionSnapshot, WorkingStore
 from memsvc.working.values import encode_scratchpad_entry, encode_value, validate_key
@@ -53,6 +54,9 @@ class CheckpointRepository(Protocol):
     async def delete(self, id: uuid.UUID, *, tenant: str | None = None) -> bool:
         """Delete one checkpoint; True when it existed."""
         ...
+
+
+MAX_DURATION_MS = int(MAX_DURATION_SECONDS * 1000)
 
 
 def _now() -> datetime:
@@ -424,7 +428,9 @@ class WorkingMemory:
         for key, value in values_in.items():
             validate_key(key)
             ttl = ttls.get(key)
-            if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int)):
+            if ttl is not None and (
+                isinstance(ttl, bool) or not isinstance(ttl, int) or ttl > MAX_DURATION_MS
+            ):
                 raise WorkingMemoryError("the checkpoint data is malformed (ttl_ms)")
             values[key] = (self._encode_value(value), None if ttl is None else max(1, ttl))
         task = (

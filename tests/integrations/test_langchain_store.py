@@ -479,6 +479,8 @@ async def test_bad_arguments_elsewhere_name_the_field(
     with pytest.raises(ValidationError) as info:
         MemsvcVectorStore(object(), FAKE, SCOPE)  # type: ignore[arg-type]
     assert _field(info) == "svc"
+    assert isinstance(info.value, TypeError)  # as every integration says for it
+    assert "SyncMemoryService" in str(info.value)
     with pytest.raises(ValidationError) as info:
         MemsvcVectorStore(small_service, FAKE, "acme")  # type: ignore[arg-type]
     assert _field(info) == "scope"

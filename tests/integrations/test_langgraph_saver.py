@@ -27,6 +27,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from memsvc import HashingEmbedder, MemoryService, Settings, ValidationError
 from memsvc.integrations.langgraph import MemsvcSaver
+from memsvc.sync import SyncMemoryService
 from memsvc.testing.postgres import settings_for_tests
 from tests.reliability.test_pgbouncer import bouncer_service  # noqa: F401
 from tests.test_row_level_security import rls_database  # noqa: F401
@@ -106,6 +107,33 @@ async def test_conformance_suite_passes_under_row_level_security(
     settings = settings_for_tests(runtime_dsn, row_level_security=True)
     async with MemoryService.open(settings, embedder=HashingEmbedder()) as service:
         await run_conformance(service, tenant="acme")
+
+
+async def test_conformance_suite_passes_on_the_blocking_client(settings: Settings) -> None:
+    # The suite awaits the saver on this test's loop; the client's connections
+    # belong to its own loop, in its own thread.
+    client = await asyncio.to_thread(SyncMemoryService.open, settings)
+    try:
+        await run_conformance(client)  # type: ignore[arg-type]
+    finally:
+        await asyncio.to_thread(client.close)
+
+
+def test_the_blocking_client_serves_the_saver_from_plain_threads(settings: Settings) -> None:
+    with SyncMemoryService.open(settings) as client:
+        saver = MemsvcSaver(client)
+        assert saver.svc is client.service
+        versions = {"a": saver.get_next_version(None, None)}
+        checkpoint = generate_checkpoint(channel_values={"a": 1}, channel_versions=versions)
+        stored = saver.put(generate_config("t"), checkpoint, generate_metadata(), versions)
+        found = saver.get_tuple(stored)
+        assert found is not None and found.checkpoint["channel_values"] == {"a": 1}
+
+
+@pytest.mark.parametrize("given", [object(), "postgresql://x/y", None])
+def test_anything_but_a_client_is_a_type_error_saying_what_to_pass(given: object) -> None:
+    with pytest.raises(TypeError, match=r"MemoryService or memsvc\.sync\.SyncMemoryService"):
+        MemsvcSaver(given)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ concurrency

@@ -12,10 +12,11 @@ pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
 
 from langgraph.store.base import PutOp, SearchOp
 
-from memsvc import MemoryService, Scope, ValidationError
+from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.embedding import HashingEmbedder
 from memsvc.integrations.langgraph import MemsvcStore
 from memsvc.repositories.langgraph_store import LangGraphStoreRepository
+from memsvc.sync import SyncMemoryService
 from memsvc.testing.postgres import settings_for_tests
 from tests.test_row_level_security import rls_database  # noqa: F401 (a fixture)
 
@@ -153,6 +154,20 @@ async def test_ttl_expires_refreshes_on_read_and_is_swept(service: MemoryService
     async with service.pool.acquire() as conn:
         left = await conn.fetchval("SELECT count(*) FROM memsvc.langgraph_store_items")
     assert left == 2
+
+
+@pytest.mark.parametrize("ttl", [1e12, 365_000 * 24 * 60 + 1, float("inf"), 0])
+async def test_a_ttl_past_the_limit_is_refused_and_the_store_stays_readable(
+    service: MemoryService, ttl: float
+) -> None:
+    store = MemsvcStore(service)
+    await store.aput(("t",), "kept", {"v": 1}, ttl=60)
+    with pytest.raises(ValidationError) as raised:
+        await store.aput(("t",), "forever", {"v": 2}, ttl=ttl)
+    assert raised.value.field == "ttl"
+    assert [item.key for item in await store.asearch(("t",))] == ["kept"]
+    await store.aput(("t",), "longest", {"v": 3}, ttl=365_000 * 24 * 60)
+    assert (await store.aget(("t",), "longest")) is not None
 
 
 async def test_ttl_sweeper_runs_on_the_loop(service: MemoryService) -> None:
@@ -357,3 +372,27 @@ async def test_erasing_a_tenant_removes_its_items_and_vectors_only(store: Memsvc
         left = await conn.fetch("SELECT tenant_id FROM memsvc.langgraph_store_vectors")
     assert [row["tenant_id"] for row in left] == ["other"]
     assert await other.aget(("ns",), "b") is not None
+
+
+def test_the_store_takes_the_blocking_client_from_threads_and_other_loops(
+    settings: Settings,
+) -> None:
+    with SyncMemoryService.open(settings) as client:
+        dims = client.settings.embedding_dim
+        store = MemsvcStore(
+            client, index={"dims": dims, "embed": embed_function(dims), "fields": ["text"]}
+        )
+        store.put(("docs",), "a", {"text": "metric units"})  # from this plain thread
+        assert store.get(("docs",), "a").value == {"text": "metric units"}
+
+        async def on_a_loop_of_its_own() -> list[str]:
+            await store.aput(("docs",), "b", {"text": "imperial units"})
+            return [item.key for item in await store.asearch(("docs",), query="units")]
+
+        assert sorted(asyncio.run(on_a_loop_of_its_own())) == ["a", "b"]
+
+
+@pytest.mark.parametrize("given", [object(), None])
+def test_anything_but_a_client_is_a_type_error_saying_what_to_pass(given: object) -> None:
+    with pytest.raises(TypeError, match=r"MemoryService or memsvc\.sync\.SyncMemoryService"):
+        MemsvcStore(given)  # type: ignore[arg-type]

@@ -25,10 +25,12 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
-from memsvc import MemoryService, Scope
+from memsvc import MemoryService, Scope, Settings
 from memsvc.cli import main
 from memsvc.embedding import HashingEmbedder, embedder_from_spec
 from memsvc.errors import ValidationError
+from memsvc.integrations.mcp import create_server
+from memsvc.sync import SyncMemoryService
 
 TOOLS = {
     "memory_add",
@@ -300,8 +302,13 @@ async def test_bad_arguments_are_tool_errors_with_memsvcs_message(
         )
         assert "content" in await _error(client, "memory_add", {})
         assert "Unknown tool" in await _error(client, "memory_drop_all", {})
-        # The server is still serving after all of that.
+        # A TTL past what memsvc keeps (365,000 days) is refused, naming it.
+        assert "ValidationError: ttl: must be at most" in await _error(
+            client, "memory_add", {"content": "keep forever", "ttl_seconds": 1e12}
+        )
+        # The server is still serving after all of that, searches included.
         assert (await _ok(client, "memory_add", {"content": "still fine"}))["preview"]
+        assert (await _ok(client, "memory_search", {"query": "still fine"}))["hits"]
     # Nothing was partially written: only the last memory exists.
     assert await memsvc_service.memories.count(Scope(tenant), include="descendants") == 1
 
@@ -484,3 +491,11 @@ async def test_streamable_http_serves_the_same_tools_per_tenant(
         assert "not found" in await _error(theirs, "memory_get", {"id": stored["id"]})
         assert (await _ok(theirs, "memory_search", {"query": "served", "k": 5}))["hits"] == []
         assert "ValidationError: content" in await _error(ours, "memory_add", {"content": "\x00"})
+
+
+def test_create_server_says_which_client_to_pass(settings: Settings) -> None:
+    with SyncMemoryService.open(settings, embedder=HashingEmbedder()) as client:
+        # Its tools run on the MCP server's loop: a client on another loop is refused.
+        for given in (client, object()):
+            with pytest.raises(TypeError, match="MemoryService opened on the loop"):
+                create_server(given, Scope("t"))  # type: ignore[arg-type]

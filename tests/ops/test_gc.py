@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import asyncpg
+import pytest
 
-from memsvc import MemoryService, Scope
+from memsvc import MemoryService, Scope, ValidationError
 
 from .conftest import Cli, open_service
 
@@ -113,6 +115,18 @@ async def test_gc_removes_idle_sessions_only_when_asked(
     assert await db.fetchval(
         "SELECT count(*) FROM memsvc.memory_events WHERE kind = 'deleted'"
     ) == 2
+
+
+@pytest.mark.parametrize("days", [1e9, math.inf, 0])
+async def test_an_idle_period_out_of_range_is_refused_before_gc_deletes_anything(
+    service: MemoryService, db: asyncpg.Connection, days: float
+) -> None:
+    expired = await service.memories.add(Scope("acme"), "expired, waiting for gc")
+    await _expire(db, [expired.id])
+    with pytest.raises(ValidationError) as raised:
+        await service.maintenance.gc(idle_session_days=days)
+    assert raised.value.field == "idle_session_days"
+    assert await db.fetchval("SELECT count(*) FROM memsvc.memories") == 1
 
 
 async def test_background_gc_runs_until_the_service_closes(

@@ -370,3 +370,25 @@ async def test_a_worker_still_filling_when_another_switches_returns_cleanly(
         await first.close()
         await second.close()
     await assert_all_in(db, first.settings.db_schema, new, NEW_DIM)
+
+
+async def test_after_a_new_dimension_open_and_doctor_name_the_setting_to_change(
+    memsvc_database_url: str, cli: Cli
+) -> None:
+    svc = await open_aware(memsvc_database_url, HashingEmbedder(NEW_DIM))
+    try:
+        await svc.memories.add_many(SCOPE, [content(i) for i in range(5)])
+        await svc.maintenance.reembed("hashing", dim=NEW_DIM, batch_size=10)
+    finally:
+        await svc.close()
+    # Settings still at the old dimension: the schema is fine, the setting is not.
+    with pytest.raises(SchemaError) as raised:
+        await MemoryService.open(settings_for_tests(memsvc_database_url))
+    message = str(raised.value)
+    assert f"set MEMSVC_EMBEDDING_DIM={NEW_DIM} to use it" in message
+    assert "Use the same settings" not in message
+    found = await cli("doctor")
+    assert found.exit_code == 1
+    assert f"MEMSVC_EMBEDDING_DIM={NEW_DIM}" in found.output
+    assert "try --repair" not in found.output  # it cannot fix a setting
+    assert found.output.rstrip().endswith("1 problem(s) remain")

@@ -6,10 +6,13 @@ import asyncio
 import uuid
 
 import asyncpg
+import pytest
 
 from memsvc import MemoryService, Scope
+from memsvc.db import migrate
 from memsvc.ops.bulk import ASSEMBLY_VECTOR_INDEX
 from memsvc.testing.postgres import TestPostgres
+from memsvc.time_limits import LATEST
 
 from .conftest import Cli, run_cli
 
@@ -147,3 +150,90 @@ async def test_views_for_psql_exist_and_return_rows(
     )
     assert {r["relname"] for r in comments} == {"scope_stats", "recent_activity"}
     assert all(r["comment"] for r in comments)
+
+
+# A row each of what PostgreSQL stores but Python cannot read, as a table
+# could hold them before revision 0024's constraints.
+_HASH = "'sha256:' || encode(sha256(convert_to({0}, 'UTF8')), 'hex')"
+POISON = [
+    "INSERT INTO memsvc.memories (tenant_id, project_id, id, content, content_hash, expires_at) "
+    f"VALUES ('acme', 'p', $1, 'far', {_HASH.format(repr('far'))}, '33000-01-01')",
+    "INSERT INTO memsvc.memories (tenant_id, project_id, id, content, content_hash, created_at) "
+    f"VALUES ('acme', 'p', $1, 'endless', {_HASH.format(repr('endless'))}, 'infinity')",
+    "INSERT INTO memsvc.memories (tenant_id, project_id, id, content, content_hash, expires_at) "
+    f"VALUES ('acme', 'p', $1, 'ancient', {_HASH.format(repr('ancient'))}, '-infinity')",
+    "INSERT INTO memsvc.memory_events (tenant_id, project_id, memory_id, kind, version, prior) "
+    "VALUES ('acme', 'p', $1, 'deleted', 1, "
+    "'{\"content\": \"gone\", \"expires_at\": \"33000-01-01T00:00:00+00:00\"}')",
+    "INSERT INTO memsvc.langgraph_store_items (tenant_id, prefix, key, value, expires_at, "
+    "ttl_minutes) VALUES ('acme', 'ns', 'k', '{}', 'infinity', 1e12)",
+]
+
+
+async def test_the_database_refuses_times_python_cannot_read(
+    service: MemoryService, db: asyncpg.Connection
+) -> None:
+    memory = await service.memories.add(Scope("acme", "p"), "kept")
+    for column, value in [
+        ("expires_at", "infinity"),
+        ("expires_at", "33000-01-01"),
+        ("created_at", "0001-01-01 00:00+00"),
+        ("last_accessed_at", "-infinity"),
+    ]:
+        with pytest.raises(asyncpg.CheckViolationError):
+            await db.execute(
+                f"UPDATE memsvc.memories SET {column} = $1::text::timestamptz WHERE id = $2",
+                value, memory.id,
+            )
+    with pytest.raises(asyncpg.CheckViolationError):
+        await db.execute(POISON[-1])
+    assert await service.memories.get(memory.id) == memory
+
+
+async def test_doctor_finds_times_out_of_range_and_repair_makes_the_scope_readable(
+    service: MemoryService, cli: Cli, db: asyncpg.Connection, memsvc_database_url: str
+) -> None:
+    scope = Scope("acme", "p")
+    kept = await service.memories.add(scope, "kept")
+    settings = service.settings
+    await asyncio.to_thread(migrate.downgrade, settings, memsvc_database_url, "0020")
+    far, endless, ancient, deleted = (uuid.uuid4() for _ in range(4))
+    for statement, row_id in zip(POISON, [far, endless, ancient, deleted, None], strict=True):
+        await db.execute(statement, *([] if row_id is None else [row_id]))
+    # The upgrade keeps the rows, and its constraints stay NOT VALID.
+    await asyncio.to_thread(migrate.upgrade, settings, memsvc_database_url, "head")
+
+    found = await cli("doctor")
+    assert found.exit_code == 1
+    line = next(x for x in found.output.splitlines() if "time ranges" in x)
+    assert line.startswith("[FAIL] time ranges: times Python cannot read")
+    for column in (
+        "memories.created_at: 1 rows", "memories.expires_at: 2 rows",
+        "memory_events.prior_expires_at: 1 rows", "langgraph_store_items.expires_at: 1 rows",
+        "langgraph_store_items.ttl_minutes: 1 rows", "ck_memories_expires_at_range",
+    ):
+        assert column in line
+
+    repaired = await cli("doctor", "--repair")
+    assert "[FIXD] time ranges" in repaired.output, repaired.output
+    assert (
+        "fixed: memories: 3 rows brought into range (created_at, expires_at)" in repaired.output
+    )
+    assert "fixed: validated constraint ck_memories_created_at_range" in repaired.output
+    listed = {m.id: m for m in await service.memories.list(scope)}
+    assert set(listed) == {kept.id, far, endless}  # "ancient" had expired
+    assert listed[far].expires_at is None  # a far-future expiry means none
+    assert listed[endless].created_at == LATEST
+    hits = await service.memories.search(scope, "far", mode="text")
+    assert [h.memory.id for h in hits] == [far]
+    prior = await db.fetchval(
+        "SELECT prior->>'expires_at' FROM memsvc.memory_events WHERE memory_id = $1", deleted
+    )
+    assert prior is None
+    store = await db.fetchrow("SELECT expires_at, ttl_minutes FROM memsvc.langgraph_store_items")
+    assert tuple(store) == (None, None)
+    assert await db.fetchval(
+        "SELECT count(*) FROM pg_constraint WHERE conname LIKE 'ck_%_range' AND NOT convalidated"
+    ) == 0
+    again = await cli("doctor")
+    assert "[ok  ] time ranges: every stored time is within range" in again.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from memsvc.errors import ValidationError
 from memsvc.models import TaskState
 from memsvc.scope import Scope
 from memsvc.settings import Settings
+from memsvc.time_limits import MAX_DURATION
 from memsvc.working import LocalStore, WorkingMemory
 
 from .conftest import MemoryFactory
@@ -105,7 +107,10 @@ async def test_oversize_values_are_refused(make_memory: MemoryFactory) -> None:
     assert await memory.get_scratchpad() == []
 
 
-@pytest.mark.parametrize("ttl", [0, -1, math.nan, math.inf, "5", True])
+# 1e12 s and a timedelta of 8,000 years: past the longest duration memsvc accepts.
+@pytest.mark.parametrize(
+    "ttl", [0, -1, math.nan, math.inf, "5", True, 1e12, 1e300, timedelta(days=365 * 8000)]
+)
 async def test_bad_ttls_are_refused(memory: WorkingMemory, ttl: Any) -> None:
     with pytest.raises(ValidationError) as caught:
         await memory.set("k", 1, ttl_seconds=ttl)
@@ -187,3 +192,8 @@ async def test_bad_list_pattern_is_refused(memory: WorkingMemory) -> None:
     with pytest.raises(ValidationError) as caught:
         await memory.list_keys(None)  # type: ignore[arg-type]
     assert caught.value.field == "pattern"
+
+
+async def test_the_longest_ttl_is_kept(memory: WorkingMemory) -> None:
+    await memory.set("k", 1, ttl_seconds=MAX_DURATION)
+    assert await memory.get("k") == 1

@@ -36,10 +36,11 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from memsvc.errors import ValidationError
-from memsvc.integrations.loop_bridge import run_blocking
+from memsvc.integrations.loop_bridge import async_service, on_service_loop, run_blocking
 from memsvc.repositories.langgraph_checkpoints import LangGraphCheckpointRepository
 from memsvc.scope import validate_id
 from memsvc.service import MemoryService
+from memsvc.sync import SyncMemoryService
 from memsvc.validation import check_text
 
 T = TypeVar("T")
@@ -78,27 +79,32 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer storing threads in memsvc's PostgreSQL schema.
 
     Args:
-        svc: An open :class:`memsvc.MemoryService`.
+        svc: An open :class:`memsvc.MemoryService` or
+            :class:`memsvc.sync.SyncMemoryService` (``self.svc`` is the
+            MemoryService); anything else is a TypeError.
         tenant: Whose checkpoints these are (every row is keyed by it).
         serde: LangGraph serializer (default: LangGraph's ``JsonPlusSerializer``).
 
-    The async methods run on the service's event loop. The sync ones
-    (``put``, ``get_tuple``, ...) may be called from any other thread while
-    that loop runs, like LangGraph's own async savers; calling them on the
-    loop's thread would deadlock and raises instead.
+    The async methods may be awaited on any loop: their database work runs
+    on the service's. The sync ones (``put``, ``get_tuple``, ...) may be
+    called from any other thread while that loop runs, like LangGraph's own
+    async savers; calling them on the loop's thread would deadlock and
+    raises instead.
     """
 
     def __init__(
         self,
-        svc: MemoryService,
+        svc: MemoryService | SyncMemoryService,
         *,
         tenant: str = "default",
         serde: SerializerProtocol | None = None,
     ) -> None:
         super().__init__(serde=serde)
-        self.svc = svc
+        self.svc = async_service(svc, "MemsvcSaver")
         self.tenant = validate_id("tenant", tenant)
-        self._repository = LangGraphCheckpointRepository(svc.pool, svc.settings)
+        self._repository = on_service_loop(
+            LangGraphCheckpointRepository(self.svc.pool, self.svc.settings), self.svc
+        )
 
     # ------------------------------------------------------------------ async
 

@@ -35,7 +35,12 @@ from langgraph.store.base import (
 )
 
 from memsvc.errors import ValidationError
-from memsvc.integrations.loop_bridge import run_blocking, running_loop
+from memsvc.integrations.loop_bridge import (
+    async_service,
+    on_service_loop,
+    run_blocking,
+    running_loop,
+)
 from memsvc.repositories.langgraph_store import (
     Condition,
     FieldVector,
@@ -45,6 +50,8 @@ from memsvc.repositories.langgraph_store import (
 )
 from memsvc.scope import validate_id
 from memsvc.service import MemoryService
+from memsvc.sync import SyncMemoryService
+from memsvc.time_limits import validate_duration
 from memsvc.validation import encode_json
 
 log = logging.getLogger(__name__)
@@ -126,7 +133,8 @@ class MemsvcStore(BaseStore):
     """A LangGraph store on an open :class:`memsvc.MemoryService`.
 
     Args:
-        svc: The open service; its pool and loop serve the store.
+        svc: The open service (a MemoryService or a SyncMemoryService;
+            anything else is a TypeError); its pool and loop serve the store.
         index: ``{"dims", "embed", "fields"}`` for semantic search: ``dims``
             must equal the service's ``embedding_dim``; ``fields`` are the
             value paths embedded (default ``["$"]``, the whole value).
@@ -134,23 +142,26 @@ class MemsvcStore(BaseStore):
             ``sweep_interval_minutes`` in minutes, ``refresh_on_read``).
         tenant: The memsvc tenant owning the store's items.
 
-    The ``a*`` methods run on the service's loop; the sync ones may be called
-    from any other thread while that loop runs.
+    The ``a*`` methods may be awaited on any loop (their database work runs
+    on the service's); the sync ones may be called from any other thread
+    while that loop runs.
     """
 
     supports_ttl = True
 
     def __init__(
         self,
-        svc: MemoryService,
+        svc: MemoryService | SyncMemoryService,
         *,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         tenant: str = "default",
     ) -> None:
-        self._svc = svc
+        self._svc = svc = async_service(svc, "MemsvcStore")
         self._tenant = validate_id("tenant", tenant)
-        self._repository = LangGraphStoreRepository(svc.pool, svc.settings)
+        self._repository = on_service_loop(
+            LangGraphStoreRepository(svc.pool, svc.settings), svc
+        )
         self._max_bytes = svc.settings.max_metadata_bytes
         self.ttl_config = ttl
         self.index_config = self._index(index)
@@ -251,12 +262,8 @@ class MemsvcStore(BaseStore):
             if not isinstance(op.value, Mapping):
                 raise ValidationError("value", "must be a mapping (or None to delete)")
             value = encode_json("value", dict(op.value), self._max_bytes)
-            ttl = op.ttl
-            if ttl is not None and (
-                isinstance(ttl, bool) or not isinstance(ttl, int | float) or not ttl > 0
-            ):
-                raise ValidationError("ttl", "must be a positive number of minutes or None")
-            writes.append(ItemWrite(prefix, key, value, None if ttl is None else float(ttl)))
+            ttl = None if op.ttl is None else validate_duration(op.ttl, "ttl", "minutes")
+            writes.append(ItemWrite(prefix, key, value, ttl))
             texts += self._texts(prefix, key, op)
         vectors: list[FieldVector] = []
         if texts and self.embeddings is not None:
