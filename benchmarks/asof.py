@@ -31,8 +31,8 @@ import asyncpg
 
 from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings
-from memsvc.repositories import memory_asof_queries as q
-from memsvc.repositories.scope_sql import Params, scope_condition
+from memsvc.db.sql import Params, scope_condition
+from memsvc.memories import asof_queries as q
 
 Call = Callable[[], Awaitable[object]]
 

@@ -39,8 +39,8 @@ import asyncpg
 import numpy as np
 
 from memsvc import MemoryService, Scope, Settings
+from memsvc.core.ids import new_id
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.ids import new_id
 
 DIM = 384
 TASKS = 8

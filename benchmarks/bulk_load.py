@@ -49,9 +49,9 @@ from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Settings
 from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.ops.bulk import MEMORY_VECTOR_INDEX
-from memsvc.ops.export_trailer import LineSink
 from memsvc.testing.postgres import with_database
+from memsvc.transfer.bulk import MEMORY_VECTOR_INDEX
+from memsvc.transfer.trailer import LineSink
 
 DIM = 384
 

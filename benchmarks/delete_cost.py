@@ -39,12 +39,12 @@ import asyncpg
 
 from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings
+from memsvc.assemblies import queries as assembly_queries
 from memsvc.db.embedded import EmbeddedPostgres
+from memsvc.memories import queries as q
+from memsvc.memories.repository import content_hash
 from memsvc.ops import gc_queries
 from memsvc.ops.maintenance import DEFAULT_BATCH as GC_BATCH
-from memsvc.repositories import assembly_queries
-from memsvc.repositories import memory_queries as q
-from memsvc.repositories.memories import content_hash
 
 ROWS = 10_000
 RAW_TABLE = "public.bench_delete_raw"

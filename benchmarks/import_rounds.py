@@ -31,8 +31,8 @@ from benchmarks.memories import DEFAULT_DATA, bytes_connection
 from benchmarks.scale import RAW_TABLE, Layout, memory_line, row_id, vector_index
 from memsvc import MemoryService, Settings
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.ops import records
-from memsvc.ops.export_trailer import LineSink
+from memsvc.transfer import records
+from memsvc.transfer.trailer import LineSink
 
 ROOT = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")

@@ -37,11 +37,11 @@ import numpy as np
 
 from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings
+from memsvc.core.ids import new_id
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.ids import new_id
-from memsvc.repositories.memories import content_hash
-from memsvc.repositories.memory_queries import MEMORY_COLUMNS, MEMORY_COLUMNS_NO_EMBEDDING
+from memsvc.memories.queries import MEMORY_COLUMNS, MEMORY_COLUMNS_NO_EMBEDDING
+from memsvc.memories.repository import content_hash
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "embeddings-small"
 DIM = 384

@@ -47,7 +47,7 @@ from benchmarks.bulk_load import create_database as create_migrated_database
 from benchmarks.memories import DEFAULT_DATA
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.ops.bulk import VectorIndexRebuild
+from memsvc.transfer.bulk import VectorIndexRebuild
 
 DIM = 384
 BIG = "t0"

@@ -30,7 +30,7 @@ import asyncpg
 import numpy as np
 
 from memsvc import MemoryService, Scope, Settings
-from memsvc.repositories.memory_queries import MEMORY_COLUMNS_NO_EMBEDDING
+from memsvc.memories.queries import MEMORY_COLUMNS_NO_EMBEDDING
 from memsvc.testing.replica import ReplicatedPostgres
 
 SCHEMA = "bench_replicas"

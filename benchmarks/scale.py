@@ -70,11 +70,11 @@ from benchmarks.memories import DEFAULT_DATA, bytes_connection, bytes_pool
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.ops import records
-from memsvc.ops.export_trailer import LineSink
+from memsvc.memories.queries import MEMORY_COLUMNS, MEMORY_COLUMNS_NO_EMBEDDING
+from memsvc.memories.repository import content_hash
 from memsvc.ops.maintenance import DEFAULT_BATCH as GC_BATCH
-from memsvc.repositories.memories import content_hash
-from memsvc.repositories.memory_queries import MEMORY_COLUMNS, MEMORY_COLUMNS_NO_EMBEDDING
+from memsvc.transfer import records
+from memsvc.transfer.trailer import LineSink
 
 DIM = 384
 ROOT = Path(__file__).resolve().parents[1]

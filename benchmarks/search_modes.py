@@ -39,7 +39,7 @@ import numpy as np
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.embedding import HashingEmbedder
-from memsvc.repositories.memory_queries import MEMORY_COLUMNS_NO_EMBEDDING, NOT_EXPIRED
+from memsvc.memories.queries import MEMORY_COLUMNS_NO_EMBEDDING, NOT_EXPIRED
 
 WORDS = (
     "deploy rollback budget invoice cache latency replica schema migration ticket "

@@ -39,12 +39,12 @@ from benchmarks.memories import (
 )
 from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings
+from memsvc.core.models import SearchHit
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.db.pool import release, take_idle, unproxied
-from memsvc.models import SearchHit
-from memsvc.repositories.memories import MemoryRepository
-from memsvc.repositories.memory_queries import MEMORY_COLUMNS_NO_EMBEDDING
+from memsvc.memories.queries import MEMORY_COLUMNS_NO_EMBEDDING
+from memsvc.memories.repository import MemoryRepository
 
 Variant = Callable[[Scope, np.ndarray], Awaitable[Any]]
 

@@ -35,9 +35,9 @@ from pathlib import Path
 import psutil
 
 from memsvc import HashingEmbedder, MemoryService, MemsvcError, Scope, Settings
+from memsvc.core.ids import new_id
 from memsvc.db import migrate
 from memsvc.db.embedded import running_postmaster_pid
-from memsvc.ids import new_id
 
 _START_SCRIPT = (
     "import sys\n"

@@ -49,7 +49,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings, telemetry
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.repositories.memories import MemoryRepository
+from memsvc.memories.repository import MemoryRepository
 
 DIM = 384
 SCOPE_ROWS = 1_000

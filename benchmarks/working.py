@@ -31,8 +31,8 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from memsvc.scope import Scope
-from memsvc.settings import Settings
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.testing.redis import RedisServer
 from memsvc.working import LocalStore, RedisStore, WorkingMemory
 

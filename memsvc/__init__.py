@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-from memsvc.embedding import (
-    Embedder,
-    HashingEmbedder,
-    OpenAIEmbedder,
-    SentenceTransformerEmbedder,
-    embedder_from_spec,
-)
-from memsvc.errors import (
+from memsvc.core.errors import (
     ConcurrencyError,
     ConflictError,
     CursorExpiredError,
@@ -23,7 +16,7 @@ from memsvc.errors import (
     ValidationError,
     WorkingMemoryError,
 )
-from memsvc.models import (
+from memsvc.core.models import (
     Assembly,
     AssemblyHit,
     Change,
@@ -33,10 +26,17 @@ from memsvc.models import (
     SearchHit,
     TaskState,
 )
-from memsvc.ops.erasure import ErasureReceipt
-from memsvc.scope import Scope
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
+from memsvc.embedding import (
+    Embedder,
+    HashingEmbedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+    embedder_from_spec,
+)
+from memsvc.erasure.eraser import ErasureReceipt
 from memsvc.service import MemoryService
-from memsvc.settings import Settings
 
 __all__ = [
     "Assembly",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from memsvc.core.models import SearchHit
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.embedding import embedder_from_spec
-from memsvc.models import SearchHit
-from memsvc.scope import Scope
 from memsvc.service import MemoryService
-from memsvc.settings import Settings
 
 FACTS = [
     ("the user prefers metric units", {"kind": "preference"}, 0.9),

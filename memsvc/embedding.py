@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memsvc.errors import EmbeddingError, ValidationError
+from memsvc.core.errors import EmbeddingError, ValidationError
 
 if TYPE_CHECKING:
     import httpx

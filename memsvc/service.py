@@ -13,28 +13,28 @@ from typing import Any, Protocol
 
 import asyncpg
 
+from memsvc.assemblies.repository import AssemblyRepository
+from memsvc.changes.feed import ChangeFeed
+from memsvc.changes.signal import ChangeNotifier
+from memsvc.checkpoints.repository import CheckpointRepository
+from memsvc.core.errors import MemsvcError, SchemaError
+from memsvc.core.models import Change
+from memsvc.core.scope import Include, Scope
+from memsvc.core.settings import Settings
 from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, create_pool, find_vector_schema
 from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder
-from memsvc.errors import MemsvcError, SchemaError
-from memsvc.models import Change
-from memsvc.ops.erasure import DEFAULT_BATCH as ERASE_BATCH
-from memsvc.ops.erasure import Erasure, ErasureReceipt, Vacuum
+from memsvc.erasure.eraser import DEFAULT_BATCH as ERASE_BATCH
+from memsvc.erasure.eraser import Erasure, ErasureReceipt, Vacuum
+from memsvc.memories.embedding_space import EmbeddingSpace
+from memsvc.memories.ranking import Reranker
+from memsvc.memories.repository import MemoryRepository
 from memsvc.ops.index_repair import find_broken_indexes, rebuild_broken_indexes
 from memsvc.ops.maintenance import Maintenance
 from memsvc.progress import NO_PROGRESS, ProgressReporter
-from memsvc.repositories.assemblies import AssemblyRepository
-from memsvc.repositories.change_signal import ChangeNotifier
-from memsvc.repositories.changes import ChangeFeed
-from memsvc.repositories.checkpoints import CheckpointRepository
-from memsvc.repositories.embedding_space import EmbeddingSpace
-from memsvc.repositories.memories import MemoryRepository
-from memsvc.repositories.ranking import Reranker
-from memsvc.scope import Include, Scope
-from memsvc.settings import Settings
 from memsvc.telemetry import unwatch, watch
 from memsvc.working import WorkingMemory, WorkingStore, open_working_store
 
@@ -299,7 +299,7 @@ class MemoryService:
         check afterwards looked at and found (``verified``), and what still
         identifies the scope. Raises RedisUnavailableError, having erased
         nothing, when Redis is configured and does not answer. See
-        :mod:`memsvc.ops.erasure`.
+        :mod:`memsvc.erasure.eraser`.
         """
         try:
             return await self._erasure.erase(

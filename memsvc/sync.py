@@ -26,14 +26,14 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
+from memsvc.core.errors import MemsvcError
+from memsvc.core.models import Change
+from memsvc.core.scope import Include, Scope
+from memsvc.core.settings import Settings
 from memsvc.embedding import Embedder
-from memsvc.errors import MemsvcError
-from memsvc.models import Change
-from memsvc.ops.erasure import ErasureReceipt
-from memsvc.repositories.ranking import Reranker
-from memsvc.scope import Include, Scope
+from memsvc.erasure.eraser import ErasureReceipt
+from memsvc.memories.ranking import Reranker
 from memsvc.service import MemoryService
-from memsvc.settings import Settings
 
 T = TypeVar("T")
 

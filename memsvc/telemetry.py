@@ -39,7 +39,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observa
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from memsvc.scope import Scope
+from memsvc.core.scope import Scope
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -292,13 +292,13 @@ def _scope_attributes(scope: object, attributes: dict[str, AttributeValue]) -> N
         return  # a bad argument: the operation reports it
     attributes["memsvc.tenant"] = scope.tenant
     if scope.session is not None:
-        attributes["memsvc.scope.level"] = "session"
+        attributes["memsvc.core.scope.level"] = "session"
     elif scope.agent is not None:
-        attributes["memsvc.scope.level"] = "agent"
+        attributes["memsvc.core.scope.level"] = "agent"
     elif scope.project is not None:
-        attributes["memsvc.scope.level"] = "project"
+        attributes["memsvc.core.scope.level"] = "project"
     else:
-        attributes["memsvc.scope.level"] = "tenant"
+        attributes["memsvc.core.scope.level"] = "tenant"
 
 
 # A tuple, not ``list | tuple | dict``: that union would be built on every call.

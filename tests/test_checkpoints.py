@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from memsvc import Checkpoint, MemoryService, NotFoundError, Scope, Settings, ValidationError
-from memsvc.repositories.checkpoints import CheckpointRepository
+from memsvc.checkpoints.repository import CheckpointRepository
 
 
 def with_keep_last(service: MemoryService, settings: Settings, keep: int) -> CheckpointRepository:

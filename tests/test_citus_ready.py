@@ -29,25 +29,19 @@ from click.testing import CliRunner
 from pglast import fingerprint, parse_sql
 
 from memsvc import MemoryService, Scope, Settings
+from memsvc.changes import queries as change_queries
 from memsvc.cli import main as cli
 from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres, pgdata_path
 from memsvc.db.tables import build_metadata
 from memsvc.db.time_checks import TIME_COLUMNS
 from memsvc.embedding import HashingEmbedder
-from memsvc.ops import (
-    bulk_queries,
-    doctor_queries,
-    export_queries,
-    gc_queries,
-    loader_queries,
-    recall_audit_queries,
-    stats_queries,
-)
+from memsvc.langgraph_db import store_queries as langgraph_store_queries
+from memsvc.ops import doctor_queries, gc_queries, recall_audit_queries, stats_queries
 from memsvc.ops.citus import ANCHOR, citus_sql
-from memsvc.repositories import change_queries, langgraph_store_queries
 from memsvc.service import TENANT_TABLES
 from memsvc.testing.postgres import run_in_own_loop, settings_for_tests, with_database
+from memsvc.transfer import bulk_queries, export_queries, loader_queries
 from tests.changes.helpers import take
 from tests.citus_checks import (
     key_problems,

@@ -14,8 +14,8 @@ from pathlib import Path
 import click
 
 from memsvc.cli import main
+from memsvc.core.settings import Settings
 from memsvc.db.tables import build_metadata
-from memsvc.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

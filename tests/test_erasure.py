@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from memsvc import ErasureReceipt, MemoryService, Scope, Settings, TaskState, ValidationError
-from memsvc.errors import RedisUnavailableError
+from memsvc.core.errors import RedisUnavailableError
 from memsvc.testing.redis import RedisServer
 from memsvc.working.keys import parse_key, tenant_key_pattern
 from tests.reliability.test_pgbouncer import bouncer_service  # noqa: F401

@@ -22,21 +22,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memsvc import (
-    ConflictError,
-    HashingEmbedder,
-    MemoryService,
-    Scope,
-    Settings,
-    ValidationError,
-    jsontext,
-)
-from memsvc.models import Memory
-from memsvc.ops import records
-from memsvc.ops.records import memory_from_json
+from memsvc import ConflictError, HashingEmbedder, MemoryService, Scope, Settings, ValidationError
+from memsvc.core import jsontext
+from memsvc.core.models import Memory
+from memsvc.core.time_limits import EARLIEST, LATEST
+from memsvc.core.validation import validate_embedding
 from memsvc.sync import SyncMemoryService
-from memsvc.time_limits import EARLIEST, LATEST
-from memsvc.validation import validate_embedding
+from memsvc.transfer import records
+from memsvc.transfer.records import memory_from_json
 
 SCOPE = Scope("acme", "bridge", "planner", "s-42")
 DIM = 384

@@ -18,10 +18,10 @@ import asyncpg
 import pytest
 
 from memsvc import Memory, MemoryService, NotFoundError, Scope, ValidationError
+from memsvc.core.errors import ConcurrencyError, StorageError
 from memsvc.db.embedded import COMMIT_TIMESTAMP_LINE, EmbeddedPostgres, enable_commit_timestamps
-from memsvc.errors import ConcurrencyError, StorageError
-from memsvc.repositories.memory_asof import AsOfReads
-from memsvc.repositories.memory_asof_queries import HORIZON_KEY
+from memsvc.memories.asof import AsOfReads
+from memsvc.memories.asof_queries import HORIZON_KEY
 from memsvc.testing.postgres import TEST_DATABASE_URL_ENV, run_in_own_loop, settings_for_tests
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from memsvc import ConflictError, MemoryService, NotFoundError, Scope, ValidationError
-from memsvc.models import Memory
+from memsvc.core.models import Memory
 
 
 async def test_add_returns_the_stored_memory(service: MemoryService, scope: Scope) -> None:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from memsvc import MemoryService, Scope, Settings, ValidationError
+from memsvc.core.models import Memory, SearchHit
 from memsvc.db.partition_queries import name_partition_indexes
-from memsvc.models import Memory, SearchHit
 from memsvc.testing.postgres import settings_for_tests
 
 
@@ -349,7 +349,7 @@ async def test_plain_vector_searches_check_every_argument_though_their_statement
 def test_a_bound_template_carries_every_field_but_the_query() -> None:
     # bound() copies the template's fields one by one: a field added later
     # and left out there would silently take its default in cached searches.
-    from memsvc.repositories.memories import _SearchStatement
+    from memsvc.memories.repository import _SearchStatement
 
     values: dict[str, object] = {
         f.name: f"value of {f.name}" for f in dataclasses.fields(_SearchStatement)

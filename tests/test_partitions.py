@@ -21,7 +21,6 @@ from alembic import command
 from memsvc import MemoryService, SchemaError, Scope, Settings
 from memsvc.db import migrate
 from memsvc.embedding import HashingEmbedder
-from memsvc.ops.bulk import MEMORY_VECTOR_INDEX, VectorIndexRebuild
 from memsvc.ops.doctor import Doctor
 from memsvc.testing.postgres import (
     MigratedTemplate,
@@ -29,6 +28,7 @@ from memsvc.testing.postgres import (
     run_in_own_loop,
     settings_for_tests,
 )
+from memsvc.transfer.bulk import MEMORY_VECTOR_INDEX, VectorIndexRebuild
 
 PARTITIONS = 4
 

@@ -25,9 +25,9 @@ SNAPSHOT = Path(__file__).with_name("public_api.json")
 # Where each documented object lives. The left side is how users reach it
 # and is part of the snapshot; the right side is where the code is today.
 SURFACE: dict[str, str] = {
-    "svc.memories": "memsvc.repositories.memories:MemoryRepository",
-    "svc.assemblies": "memsvc.repositories.assemblies:AssemblyRepository",
-    "svc.checkpoints": "memsvc.repositories.checkpoints:CheckpointRepository",
+    "svc.memories": "memsvc.memories.repository:MemoryRepository",
+    "svc.assemblies": "memsvc.assemblies.repository:AssemblyRepository",
+    "svc.checkpoints": "memsvc.checkpoints.repository:CheckpointRepository",
     "svc.maintenance": "memsvc.ops.maintenance:Maintenance",
     "svc.reads": "memsvc.db.replicas:ReadRouter",
     "svc.working(scope)": "memsvc.working.memory:WorkingMemory",

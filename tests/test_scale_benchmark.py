@@ -10,8 +10,8 @@ import numpy as np
 
 from benchmarks import scale
 from memsvc import Scope, Settings
-from memsvc.ops import records
-from memsvc.repositories.memories import content_hash
+from memsvc.memories.repository import content_hash
+from memsvc.transfer import records
 
 
 def test_layout_holds_the_measured_scopes_and_heavy_tailed_tenants() -> None:

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from memsvc import MemoryService, Scope, Settings
+from memsvc.core.errors import MemsvcError, SchemaError, ValidationError
 from memsvc.db import migrate
 from memsvc.embedding import HashingEmbedder
-from memsvc.errors import MemsvcError, SchemaError, ValidationError
-from memsvc.repositories.memory_queries import IDENTIFIER_BONUS, RRF_K
-from memsvc.repositories.text_terms import TextTerms, hybrid_terms
+from memsvc.memories.queries import IDENTIFIER_BONUS, RRF_K
+from memsvc.memories.text_terms import TextTerms, hybrid_terms
 from memsvc.sync import SyncMemoryService
 from memsvc.testing.postgres import TestPostgres, settings_for_tests
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from memsvc import MemsvcError, Settings, ValidationError
-from memsvc.settings import env_var
+from memsvc.core.settings import env_var
 
 # One bad value per kind of rule a setting can break.
 BAD_VALUES = [

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from memsvc import MemoryService, Scope, ValidationError
-from memsvc.repositories.memories import MAX_QUERY_CHARS
-from memsvc.time_limits import MAX_DURATION
+from memsvc.core.time_limits import MAX_DURATION
+from memsvc.memories.repository import MAX_QUERY_CHARS
 
 
 @pytest.mark.parametrize(
@@ -132,7 +132,7 @@ def test_float32_query_arrays_get_the_same_answers_as_any_other_embedding() -> N
     # does not clear must still get the full check's answer.
     import numpy as np
 
-    from memsvc.validation import validate_embedding
+    from memsvc.core.validation import validate_embedding
 
     good = np.full(8, 0.5, dtype=np.float32)
     checked = validate_embedding(good, 8, distance="cosine")
@@ -158,7 +158,7 @@ def test_float32_query_arrays_get_the_same_answers_as_any_other_embedding() -> N
 #
 # A time PostgreSQL stores but Python cannot read (past 9999-12-31, before
 # year 1, infinity) made every read meeting its row fail. Every duration and
-# time memsvc accepts is bounded (memsvc.time_limits); the database's CHECK
+# time memsvc accepts is bounded (memsvc.core.time_limits); the database's CHECK
 # constraints refuse the rest.
 
 HUGE_TTLS = [timedelta(days=365 * 8000), 1e12, MAX_DURATION + timedelta(seconds=1)]

@@ -43,13 +43,13 @@ from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.repositories.memory_queries import MEMORY_COLUMNS_NO_EMBEDDING, RRF_K
+from memsvc.memories.queries import MEMORY_COLUMNS_NO_EMBEDDING, RRF_K
 
 TENANT = "bench"
 MODES = ("vector", "text", "hybrid")
 # For comparison: hybrid with every word of the query required in the text arm.
 STRICT = "hybrid, all words"
-JOINED = re.compile(r"(?<=\w)[-_](?=\w)")  # as memsvc.repositories.memories reads queries
+JOINED = re.compile(r"(?<=\w)[-_](?=\w)")  # as memsvc.memories.repository reads queries
 DEFAULT_CACHE = Path.home() / ".cache" / "memsvc-bench" / "retrieval"
 # "CREATE [UNIQUE] INDEX name ON [ONLY] memsvc.memories ", as pg_get_indexdef writes it.
 _INDEX_TARGET = re.compile(r"^(CREATE (?:UNIQUE )?INDEX) \S+ ON (?:ONLY )?memsvc\.memories ")

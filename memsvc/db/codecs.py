@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from memsvc import jsontext
+from memsvc.core import jsontext
 
 _HEADER = struct.Struct(">HH")
 
@@ -54,7 +54,7 @@ def _decoder(dtype: np.dtype[Any]) -> Any:
 def _encode_json(value: Any) -> str:
     # Repositories validate and serialize JSON themselves (to enforce size
     # limits), so text passes through; other values are serialized here, so
-    # that floats stay floats (see memsvc.jsontext).
+    # that floats stay floats (see memsvc.core.jsontext).
     return value if isinstance(value, str) else jsontext.dumps(value)
 
 

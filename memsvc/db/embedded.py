@@ -52,7 +52,7 @@ from urllib.parse import quote
 import fasteners
 import psutil
 
-from memsvc.errors import MemsvcError, StorageError
+from memsvc.core.errors import MemsvcError, StorageError
 
 log = logging.getLogger(__name__)
 

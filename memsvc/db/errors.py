@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import asyncpg
 
-from memsvc.errors import (
+from memsvc.core.errors import (
     ConcurrencyError,
     ConflictError,
     MemsvcError,

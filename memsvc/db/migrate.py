@@ -14,10 +14,10 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from memsvc.core.errors import SchemaError
+from memsvc.core.settings import Settings, env_var
 from memsvc.db import partitions
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.errors import SchemaError
-from memsvc.settings import Settings, env_var
 
 # Key of the advisory lock that serialises concurrent `upgrade` runs.
 MIGRATION_LOCK_KEY = 0x6D656D737663  # "memsvc"

@@ -91,7 +91,7 @@ def name_partition_indexes(schema: str) -> str:
 
     PostgreSQL names them after the partition and columns; the parent's
     name with the partition's suffix lets plans, doctor and index builds
-    (see :func:`memsvc.ops.bulk.build_index`) tell which index serves what.
+    (see :func:`memsvc.transfer.bulk.build_index`) tell which index serves what.
     """
     return f"""
 DO $$

@@ -8,10 +8,10 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from memsvc.core.errors import SchemaError
+from memsvc.core.settings import Settings
 from memsvc.db.codecs import register_codecs
 from memsvc.db.errors import translate_errors
-from memsvc.errors import SchemaError
-from memsvc.settings import Settings
 
 
 def session_settings(settings: Settings) -> dict[str, str]:

@@ -38,11 +38,11 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
+from memsvc.core.errors import ConcurrencyError, MemsvcError, SchemaError, StorageError
+from memsvc.core.settings import Settings
 from memsvc.db import replica_queries as q
 from memsvc.db.errors import connection_is_broken, translate_errors
 from memsvc.db.pool import create_pool, release
-from memsvc.errors import ConcurrencyError, MemsvcError, SchemaError, StorageError
-from memsvc.settings import Settings
 
 log = logging.getLogger(__name__)
 

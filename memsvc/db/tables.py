@@ -41,8 +41,8 @@ from sqlalchemy.dialects.postgresql import (
 from sqlalchemy.dialects.postgresql.base import ischema_names
 from sqlalchemy.types import UserDefinedType
 
+from memsvc.core.settings import Settings
 from memsvc.db.time_checks import add_range_checks
-from memsvc.settings import Settings
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -67,7 +67,7 @@ class XID8(UserDefinedType[Any]):
 ischema_names["xid8"] = XID8
 
 # The writing transaction's id, the change feed's ordering key (see
-# memsvc.repositories.change_queries).
+# memsvc.changes.queries).
 CURRENT_XID = "pg_current_xact_id()"
 
 

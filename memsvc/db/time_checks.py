@@ -1,7 +1,7 @@
 """CHECK constraints keeping stored times within what Python can read.
 
 Every time column memsvc reads back is constrained to the range of
-:mod:`memsvc.time_limits`, so a row written from elsewhere (an import, a
+:mod:`memsvc.core.time_limits`, so a row written from elsewhere (an import, a
 script, psql) cannot hold a time that makes reads meeting it fail. The
 LangGraph store's ``ttl_minutes``, which reads add to ``now()``, is bounded
 by the longest duration memsvc accepts. Revision 0024 adds the constraints
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from sqlalchemy import CheckConstraint, MetaData
 
-from memsvc.time_limits import MAX_DURATION_DAYS, in_range_sql
+from memsvc.core.time_limits import MAX_DURATION_DAYS, in_range_sql
 
 # The time columns of each table whose rows memsvc reads.
 TIME_COLUMNS: dict[str, tuple[str, ...]] = {

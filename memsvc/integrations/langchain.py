@@ -41,15 +41,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "memsvc.integrations.langchain needs langchain-core: pip install 'memsvc[langchain]'"
     ) from exc
 
+from memsvc.core.errors import NotFoundError, ValidationError
+from memsvc.core.models import Memory, SearchHit
+from memsvc.core.scope import Scope
+from memsvc.core.validation import validate_limit, validate_name, validate_scope
 from memsvc.db.errors import translate_errors
-from memsvc.errors import NotFoundError, ValidationError
 from memsvc.integrations.loop_bridge import async_service, run_blocking, run_on
-from memsvc.models import Memory, SearchHit
-from memsvc.repositories.memories import KEY_MAX_LENGTH, MAX_K
-from memsvc.scope import Scope
+from memsvc.memories.repository import KEY_MAX_LENGTH, MAX_K
 from memsvc.service import MemoryService
 from memsvc.sync import SyncMemoryService
-from memsvc.validation import validate_limit, validate_name, validate_scope
 
 T = TypeVar("T")
 

@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
-from memsvc.errors import MemsvcError, ValidationError
+from memsvc.core.errors import MemsvcError, ValidationError
 from memsvc.service import MemoryService
 from memsvc.sync import SyncMemoryService
 

@@ -50,13 +50,13 @@ from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetad
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
+from memsvc.core.errors import MemsvcError, NotFoundError, ValidationError
+from memsvc.core.models import Memory
+from memsvc.core.scope import Include, Scope
+from memsvc.core.settings import Settings
 from memsvc.embedding import embedder_from_spec
-from memsvc.errors import MemsvcError, NotFoundError, ValidationError
 from memsvc.integrations.loop_bridge import ServiceTypeError
-from memsvc.models import Memory
-from memsvc.scope import Include, Scope
 from memsvc.service import MemoryService
-from memsvc.settings import Settings
 from memsvc.working import WorkingMemory
 
 Transport = Literal["stdio", "streamable-http"]

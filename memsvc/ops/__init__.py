@@ -8,13 +8,13 @@ Apps reach them through ``svc.maintenance`` (:class:`Maintenance`); the
 from __future__ import annotations
 
 from memsvc.ops.doctor import Check, DoctorReport
-from memsvc.ops.export import ExportReport
 from memsvc.ops.gc import GcReport
-from memsvc.ops.legacy import LegacyReport
-from memsvc.ops.loader import LoadReport, Problem
 from memsvc.ops.maintenance import Maintenance
 from memsvc.ops.roles import roles_sql
 from memsvc.ops.stats import Stats
+from memsvc.transfer.export import ExportReport
+from memsvc.transfer.legacy import LegacyReport
+from memsvc.transfer.loader import LoadReport, Problem
 
 __all__ = [
     "Check",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Table
 
+from memsvc.core.settings import Settings
 from memsvc.db.tables import build_metadata
 from memsvc.ops.citus_queries import (
     ANCHOR_TABLE,
@@ -24,7 +25,6 @@ from memsvc.ops.citus_queries import (
     REFERENCE_TABLE,
     SEARCH_SETTINGS,
 )
-from memsvc.settings import Settings
 
 DISTRIBUTION_COLUMN = "tenant_id"
 # The table the others are co-located with: the largest, and the one most joined.

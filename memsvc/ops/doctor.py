@@ -50,27 +50,28 @@ from typing import Literal
 
 import asyncpg
 
+from memsvc.assemblies.repository import AssemblyRepository
+from memsvc.core.errors import MemsvcError
+from memsvc.core.settings import Settings
 from memsvc.db import migrate, replica_queries
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect
 from memsvc.db.replicas import freshness, primary_state, replica_name
 from memsvc.db.tables import OPCLASSES
-from memsvc.errors import MemsvcError
-from memsvc.ops import bulk_queries, doctor_times
+from memsvc.memories.asof_queries import SHOW_TRACKING
 from memsvc.ops import doctor_queries as q
-from memsvc.ops.bulk import (
+from memsvc.ops import doctor_times
+from memsvc.ops.doctor_feed import check_feed_epoch, check_feed_stall
+from memsvc.ops.reembed import migration_progress
+from memsvc.progress import NO_PROGRESS, ProgressReporter
+from memsvc.transfer import bulk_queries
+from memsvc.transfer.bulk import (
     ASSEMBLY_VECTOR_INDEX,
     MEMORY_VECTOR_INDEX,
     build_index,
     index_state,
     metadata_index_definition,
 )
-from memsvc.ops.doctor_feed import check_feed_epoch, check_feed_stall
-from memsvc.ops.reembed import migration_progress
-from memsvc.progress import NO_PROGRESS, ProgressReporter
-from memsvc.repositories.assemblies import AssemblyRepository
-from memsvc.repositories.memory_asof_queries import SHOW_TRACKING
-from memsvc.settings import Settings
 
 Status = Literal["ok", "warning", "problem", "repaired"]
 

@@ -4,11 +4,11 @@
   one the database lives in. After a restore into another cluster it is not
   (a warning: the feed's next read starts a new epoch, rewriting change
   keys while writes wait); ``repair`` starts the epoch now. See
-  :mod:`memsvc.repositories.change_epochs`.
+  :mod:`memsvc.changes.epochs`.
 - ``change feed``: no open transaction holds the feed back. One holding it
   for ``change_stall_report_s`` or longer is a problem when committed changes
   wait behind it (a warning while none do yet), named with its pid or
-  prepared transaction and the fix. See :mod:`memsvc.repositories.change_stalls`.
+  prepared transaction and the fix. See :mod:`memsvc.changes.stalls`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from memsvc.errors import MemsvcError
-from memsvc.repositories import change_queries
-from memsvc.repositories.change_epochs import FeedEpoch, current_epoch
-from memsvc.repositories.change_stalls import find_holder
-from memsvc.settings import Settings
+from memsvc.changes import queries as change_queries
+from memsvc.changes.epochs import FeedEpoch, current_epoch
+from memsvc.changes.stalls import find_holder
+from memsvc.core.errors import MemsvcError
+from memsvc.core.settings import Settings
 
 if TYPE_CHECKING:
     from memsvc.ops.doctor import DoctorReport

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from memsvc.core.time_limits import EARLIEST_SQL, LATEST_SQL, in_range_sql
 from memsvc.db.time_checks import TTL_MINUTES_SQL
-from memsvc.time_limits import EARLIEST_SQL, LATEST_SQL, in_range_sql
 
 PGVECTOR_VERSION = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
 PGVECTOR_AVAILABLE = "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
@@ -171,7 +171,7 @@ def commit_times_waiting(schema: str) -> str:
 
 # ------------------------------------------------------------ time ranges
 # Rows from before revision 0024's constraints (or written while one was
-# dropped) may hold times Python cannot read: see memsvc.time_limits.
+# dropped) may hold times Python cannot read: see memsvc.core.time_limits.
 
 _PRIOR_EXPIRY = "(prior->>'expires_at')::timestamptz"
 

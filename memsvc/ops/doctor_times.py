@@ -1,6 +1,6 @@
 """Doctor's ``time ranges`` check: stored times Python cannot read, and their repair.
 
-A time outside :mod:`memsvc.time_limits`' range makes every read meeting its
+A time outside :mod:`memsvc.core.time_limits`' range makes every read meeting its
 row fail. Revision 0024's CHECK constraints refuse new ones; rows written
 before them (when the constraint stayed ``NOT VALID``) are found here, per
 table and column, with one scan per table. The memories' history is checked
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncpg
 
+from memsvc.core.errors import MemsvcError
 from memsvc.db.time_checks import EXPIRY_COLUMNS, TIME_COLUMNS, range_constraints
-from memsvc.errors import MemsvcError
 from memsvc.ops import doctor_queries as q
 
 CHECK_NAME = "time ranges"

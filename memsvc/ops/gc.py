@@ -32,20 +32,20 @@ from typing import TypeVar
 
 import asyncpg
 
+from memsvc.changes import queries as feed_q
+from memsvc.changes.feed import START, Position
+from memsvc.checkpoints.repository import CheckpointRepository
+from memsvc.core.errors import ConcurrencyError, ValidationError
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
+from memsvc.core.time_limits import validate_duration
 from memsvc.db.errors import translate_errors
-from memsvc.errors import ConcurrencyError, ValidationError
+from memsvc.db.sql import Params, scope_condition
+from memsvc.langgraph_db import store_queries as store_q
+from memsvc.memories.asof_queries import SHOW_TRACKING
+from memsvc.memories.repository import MemoryRepository
 from memsvc.ops import gc_queries as q
 from memsvc.progress import NO_PROGRESS, ProgressReporter
-from memsvc.repositories import change_queries as feed_q
-from memsvc.repositories import langgraph_store_queries as store_q
-from memsvc.repositories.changes import START, Position
-from memsvc.repositories.checkpoints import CheckpointRepository
-from memsvc.repositories.memories import MemoryRepository
-from memsvc.repositories.memory_asof_queries import SHOW_TRACKING
-from memsvc.repositories.scope_sql import Params, scope_condition
-from memsvc.scope import Scope
-from memsvc.settings import Settings
-from memsvc.time_limits import validate_duration
 
 T = TypeVar("T")
 

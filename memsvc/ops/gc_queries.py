@@ -7,7 +7,7 @@ writer holds are left for the next run instead of blocking it.
 
 from __future__ import annotations
 
-from memsvc.repositories.memory_asof_queries import HORIZON_KEY as ASOF_HORIZON_KEY
+from memsvc.memories.asof_queries import HORIZON_KEY as ASOF_HORIZON_KEY
 
 SCOPE = "tenant_id, project_id, agent_id, session_id"
 

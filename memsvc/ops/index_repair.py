@@ -15,7 +15,7 @@ session is building right now is invalid too, and is left alone
 (``pg_stat_progress_create_index``), and nothing is done while another
 process holds the bulk-load lock (a bulk import or ``doctor --repair``
 rebuilding indexes: it will finish them). The build itself is
-:func:`memsvc.ops.bulk.build_index`: concurrent (reads and writes go on),
+:func:`memsvc.transfer.bulk.build_index`: concurrent (reads and writes go on),
 checked valid afterwards.
 """
 
@@ -28,19 +28,19 @@ from typing import Literal
 
 import asyncpg
 
+from memsvc.core.errors import MemsvcError
+from memsvc.core.settings import Settings
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect
 from memsvc.db.tables import build_metadata
-from memsvc.errors import MemsvcError
-from memsvc.ops import bulk_queries as q
-from memsvc.ops.bulk import (
+from memsvc.progress import NO_PROGRESS, ProgressReporter
+from memsvc.transfer import bulk_queries as q
+from memsvc.transfer.bulk import (
     ASSEMBLY_VECTOR_INDEX,
     MEMORY_VECTOR_INDEX,
     build_index,
     metadata_index_definition,
 )
-from memsvc.progress import NO_PROGRESS, ProgressReporter
-from memsvc.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -11,20 +11,15 @@ from typing import IO
 
 import asyncpg
 
+from memsvc.assemblies.repository import AssemblyRepository
+from memsvc.checkpoints.repository import CheckpointRepository
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder, embedder_from_spec
+from memsvc.memories.repository import MemoryRepository
 from memsvc.ops.doctor import Doctor, DoctorReport
-from memsvc.ops.export import (
-    ExportReport,
-    IndexMode,
-    count_export,
-    export_jsonl,
-    import_jsonl,
-    replacing,
-)
 from memsvc.ops.gc import DEFAULT_BATCH, GarbageCollector, GcReport
-from memsvc.ops.legacy import LegacyReport, import_legacy
-from memsvc.ops.loader import LoadReport
 from memsvc.ops.recall_audit import (
     DEFAULT_K,
     DEFAULT_SAMPLE,
@@ -36,12 +31,17 @@ from memsvc.ops.reembed import DEFAULT_BATCH as DEFAULT_REEMBED_BATCH
 from memsvc.ops.reembed import Reembedder, ReembedReport
 from memsvc.ops.stats import Stats, collect_stats
 from memsvc.progress import NO_PROGRESS, ProgressReporter
-from memsvc.repositories.assemblies import AssemblyRepository
-from memsvc.repositories.checkpoints import CheckpointRepository
-from memsvc.repositories.memories import MemoryRepository
-from memsvc.scope import Scope
-from memsvc.settings import Settings
 from memsvc.telemetry import count_gc, count_import, traced_operations
+from memsvc.transfer.export import (
+    ExportReport,
+    IndexMode,
+    count_export,
+    export_jsonl,
+    import_jsonl,
+    replacing,
+)
+from memsvc.transfer.legacy import LegacyReport, import_legacy
+from memsvc.transfer.loader import LoadReport
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,9 @@ class Maintenance:
         progress: ProgressReporter = NO_PROGRESS,
     ) -> ExportReport:
         """Write every memory, assembly and checkpoint of ``scope`` and below (all when None)
-        as JSONL, ending with a trailer (line count and checksum); see :mod:`memsvc.ops.export`.
+        as JSONL, ending with a trailer (line count and checksum).
+
+        See :mod:`memsvc.transfer.export`.
 
         Args:
             out: A path: the export is written to a temporary file beside it and
@@ -362,7 +364,7 @@ class Maintenance:
         strip_nul: bool = False,
         progress: ProgressReporter = NO_PROGRESS,
     ) -> LegacyReport:
-        """Import a file-based legacy store; see :mod:`memsvc.ops.legacy`.
+        """Import a file-based legacy store; see :mod:`memsvc.transfer.legacy`.
 
         ``progress`` is told the records read, and the index rebuild step.
         """

@@ -26,14 +26,14 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from memsvc.errors import ValidationError
-from memsvc.models import SearchHit, scope_from_row
+from memsvc.core.errors import ValidationError
+from memsvc.core.models import SearchHit, scope_from_row
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
+from memsvc.db.sql import Params, scope_condition
+from memsvc.memories.repository import MemoryRepository
 from memsvc.ops import recall_audit_queries as q
 from memsvc.progress import NO_PROGRESS, ProgressReporter
-from memsvc.repositories.memories import MemoryRepository
-from memsvc.repositories.scope_sql import Params, scope_condition
-from memsvc.scope import Scope
-from memsvc.settings import Settings
 
 DEFAULT_SAMPLE = 100
 DEFAULT_THRESHOLD = 0.9

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memsvc.repositories.memory_queries import NOT_EXPIRED
+from memsvc.memories.queries import NOT_EXPIRED
 
 
 def scope_sizes(schema: str) -> str:

@@ -23,7 +23,7 @@ a crash (the state is in the database, never in a worker):
 
 Searches read the old column until the switch and the new one after it;
 services opened with ``next_embedder`` follow (see
-:mod:`memsvc.repositories.embedding_space`).
+:mod:`memsvc.memories.embedding_space`).
 """
 
 from __future__ import annotations
@@ -37,20 +37,20 @@ from typing import Any
 
 import asyncpg
 
+from memsvc.assemblies import queries as assembly_queries
+from memsvc.core.errors import MemsvcError, SchemaError, ValidationError
+from memsvc.core.settings import Settings
+from memsvc.core.validation import validate_embedded
 from memsvc.db.codecs import register_codecs, vector_bytes
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, find_vector_schema
 from memsvc.db.tables import OPCLASSES, store_vector_bits_expression
 from memsvc.embedding import Embedder
-from memsvc.errors import MemsvcError, SchemaError, ValidationError
-from memsvc.ops import bulk_queries as bulk_q
+from memsvc.memories.embedding_space_queries import NEXT_INDEX
 from memsvc.ops import reembed_queries as q
-from memsvc.ops.bulk import build_index, index_state, metadata_index_definition
 from memsvc.progress import NO_PROGRESS, ProgressReporter
-from memsvc.repositories import assembly_queries
-from memsvc.repositories.embedding_space_queries import NEXT_INDEX
-from memsvc.settings import Settings
-from memsvc.validation import validate_embedded
+from memsvc.transfer import bulk_queries as bulk_q
+from memsvc.transfer.bulk import build_index, index_state, metadata_index_definition
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ dimension, known only when the migration starts.
 from __future__ import annotations
 
 from memsvc.db.partition_queries import name_partition_indexes
-from memsvc.repositories.embedding_space_queries import NEXT_COLUMN, NEXT_INDEX
+from memsvc.memories.embedding_space_queries import NEXT_COLUMN, NEXT_INDEX
 
 # Transaction-scoped advisory lock serialising the start and the switch of
 # migrations; session-scoped, it keeps two workers from building the index

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memsvc.core.scope import Scope
+from memsvc.erasure.eraser import ErasureReceipt
 from memsvc.ops.doctor import DoctorReport
-from memsvc.ops.erasure import ErasureReceipt
-from memsvc.ops.export import ExportReport
 from memsvc.ops.gc import GcReport
-from memsvc.ops.legacy import LegacyReport
-from memsvc.ops.loader import LoadReport
 from memsvc.ops.recall_audit import RecallReport
 from memsvc.ops.reembed import ReembedReport
 from memsvc.ops.stats import Stats
-from memsvc.scope import Scope
+from memsvc.transfer.export import ExportReport
+from memsvc.transfer.legacy import LegacyReport
+from memsvc.transfer.loader import LoadReport
 
 MAX_PROBLEMS_SHOWN = 200
 

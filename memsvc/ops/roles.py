@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from memsvc.errors import ValidationError
+from memsvc.core.errors import ValidationError
 from memsvc.ops.roles_queries import ROLE_SCRIPT
 
 DEFAULT_MIGRATION_ROLE = "memsvc_migrator"

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from memsvc.core.scope import validate_id
 from memsvc.db.errors import translate_errors
 from memsvc.ops import stats_queries as q
-from memsvc.scope import validate_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,11 +32,11 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
+from memsvc.core.settings import Settings
 from memsvc.db import migrate
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.embedding import HashingEmbedder
 from memsvc.service import MemoryService
-from memsvc.settings import Settings
 
 # pytest-asyncio's own decorator makes the async fixtures work in its strict
 # mode (tests marked @pytest.mark.asyncio) as well as in auto mode. Without

@@ -8,7 +8,7 @@ reported success while Redis kept them would be a lie. So every removal
 (``delete``, ``clear``, ``clear_scratchpad``, erasing sessions) first reaches
 Redis, pinging within a bound (:meth:`RedisStore.reach`), removes there, then
 here; if Redis does not answer it raises
-:class:`~memsvc.errors.RedisUnavailableError` and removes nothing.
+:class:`~memsvc.core.errors.RedisUnavailableError` and removes nothing.
 
 Results are this process's view (what the in-process store held), like
 every other call on the fallback; erasing sessions counts both stores. The
@@ -18,8 +18,8 @@ store never switches to Redis for reads and writes (see
 
 from __future__ import annotations
 
-from memsvc.scope import Scope
-from memsvc.settings import Settings
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.working.local_store import LocalStore
 from memsvc.working.redis_store import RedisStore
 

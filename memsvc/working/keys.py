@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from memsvc.scope import Scope
+from memsvc.core.scope import Scope
 
 NAMESPACE = "memsvc:wm:"
 

@@ -18,8 +18,8 @@ import time
 from collections import OrderedDict, deque
 from datetime import UTC, datetime
 
-from memsvc.scope import Scope
-from memsvc.settings import Settings
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.working.keys import in_scope
 from memsvc.working.store import SessionLimits, SessionSnapshot, SessionStats
 

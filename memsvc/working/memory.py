@@ -18,13 +18,13 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Protocol
 
-from memsvc.errors import NotFoundError, ValidationError, WorkingMemoryError
-from memsvc.models import Checkpoint, TaskState
-from memsvc.scope import Scope
-from memsvc.settings import Settings
+from memsvc.core.errors import NotFoundError, ValidationError, WorkingMemoryError
+from memsvc.core.models import Checkpoint, TaskState
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
+from memsvc.core.time_limits import MAX_DURATION_SECONDS
+from memsvc.core.validation import check_text, validate_ttl
 from memsvc.telemetry import traced_operations
-from memsvc.time_limits import MAX_DURATION_SECONDS
-from memsvc.validation import check_text, validate_ttl
 from memsvc.working.store import SessionLimits, SessionSnapshot, WorkingStore
 from memsvc.working.values import encode_scratchpad_entry, encode_value, validate_key
 

@@ -6,7 +6,7 @@ EXISTS, LRANGE, HGETALL) go straight to Redis.
 
 Failures are reported quickly and never retried: the connection pool uses the
 ``redis_timeout_s`` socket timeouts and no retry policy, so a dead server
-surfaces as :class:`~memsvc.errors.WorkingMemoryError` within about that
+surfaces as :class:`~memsvc.core.errors.WorkingMemoryError` within about that
 timeout instead of after redis-py's default multi-second backoff.
 """
 
@@ -26,9 +26,9 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from memsvc.errors import RedisUnavailableError, WorkingMemoryError
-from memsvc.scope import Scope
-from memsvc.settings import Settings
+from memsvc.core.errors import RedisUnavailableError, WorkingMemoryError
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.working import redis_scripts
 from memsvc.working.keys import scope_key_pattern, session_keys
 from memsvc.working.store import SessionLimits, SessionSnapshot, SessionStats

@@ -1,7 +1,7 @@
 """The storage interface behind :class:`~memsvc.working.WorkingMemory`, and its factory.
 
 A :class:`WorkingStore` holds many sessions, each addressed by its
-:class:`~memsvc.scope.Scope`. Every method is one atomic operation on one
+:class:`~memsvc.core.scope.Scope`. Every method is one atomic operation on one
 session: a single Lua script or MULTI on Redis, a single lock hold in
 :class:`~memsvc.working.local_store.LocalStore`. Values cross this interface as
 JSON text that :class:`WorkingMemory` has already validated; the stores never
@@ -17,11 +17,11 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from memsvc.errors import WorkingMemoryError
+from memsvc.core.errors import WorkingMemoryError
 
 if TYPE_CHECKING:
-    from memsvc.scope import Scope
-    from memsvc.settings import Settings
+    from memsvc.core.scope import Scope
+    from memsvc.core.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class SessionStats:
 class WorkingStore(Protocol):
     """Session-scoped, atomic storage for working memory.
 
-    Every method raises :class:`~memsvc.errors.WorkingMemoryError` when the
+    Every method raises :class:`~memsvc.core.errors.WorkingMemoryError` when the
     backend fails; a backend's own exceptions never escape.
     """
 
@@ -176,7 +176,7 @@ class WorkingStore(Protocol):
 
         For operations that must reach the real store (erasure): Redis is
         pinged within a bound. Raises
-        :class:`~memsvc.errors.RedisUnavailableError` when it does not answer.
+        :class:`~memsvc.core.errors.RedisUnavailableError` when it does not answer.
         """
         ...
 
@@ -197,7 +197,7 @@ async def open_working_store(settings: Settings) -> tuple[WorkingStore, bool]:
     :class:`~memsvc.working.fallback_store.FallbackStore` is returned
     (``using_fallback=True``; its removals still reach Redis or fail, see
     there) -- unless ``working_memory_require_redis`` is set,
-    in which case :class:`~memsvc.errors.WorkingMemoryError` is raised. The
+    in which case :class:`~memsvc.core.errors.WorkingMemoryError` is raised. The
     choice is made once: a Redis that dies later makes calls fail, it never
     switches stores silently.
 

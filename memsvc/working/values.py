@@ -1,6 +1,6 @@
 """Checks and JSON encoding of what callers put in working memory.
 
-The rules are those of :mod:`memsvc.validation` (no NaN/infinity, NUL bytes,
+The rules are those of :mod:`memsvc.core.validation` (no NaN/infinity, NUL bytes,
 lone surrogates or non-string keys; a size limit), with fast paths for the
 common valid value, since ``WorkingMemory.set`` is a hot path.
 """
@@ -12,8 +12,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
-from memsvc.errors import ValidationError
-from memsvc.validation import check_text, encode_json
+from memsvc.core.errors import ValidationError
+from memsvc.core.validation import check_text, encode_json
 
 MAX_KEY_LENGTH = 255
 
@@ -53,7 +53,7 @@ def _needs_full_check(value: Any, depth: int = 0) -> bool:
     """True if ``value`` holds what the C encoder accepts but memsvc refuses.
 
     That is non-string dict keys (the encoder stringifies them) and nesting
-    deeper than :func:`memsvc.validation.encode_json` allows.
+    deeper than :func:`memsvc.core.validation.encode_json` allows.
     """
     if depth >= _MAX_DEPTH:
         return True
@@ -72,7 +72,7 @@ def _needs_full_check(value: Any, depth: int = 0) -> bool:
 
 
 def encode_value(field: str, value: object, max_bytes: int) -> str:
-    """Validate and encode a JSON value, like :func:`memsvc.validation.encode_json`.
+    """Validate and encode a JSON value, like :func:`memsvc.core.validation.encode_json`.
 
     Same rules (no NaN/infinity, NUL, lone surrogates, non-string keys; at most
     ``max_bytes``), with a fast path for the common valid value: encode once

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from memsvc import Change, MemoryService, Scope, Settings, ValidationError
-from memsvc.repositories.change_signal import CHANNEL, NOTIFY_INTERVAL_S
+from memsvc.changes.signal import CHANNEL, NOTIFY_INTERVAL_S
 from memsvc.sync import SyncMemoryService
 from memsvc.testing.postgres import (
     MigratedTemplate,

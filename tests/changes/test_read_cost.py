@@ -10,8 +10,8 @@ import asyncpg
 import pytest
 
 from memsvc import MemoryService, Scope
-from memsvc.repositories import change_queries as q
-from memsvc.repositories.changes import Position, read_arguments, read_statement
+from memsvc.changes import queries as q
+from memsvc.changes.feed import Position, read_arguments, read_statement
 
 HISTORY_BATCHES = 8
 BATCH = 250

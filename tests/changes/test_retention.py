@@ -99,7 +99,7 @@ async def test_as_of_reads_refuse_moments_whose_history_retention_removed(
 async def test_the_first_gc_run_locks_the_horizon_row_it_creates(settings: Settings) -> None:
     """gc runs raise the horizon one at a time: even the first, which creates its row,
     holds the row's lock (a SELECT cannot lock a row its own statement inserts)."""
-    from memsvc.repositories import change_queries as feed_q
+    from memsvc.changes import queries as feed_q
 
     async with MemoryService.open(settings) as svc:
         schema = settings.db_schema

@@ -131,7 +131,7 @@ async def test_a_feed_held_back_by_its_own_database_reports_who_and_the_fix(
         async with open_transaction(quick.database_url) as blocker:
             pid = blocker.get_server_pid()
             held = await svc.memories.add(scope, "committed behind the open transaction")
-            with caplog.at_level(logging.WARNING, logger="memsvc.repositories.changes"):
+            with caplog.at_level(logging.WARNING, logger="memsvc.changes.feed"):
                 consumer = asyncio.create_task(take(svc.changes(), 1, guard=GUARD_S))
                 await asyncio.sleep(REPORT_AFTER_S * 4)
                 assert not consumer.done()  # it may write before the change: it holds it back

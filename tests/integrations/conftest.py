@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from memsvc.settings import Settings
+from memsvc.core.settings import Settings
 from memsvc.testing.postgres import MigratedTemplate, TestPostgres
 
 T = TypeVar("T")

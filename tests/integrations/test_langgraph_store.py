@@ -15,7 +15,7 @@ from langgraph.store.base import PutOp, SearchOp
 from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.embedding import HashingEmbedder
 from memsvc.integrations.langgraph import MemsvcStore
-from memsvc.repositories.langgraph_store import LangGraphStoreRepository
+from memsvc.langgraph_db.store import LangGraphStoreRepository
 from memsvc.sync import SyncMemoryService
 from memsvc.testing.postgres import settings_for_tests
 from tests.test_row_level_security import rls_database  # noqa: F401 (a fixture)

@@ -51,7 +51,7 @@ from memsvc import MemoryService
 from memsvc.db import migrate
 from memsvc.embedding import HashingEmbedder
 from memsvc.integrations.langgraph import MemsvcStore
-from memsvc.repositories import langgraph_store_queries as store_queries
+from memsvc.langgraph_db import store_queries as store_queries
 from memsvc.testing.postgres import TestPostgres, settings_for_tests
 
 DIMS = 16

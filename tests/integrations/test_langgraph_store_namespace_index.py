@@ -21,9 +21,9 @@ from langgraph.store.base import PutOp
 
 from memsvc import MemoryService, Scope
 from memsvc.integrations.langgraph import MemsvcStore
-from memsvc.repositories import langgraph_store
-from memsvc.repositories import langgraph_store_queries as q
-from memsvc.repositories.langgraph_store import LangGraphStoreRepository
+from memsvc.langgraph_db import store as langgraph_store
+from memsvc.langgraph_db import store_queries as q
+from memsvc.langgraph_db.store import LangGraphStoreRepository
 from tests.integrations.test_langgraph_store_search import embed_function, exact
 
 BIG = 700

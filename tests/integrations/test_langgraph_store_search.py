@@ -20,9 +20,9 @@ from langgraph.store.base import PutOp
 
 from memsvc import MemoryService
 from memsvc.integrations.langgraph import MemsvcStore
-from memsvc.repositories import langgraph_store
-from memsvc.repositories.langgraph_store import LangGraphStoreRepository
-from memsvc.repositories.langgraph_store_queries import EXACT_UP_TO
+from memsvc.langgraph_db import store as langgraph_store
+from memsvc.langgraph_db.store import LangGraphStoreRepository
+from memsvc.langgraph_db.store_queries import EXACT_UP_TO
 
 MID = EXACT_UP_TO + 100
 

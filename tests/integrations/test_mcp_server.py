@@ -27,8 +27,8 @@ from mcp.types import CallToolResult, TextContent
 
 from memsvc import MemoryService, Scope, Settings
 from memsvc.cli import main
+from memsvc.core.errors import ValidationError
 from memsvc.embedding import HashingEmbedder, embedder_from_spec
-from memsvc.errors import ValidationError
 from memsvc.integrations.mcp import create_server
 from memsvc.sync import SyncMemoryService
 

@@ -10,8 +10,8 @@ import asyncpg
 import pytest
 
 from memsvc import MemoryService
-from memsvc.ops import bulk
-from memsvc.ops.bulk import MEMORY_VECTOR_INDEX
+from memsvc.transfer import bulk
+from memsvc.transfer.bulk import MEMORY_VECTOR_INDEX
 
 from .conftest import Cli
 

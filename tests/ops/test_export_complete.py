@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from memsvc import MemoryService, Scope
-from memsvc.errors import ValidationError
-from memsvc.ops import records
+from memsvc.core.errors import ValidationError
+from memsvc.transfer import records
 
 from .conftest import Cli
 
@@ -42,7 +42,7 @@ class Interrupted(Exception):
 def test_the_trailer_counts_and_hashes_every_line_before_it(tmp_path: Path) -> None:
     """The format, checked independently of memsvc's reader: sha256 of the bytes before it."""
     out = io.BytesIO()
-    from memsvc.ops.export_trailer import LineSink
+    from memsvc.transfer.trailer import LineSink
 
     sink = LineSink(out)
     sink.write_lines(['{"type":"header"}', '{"a":"\u00e9"}'])

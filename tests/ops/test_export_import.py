@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from memsvc import HashingEmbedder, MemoryService, Scope
-from memsvc.ops.bulk import MEMORY_VECTOR_INDEX
+from memsvc.transfer.bulk import MEMORY_VECTOR_INDEX
 
 from .conftest import Cli
 
@@ -190,7 +190,7 @@ async def test_import_into_a_populated_store_copies_new_rows_and_stages_collisio
     # New ids, one holding content already stored in the scope: the batch is
     # copied, refused by the unique index, and staged, which names the row.
     clash = write("clash.jsonl", {6: "new 6", 7: "already here", 8: "new 8"})
-    with caplog.at_level(logging.INFO, logger="memsvc.ops.loader"):
+    with caplog.at_level(logging.INFO, logger="memsvc.transfer.loader"):
         second = await service.maintenance.import_file(
             clash, index_mode="keep", allow_truncated=True
         )

@@ -17,8 +17,8 @@ import asyncpg
 import pytest
 
 from memsvc import MemoryService, Scope
-from memsvc.ops.bulk import ASSEMBLY_VECTOR_INDEX, MEMORY_VECTOR_INDEX
 from memsvc.testing.postgres import settings_for_tests
+from memsvc.transfer.bulk import ASSEMBLY_VECTOR_INDEX, MEMORY_VECTOR_INDEX
 
 from .conftest import Cli, open_service
 

@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from memsvc import MemoryService, Scope
-from memsvc.ops.records import derived_id
+from memsvc.transfer.records import derived_id
 
 from .conftest import FIXTURES, Cli
 

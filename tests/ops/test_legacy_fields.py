@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 
 from memsvc import MemoryService, Scope
-from memsvc.ops.records import derived_id
+from memsvc.transfer.records import derived_id
 
 from .conftest import Cli
 

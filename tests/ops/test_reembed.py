@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from memsvc import MemoryService, Scope, ValidationError
+from memsvc.core.errors import SchemaError
 from memsvc.embedding import HashingEmbedder
-from memsvc.errors import SchemaError
 from memsvc.ops.reembed import Reembedder
 from memsvc.testing.postgres import settings_for_tests
 

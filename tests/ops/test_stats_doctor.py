@@ -9,10 +9,10 @@ import asyncpg
 import pytest
 
 from memsvc import MemoryService, Scope
+from memsvc.core.time_limits import LATEST
 from memsvc.db import migrate
-from memsvc.ops.bulk import ASSEMBLY_VECTOR_INDEX
 from memsvc.testing.postgres import TestPostgres
-from memsvc.time_limits import LATEST
+from memsvc.transfer.bulk import ASSEMBLY_VECTOR_INDEX
 
 from .conftest import Cli, run_cli
 

@@ -29,9 +29,9 @@ import asyncpg
 import psutil
 import pytest
 
+from memsvc.core.settings import Settings
 from memsvc.db import migrate
 from memsvc.db.embedded import running_postmaster_pid
-from memsvc.settings import Settings
 from memsvc.testing.postgres import TestPostgres
 
 _START_SCRIPT = (

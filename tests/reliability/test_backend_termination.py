@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from memsvc import ConcurrencyError, Scope, StorageError
-from memsvc.ids import new_id
+from memsvc.core.ids import new_id
 from tests.reliability.checks import (
     WriteLedger,
     assert_every_row_has_its_created_event,

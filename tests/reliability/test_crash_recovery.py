@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from memsvc import ConcurrencyError, MemoryService, Scope, StorageError
+from memsvc.core.ids import new_id
 from memsvc.db.embedded import EmbeddedPostgres, running_postmaster_pid
 from memsvc.embedding import HashingEmbedder
-from memsvc.ids import new_id
 from memsvc.testing.postgres import settings_for_tests
 from tests.reliability.checks import (
     WriteLedger,

@@ -22,7 +22,7 @@ import asyncpg
 import pytest
 
 from memsvc import MemoryService, Scope, StorageError
-from memsvc.ids import new_id
+from memsvc.core.ids import new_id
 from memsvc.testing.postgres import MigratedTemplate, TestPostgres, settings_for_tests
 from tests.reliability.checks import assert_every_row_has_its_created_event
 from tests.reliability.conftest import bounded

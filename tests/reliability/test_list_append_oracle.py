@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from memsvc import ConcurrencyError, MemoryService, Scope, Settings, StorageError, ValidationError
-from memsvc.ids import new_id
+from memsvc.core.ids import new_id
 from memsvc.working import LocalStore, WorkingMemory, WorkingStore, open_working_store
 from tests.reliability.conftest import bounded
 from tests.reliability.list_append import History, check

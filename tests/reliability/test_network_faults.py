@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from memsvc import MemoryService, Scope, Settings, StorageError, WorkingMemoryError
+from memsvc.core.ids import new_id
 from memsvc.embedding import HashingEmbedder
-from memsvc.ids import new_id
 from memsvc.testing.postgres import settings_for_tests
 from memsvc.testing.redis import RedisServer
 from memsvc.working import WorkingMemory, open_working_store

@@ -242,7 +242,7 @@ def _equals(metadata: dict[str, Any], key: str, value: Any) -> bool:
 
 
 def _matches(metadata: dict[str, Any], where: dict[str, Any]) -> bool:
-    """The filter semantics of memsvc.repositories.filters' docstring, in Python."""
+    """The filter semantics of memsvc.memories.filters' docstring, in Python."""
     for key, cond in where.items():
         is_ops = isinstance(cond, dict) and any(
             isinstance(op, str) and op.startswith("$") for op in cond

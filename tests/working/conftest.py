@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import redis.asyncio as redis_asyncio
 
-from memsvc.errors import NotFoundError
-from memsvc.models import Checkpoint
-from memsvc.scope import Scope
-from memsvc.settings import Settings
+from memsvc.core.errors import NotFoundError
+from memsvc.core.models import Checkpoint
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.testing.redis import RedisCluster
 from memsvc.working import LocalStore, RedisStore, WorkingMemory, WorkingStore
 
@@ -30,7 +30,7 @@ SESSION = Scope(tenant="acme", project="bridge", agent="planner", session="s-42"
 
 
 class InMemoryCheckpointRepository:
-    """Test double of ``memsvc.repositories.checkpoints.CheckpointRepository``.
+    """Test double of ``memsvc.checkpoints.repository.CheckpointRepository``.
 
     Data goes through JSON text, as it would through a jsonb column, so a
     checkpoint that only survives in Python objects would fail here too.

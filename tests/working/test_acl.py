@@ -7,9 +7,9 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio
 
-from memsvc.errors import WorkingMemoryError
-from memsvc.scope import Scope
-from memsvc.settings import Settings
+from memsvc.core.errors import WorkingMemoryError
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.testing.redis import RedisServer
 from memsvc.working import RedisStore, WorkingMemory
 from memsvc.working.keys import session_keys, tenant_key_pattern

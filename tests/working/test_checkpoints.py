@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from memsvc.errors import NotFoundError, WorkingMemoryError
-from memsvc.models import TaskState
-from memsvc.settings import Settings
+from memsvc.core.errors import NotFoundError, WorkingMemoryError
+from memsvc.core.models import TaskState
+from memsvc.core.settings import Settings
 from memsvc.testing.redis import RedisServer
 from memsvc.working import LocalStore, RedisStore, WorkingMemory
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from memsvc.models import TaskState
-from memsvc.settings import Settings
+from memsvc.core.models import TaskState
+from memsvc.core.settings import Settings
 from memsvc.working import LocalStore, WorkingMemory
 
 from .conftest import SESSION, MemoryFactory

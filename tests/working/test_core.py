@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from redis.asyncio.cluster import RedisCluster as ClusterClient
 
-from memsvc.models import TaskState
-from memsvc.scope import Scope
-from memsvc.settings import Settings
+from memsvc.core.models import TaskState
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.testing.redis import RedisCluster
 from memsvc.working import RedisStore, WorkingMemory, open_working_store
 

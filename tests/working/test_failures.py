@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from memsvc.errors import RedisUnavailableError, WorkingMemoryError
-from memsvc.models import TaskState
-from memsvc.settings import Settings
+from memsvc.core.errors import RedisUnavailableError, WorkingMemoryError
+from memsvc.core.models import TaskState
+from memsvc.core.settings import Settings
 from memsvc.testing.redis import RedisServer
 from memsvc.working import LocalStore, RedisStore, WorkingMemory, open_working_store
 

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from memsvc.models import TaskState
-from memsvc.scope import Scope
-from memsvc.settings import Settings
+from memsvc.core.models import TaskState
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.working import RedisStore, WorkingMemory
 from memsvc.working.keys import parse_key
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from memsvc.scope import Scope
+from memsvc.core.scope import Scope
 from memsvc.working.keys import decode_scope, encode_scope, parse_key, session_keys
 
 # Printable ids, biased towards the characters the encoding must handle.

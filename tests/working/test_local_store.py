@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from memsvc.scope import Scope
-from memsvc.settings import Settings
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.working import LocalStore, WorkingMemory
 
 

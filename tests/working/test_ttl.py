@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from memsvc.models import TaskState
+from memsvc.core.models import TaskState
 
 from .conftest import MemoryFactory
 

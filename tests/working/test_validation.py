@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from memsvc.errors import ValidationError
-from memsvc.models import TaskState
-from memsvc.scope import Scope
-from memsvc.settings import Settings
-from memsvc.time_limits import MAX_DURATION
+from memsvc.core.errors import ValidationError
+from memsvc.core.models import TaskState
+from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
+from memsvc.core.time_limits import MAX_DURATION
 from memsvc.working import LocalStore, WorkingMemory
 
 from .conftest import MemoryFactory

@@ -35,13 +35,13 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from memsvc.errors import ValidationError
+from memsvc.core.errors import ValidationError
+from memsvc.core.scope import validate_id
+from memsvc.core.validation import check_text
 from memsvc.integrations.loop_bridge import async_service, on_service_loop, run_blocking
-from memsvc.repositories.langgraph_checkpoints import LangGraphCheckpointRepository
-from memsvc.scope import validate_id
+from memsvc.langgraph_db.checkpoints import LangGraphCheckpointRepository
 from memsvc.service import MemoryService
 from memsvc.sync import SyncMemoryService
-from memsvc.validation import check_text
 
 T = TypeVar("T")
 

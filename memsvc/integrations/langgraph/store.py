@@ -34,25 +34,25 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-from memsvc.errors import ValidationError
+from memsvc.core.errors import ValidationError
+from memsvc.core.scope import validate_id
+from memsvc.core.time_limits import validate_duration
+from memsvc.core.validation import encode_json
 from memsvc.integrations.loop_bridge import (
     async_service,
     on_service_loop,
     run_blocking,
     running_loop,
 )
-from memsvc.repositories.langgraph_store import (
+from memsvc.langgraph_db.store import (
     Condition,
     FieldVector,
     ItemWrite,
     LangGraphStoreRepository,
     StoreRow,
 )
-from memsvc.scope import validate_id
 from memsvc.service import MemoryService
 from memsvc.sync import SyncMemoryService
-from memsvc.time_limits import validate_duration
-from memsvc.validation import encode_json
 
 log = logging.getLogger(__name__)
 

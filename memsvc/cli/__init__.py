@@ -1,0 +1,8 @@
+"""The ``memsvc`` command line.
+
+May import: anything in memsvc (it is the top).
+"""
+
+from memsvc.cli.commands import main
+
+__all__ = ["main"]

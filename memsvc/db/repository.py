@@ -1,0 +1,373 @@
+"""What every repository shares: connections, transactions, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import asyncpg
+
+from memsvc.core.errors import (
+    ConcurrencyError,
+    ConflictError,
+    MemsvcError,
+    NotFoundError,
+    StorageError,
+    ValidationError,
+)
+from memsvc.core.settings import Settings
+from memsvc.db.errors import DRIVER_ERRORS, connection_is_broken, translate, translate_errors
+from memsvc.db.pool import release, take_idle, unproxied
+from memsvc.db.replicas import ReadRouter
+from memsvc.db.tenancy import SET_TENANT, current_tenant
+from memsvc.telemetry import waiting_for_connection
+
+T = TypeVar("T")
+
+MAX_ATTEMPTS = 5
+# Serialization failure and deadlock: the transaction can simply run again.
+RETRY_SQLSTATES = frozenset({"40001", "40P01"})
+
+
+class Repository:
+    """Base of the repositories: runs statements on a pooled or caller-owned connection.
+
+    Every public method takes an optional ``conn``: an asyncpg connection the
+    caller owns, usually inside the caller's own transaction, so an app can
+    write a memory and its own rows atomically. Repositories never commit or
+    roll back a caller's transaction; they use a savepoint when they need
+    atomicity inside it.
+
+    With a :class:`~memsvc.db.replicas.ReadRouter` (``reads``), reads made
+    through :meth:`_read` without a caller's connection may run on a replica,
+    and every block on a pooled connection that may write records the WAL
+    position it reached, for read-your-writes.
+    """
+
+    # Called after a write method returns (see memsvc.changes.signal).
+    _change_listener: Callable[[], None] | None = None
+
+    def __init__(
+        self, pool: asyncpg.Pool, settings: Settings, *, reads: ReadRouter | None = None
+    ) -> None:
+        self._pool = pool
+        self._settings = settings
+        self._schema = settings.db_schema
+        self._reads = reads
+
+    @asynccontextmanager
+    async def _connection(
+        self, conn: asyncpg.Connection | None = None, *, writes: bool = True
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """The caller's connection, or one from the pool for the block's duration.
+
+        With row-level security on, the block runs in a transaction that
+        starts by setting the tenant (see :mod:`memsvc.db.tenancy`).
+        ``writes=False`` promises the block only reads (its WAL position
+        need not be recorded).
+        """
+        if self._settings.row_level_security:
+            async with self._transaction(conn, writes=writes) as active:
+                yield active
+            return
+        if conn is not None:
+            with translate_errors():
+                yield conn
+            return
+        with translate_errors():
+            async with self._pooled(writes=writes) as pooled:
+                yield pooled
+
+    @asynccontextmanager
+    async def _pooled(self, *, writes: bool = True) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection for the block; closed instead of pooled if it broke.
+
+        After a block that may have written (and committed: a transaction
+        opened on the connection inside the block has ended by now), the WAL
+        position is recorded when read-your-writes needs it.
+        """
+        track = writes and self._reads is not None and self._reads.tracks_writes
+        pooled = await self._acquire()
+        try:
+            yield pooled
+            if track:
+                assert self._reads is not None
+                await self._reads.after_write(pooled)
+        except BaseException as exc:
+            if track:
+                assert self._reads is not None
+                self._reads.wrote_elsewhere()
+            if connection_is_broken(exc):
+                pooled.terminate()
+            raise
+        else:
+            # memsvc's statements leave no session state, so the pool may
+            # skip its reset for this connection.
+            pooled.mark_clean()
+        finally:
+            await release(self._pool, pooled)
+
+    async def _on_pooled(self, statement: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """``statement`` on a pooled connection: what ``_pooled(writes=False)`` does for a read.
+
+        Written out rather than nested context managers: a read is most of
+        what a search costs on the client, and each layer costs a generator.
+        """
+        # translate_errors() written out too: a generator-based context
+        # manager costs about as much as the rest of this function.
+        try:
+            # _acquire() written out: its coroutine only when the pool is busy.
+            pooled = take_idle(self._pool)
+            if pooled is None:
+                pooled = await self._wait_for_connection()
+            try:
+                result = await statement(unproxied(pooled))
+            except BaseException as exc:
+                if connection_is_broken(exc):
+                    pooled.terminate()
+                raise
+            else:
+                pooled.mark_clean()
+            finally:
+                await release(self._pool, pooled)
+        except MemsvcError:
+            raise
+        except DRIVER_ERRORS as exc:
+            raise translate(exc) from exc
+        return result
+
+    async def _acquire(self) -> Any:
+        """A pooled connection, waited for at most ``command_timeout_s``.
+
+        An idle connection is taken at once (:func:`memsvc.db.pool.take_idle`),
+        so the deadline (a timer scheduled and cancelled per call, a
+        measurable share of a single add) is only set up when the pool is busy.
+        """
+        taken = take_idle(self._pool)
+        if taken is not None:
+            return taken
+        return await self._wait_for_connection()
+
+    async def _wait_for_connection(self) -> Any:
+        """A connection from a busy pool, within ``command_timeout_s``.
+
+        ``asyncio.timeout`` rather than ``acquire(timeout=)``: the latter wraps
+        every acquire in ``wait_for``, a new task per call.
+        """
+        with waiting_for_connection(self._pool):
+            async with asyncio.timeout(self._settings.command_timeout_s):
+                return await self._pool.acquire()
+
+    @asynccontextmanager
+    async def _transaction(
+        self, conn: asyncpg.Connection | None = None, *, writes: bool = True
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """A transaction (or a savepoint inside the caller's transaction)."""
+        with translate_errors():
+            if conn is not None:
+                async with conn.transaction():
+                    await self._set_tenant(conn)
+                    yield conn
+                return
+            async with self._pooled(writes=writes) as pooled, pooled.transaction():
+                await self._set_tenant(pooled)
+                yield pooled
+
+    async def _set_tenant(self, conn: asyncpg.Connection) -> None:
+        if not self._settings.row_level_security:
+            return
+        tenant = current_tenant.get()
+        if tenant is None:
+            raise ValidationError(
+                "tenant", "row_level_security is on: pass the scope or tenant= of the rows"
+            )
+        await conn.execute(SET_TENANT, tenant)
+
+    async def _read(
+        self,
+        conn: asyncpg.Connection | None,
+        statement: Callable[[asyncpg.Connection], Awaitable[T]],
+        *,
+        routed: bool = True,
+    ) -> T:
+        """Run a read; on a pooled connection found broken, once more on another.
+
+        Without a caller's connection it may run on a replica (see
+        :mod:`memsvc.db.replicas`); the primary serves it whenever no replica
+        can. ``routed=False`` keeps it on the primary: reads a write is about
+        to act on must not wait for a replica to replay the previous write.
+        """
+        pooled = conn is None and not self._settings.row_level_security
+        attempt: Callable[[], Awaitable[T]]
+        if pooled:
+            attempt = functools.partial(self._on_pooled, statement)
+        else:
+
+            async def attempt() -> T:
+                async with self._connection(conn, writes=False) as active:
+                    return await statement(active)
+
+        if routed and conn is None and self._reads is not None and self._reads.has_replicas:
+            return await self._reads.run(
+                self._scoped(statement),
+                lambda: self._retrying(attempt, owns_transaction=True, idempotent=True),
+            )
+        if pooled:
+            # The commonest read: its first attempt without _retrying's
+            # coroutine (a small search's client work is a few such layers).
+            try:
+                return await self._on_pooled(statement)
+            except (ConcurrencyError, StorageError) as exc:
+                if not await self._should_retry(exc, 1, owns_transaction=True, idempotent=True):
+                    raise
+            return await self._retrying(
+                attempt, owns_transaction=True, idempotent=True, first_attempt=2
+            )
+        return await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
+
+    def _scoped(
+        self, statement: Callable[[asyncpg.Connection], Awaitable[T]]
+    ) -> Callable[[asyncpg.Connection], Awaitable[T]]:
+        """``statement`` as it must run on a bare connection (with the tenant set under RLS)."""
+        if not self._settings.row_level_security:
+            return statement
+
+        async def in_tenant(active: asyncpg.Connection) -> T:
+            async with active.transaction():
+                await self._set_tenant(active)
+                return await statement(active)
+
+        return in_tenant
+
+    def _run_search(
+        self, conn: asyncpg.Connection, sql: str, values: list[object]
+    ) -> Awaitable[list[Any]]:
+        """Run a vector search statement with memsvc's HNSW settings in force.
+
+        Normally they are the connection's startup settings (no round trip),
+        and the fetch is returned as it is, without a coroutine around it.
+        Behind pgbouncer those are not ours, so they are set for one
+        transaction only.
+        """
+        if not self._settings.pgbouncer:
+            fetched: Awaitable[list[Any]] = conn.fetch(sql, *values)
+            return fetched
+        return self._run_search_in_transaction(conn, sql, values)
+
+    async def _run_search_in_transaction(
+        self, conn: asyncpg.Connection, sql: str, values: list[object]
+    ) -> list[Any]:
+        async with conn.transaction():
+            await conn.execute(
+                f"SET LOCAL hnsw.ef_search = {int(self._settings.hnsw_ef_search)};"
+                " SET LOCAL hnsw.iterative_scan = relaxed_order;"
+                f" SET LOCAL hnsw.max_scan_tuples = {int(self._settings.hnsw_max_scan_tuples)}"
+            )
+            rows: list[Any] = await conn.fetch(sql, *values)
+        return rows
+
+    @staticmethod
+    def _by_id(row_id: object, tenant: str | None) -> tuple[str | None, list[object]]:
+        """Arguments of a statement selecting by id (``$1``), optionally within a tenant.
+
+        Returns the tenant's placeholder (``"$2"``, or None for no filter) and
+        the argument list.
+        """
+        return (None, [row_id]) if tenant is None else ("$2", [row_id, tenant])
+
+    @staticmethod
+    def _exactly_one(found: int, what: str) -> None:
+        """Refuse a lookup by id that matched no row, or rows in several tenants."""
+        if found == 0:
+            raise NotFoundError(f"{what} not found")
+        if found > 1:
+            raise ConflictError(f"{what} exists in several tenants; pass tenant=")
+
+    @staticmethod
+    def _versioned_outcome(row: Any, what: str, expected_version: int | None) -> Any:
+        """Check the row a version-guarded update statement returned.
+
+        Such statements report how many rows matched the id (``found``), the
+        version they held (``prior_version``), and the updated row's columns
+        (``id`` is NULL when the expected version did not match).
+        """
+        Repository._exactly_one(0 if row is None else row["found"], what)
+        if row["id"] is None:
+            raise ConflictError(
+                f"{what} is at version {row['prior_version']}, not the expected {expected_version}"
+            )
+        return row
+
+    async def _delete_one(
+        self, sql: str, args: list[object], what: str, conn: asyncpg.Connection | None
+    ) -> bool:
+        """Run a delete-by-id statement (``RETURNING`` the deleted rows); True if one went."""
+
+        async def attempt() -> bool:
+            async with self._transaction(conn) as active:
+                rows = await active.fetch(sql, *args)
+                if rows:
+                    self._exactly_one(len(rows), what)
+            return bool(rows)
+
+        return await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def _retrying(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        owns_transaction: bool,
+        *,
+        idempotent: bool = False,
+        first_attempt: int = 1,
+    ) -> T:
+        """Run ``attempt``, retrying what a retry can fix (see :meth:`_should_retry`).
+
+        ``first_attempt``: the number of this first attempt, when a caller
+        made the ones before it.
+        """
+        assert 1 <= first_attempt <= MAX_ATTEMPTS
+        for number in range(first_attempt, MAX_ATTEMPTS + 1):
+            try:
+                return await attempt()
+            except (ConcurrencyError, StorageError) as exc:
+                if not await self._should_retry(exc, number, owns_transaction, idempotent):
+                    raise
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    async def _should_retry(
+        exc: ConcurrencyError | StorageError, attempt: int, owns_transaction: bool, idempotent: bool
+    ) -> bool:
+        """Whether attempt number ``attempt``, failed with ``exc``, gets another (after a pause).
+
+        Only where memsvc owns the transaction (inside a caller's transaction
+        the whole transaction is doomed, so the error goes to the caller):
+
+        - serialization failures and deadlocks, with capped, jittered backoff;
+        - a pooled connection found broken before anything was sent (its
+          backend was terminated while it sat idle in the pool);
+        - for ``idempotent`` calls (reads), any broken connection.
+
+        Lock timeouts are not retried: they already used the time budget.
+        """
+        if not owns_transaction or attempt >= MAX_ATTEMPTS:
+            return False
+        if isinstance(exc, ConcurrencyError):
+            if getattr(exc.__cause__, "sqlstate", None) not in RETRY_SQLSTATES:
+                return False
+            await asyncio.sleep(min(0.5, 0.01 * 2**attempt) * random.random())
+            return True
+        unsent = isinstance(exc.__cause__, asyncpg.InternalClientError)
+        # A statement prepared before a schema change (the switch of an
+        # embedding-model migration) ran in a transaction, so the driver
+        # could not re-prepare it: the whole attempt can.
+        unsent = unsent or isinstance(exc.__cause__, asyncpg.InvalidCachedStatementError)
+        # A timeout used the call's deadline up: it is reported, not retried.
+        timed_out = isinstance(exc.__cause__, TimeoutError)
+        broken = idempotent and connection_is_broken(exc) and not timed_out
+        # The broken connection was closed; the next attempt gets another.
+        return unsent or broken

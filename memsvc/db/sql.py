@@ -1,0 +1,68 @@
+"""SQL predicates selecting rows by scope.
+
+Scope values are always bound parameters. The SQL text depends only on which
+levels are set, so PostgreSQL can use the btree scope index (``IS NOT
+DISTINCT FROM`` could not) and asyncpg caches one statement per shape.
+"""
+
+from __future__ import annotations
+
+from memsvc.core.scope import Include, Scope
+
+COLUMNS = ("tenant_id", "project_id", "agent_id", "session_id")
+
+
+class Params:
+    """Positional parameters of one statement, numbered as they are added."""
+
+    def __init__(self, *initial: object) -> None:
+        self.values: list[object] = list(initial)
+
+    def add(self, value: object) -> str:
+        """Bind ``value``; returns its placeholder (``$n``)."""
+        self.values.append(value)
+        return f"${len(self.values)}"
+
+
+def _levels_equal(
+    scope: Scope, params: Params, prefix: str, upto: int, start: int = 0
+) -> list[str]:
+    conditions = []
+    columns = COLUMNS[start : upto + 1]
+    for column, value in zip(columns, scope.levels[start : upto + 1], strict=True):
+        if value is None:
+            conditions.append(f"{prefix}{column} IS NULL")
+        else:
+            conditions.append(f"{prefix}{column} = {params.add(value)}")
+    return conditions
+
+
+def scope_condition(scope: Scope, include: Include, params: Params, alias: str = "") -> str:
+    """Rows in ``scope`` (exact), on its path upwards (ancestors), or below it (descendants).
+
+    ``ancestors`` includes the scope itself and every scope obtained by
+    clearing its deepest levels: a session sees its agent's, project's and
+    tenant's rows, never a sibling session's. ``descendants`` includes the
+    scope and everything nested under it.
+    """
+    prefix = f"{alias}." if alias else ""
+    if include == "exact":
+        return " AND ".join(_levels_equal(scope, params, prefix, 3))
+    if include == "descendants":
+        return " AND ".join(_levels_equal(scope, params, prefix, scope.depth))
+    tenant = f"{prefix}tenant_id = {params.add(scope.tenant)}"
+    alternatives = []
+    for ancestor in scope.ancestors():
+        levels = _levels_equal(ancestor, params, prefix, 3, start=1)
+        alternatives.append("(" + " AND ".join(levels) + ")")
+    return f"{tenant} AND ({' OR '.join(alternatives)})"
+
+
+def tenant_or_any(param: str, tenant_filter: bool) -> str:
+    """``tenant_id = param`` for one tenant; otherwise a no-op that keeps ``param`` typed.
+
+    Two statement texts rather than ``param IS NULL OR tenant_id = param``:
+    the OR form hides the tenant from the planner (and from Citus, which
+    routes a statement to one shard only on a plain ``tenant_id = ...``).
+    """
+    return f"tenant_id = {param}::text" if tenant_filter else f"{param}::text IS NULL"

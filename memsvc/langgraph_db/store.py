@@ -1,0 +1,588 @@
+"""Rows of LangGraph stores: items and the embeddings of their indexed fields.
+
+The repository behind :class:`memsvc.integrations.langgraph.MemsvcStore`; it
+knows tables and statements, not LangGraph's types. A namespace arrives
+already encoded as its ``prefix`` text (labels joined with ``.``), a filter as
+a list of (path, operator, operand) conditions.
+
+Writes of one batch run in one transaction, in (prefix, key) order so two
+batches touching the same items lock them in the same order (no deadlock).
+An item and its vectors change together: readers see the old item with its
+old vectors or the new one with its new vectors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from memsvc.core.settings import Settings
+from memsvc.db.codecs import vector_bytes
+from memsvc.db.repository import Repository
+from memsvc.db.sql import Params
+from memsvc.db.tables import OPCLASSES, store_vector_index_expression
+from memsvc.db.tenancy import tenant_scoped
+from memsvc.langgraph_db import store_queries as q
+
+# How many vectors a query search reads per wanted item at first (an item has
+# one vector per indexed field); it reads further when fields crowd the scan.
+# Every further candidate the HNSW walk must find in a namespace costs pages
+# read: 1.5 rather than 2 (in a 10,000-item namespace among 100,000, recall@10
+# 0.97 vs 0.978 for ~1.3x less time; 1 fell to 0.947-0.954).
+SCAN_FACTOR = 1.5
+MAX_SCAN = 100_000
+# Unfiltered searches in a namespace of more than EXACT_UP_TO vectors may rank
+# the namespace's sign bits (an index-only scan of n rows) instead of walking
+# the HNSW graph, which steps over every other namespace's vectors: about
+# k * N / n of them for a namespace of n among N. The scan costs ~n, the walk
+# ~N / n; on 384-d real embeddings both took the same time at n = 10,000 of
+# N = 100,000, so bits are ranked when n * n / N <= QUANTIZED_BALANCE (and n
+# <= QUANTIZED_UP_TO). The nearest RERANK_FACTOR vectors per wanted item (at
+# least RERANK_MIN) are then ranked exactly: 200 for a page of 10 found
+# recall@10 0.98 there (the walk 0.97). Figures: the README's store section.
+QUANTIZED_BALANCE = 250.0
+QUANTIZED_UP_TO = 50_000
+RERANK_FACTOR = 20
+RERANK_MIN = 200
+# Sign bits stand for the angle between vectors; l2 searches always walk the graph.
+QUANTIZED_DISTANCES = frozenset({"cosine", "ip"})
+# A namespace of at least NAMESPACE_INDEX_FROM vectors holding at most
+# NAMESPACE_INDEX_SHARE of the table gets an HNSW index of its own (a partial
+# index, built in the background by the first search that finds it so): its
+# searches walk a graph of its own vectors, small enough to stay in the
+# server's buffers, instead of the table's. In a 10,000-item namespace among
+# 100,000 that took a search from 0.82-1.00x to 0.41-0.47x LangGraph's time
+# (recall@10 0.95-0.97 to 0.99); figures in the README. At most NAMESPACE_INDEXES_MAX per
+# table: every index costs each write of the table a predicate check, and
+# each of the namespace's writes a second HNSW insert.
+NAMESPACE_INDEX_FROM = 2_000
+NAMESPACE_INDEX_SHARE = 0.5
+NAMESPACE_INDEXES_MAX = 32
+# The walk of a namespace's own index keeps OWN_INDEX_EF_FACTOR candidates per
+# vector it must find (at least OWN_INDEX_EF_MIN), not the connection's
+# hnsw.ef_search (sized for the table's graph, where a filter or other
+# namespaces' vectors reject candidates): that graph holds only the
+# namespace's vectors, so ~every candidate counts. In a 10,000-item namespace
+# among 100,000, 40 rather than 100 took a search from 0.47-0.51x to
+# 0.38-0.42x LangGraph's time (recall@10 0.973-0.986); 30 fell to 0.956.
+OWN_INDEX_EF_FACTOR = 2
+OWN_INDEX_EF_MIN = 40
+# A namespace's size is counted again after this many seconds (a stale size
+# only picks the slower of two correct plans), and at most this many are kept.
+SIZE_SECONDS = 30.0
+SIZES_KEPT = 4096
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NamespaceSize:
+    """What a search plan is chosen from: a namespace's size as counted at ``when``."""
+
+    when: float
+    vectors: int
+    table: float
+    indexed: bool | None  # its own index: None none, False a failed build's, True built or building
+    usable: bool  # its own index is built
+    indexes: int  # namespace indexes of the table
+
+
+@dataclass(frozen=True)
+class StoreRow:
+    """One item as read: where it is, its value, its times, and a search score."""
+
+    prefix: str
+    key: str
+    value: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    score: float | None = None
+    has_ttl: bool = False
+
+
+@dataclass(frozen=True)
+class ItemWrite:
+    """A put (``value`` is JSON text) or, with ``value`` None, a delete."""
+
+    prefix: str
+    key: str
+    value: str | None
+    ttl_minutes: float | None = None
+
+
+@dataclass(frozen=True)
+class FieldVector:
+    """The embedding of one indexed field of an item."""
+
+    prefix: str
+    key: str
+    field: str
+    embedding: Sequence[float]
+
+
+Condition = tuple[list[str], str, Any]
+
+
+def _row(row: Any, score: float | None = None) -> StoreRow:
+    return StoreRow(
+        prefix=row["prefix"],
+        key=row["key"],
+        value=row["value"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        score=score,
+        has_ttl=row["ttl_minutes"] is not None,
+    )
+
+
+@tenant_scoped
+class LangGraphStoreRepository(Repository):
+    """Items of LangGraph stores, per tenant (see the module docstring)."""
+
+    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+        super().__init__(pool, settings)
+        self._sizes: dict[tuple[str, str], NamespaceSize] = {}
+        # The namespace index being built (one at a time), and whether builds
+        # are off (one failed: e.g. the role does not own the table).
+        self._building: asyncio.Task[None] | None = None
+        self._indexing_off = False
+
+    async def write(
+        self,
+        tenant: str,
+        writes: Sequence[ItemWrite],
+        vectors: Sequence[FieldVector],
+        *,
+        conn: asyncpg.Connection | None = None,
+    ) -> None:
+        """Apply puts and deletes in one transaction; puts replace all the item's vectors."""
+        ordered = sorted(writes, key=lambda w: (w.prefix, w.key))
+        puts = [w for w in ordered if w.value is not None]
+        deletes = [w for w in ordered if w.value is None]
+        schema = self._schema
+        vector_type = self._settings.vector_type
+
+        put_sql = q.put_items(schema, vector_type)
+        put_args = [
+            tenant,
+            [w.prefix for w in puts],
+            [w.key for w in puts],
+            [w.value for w in puts],
+            [w.ttl_minutes for w in puts],
+            [v.prefix for v in vectors],
+            [v.key for v in vectors],
+            [v.field for v in vectors],
+            [vector_bytes(v.embedding, vector_type) for v in vectors],
+        ]
+
+        if puts and not deletes and conn is None and not self._settings.row_level_security:
+            # One statement is its own transaction: no begin and commit round trips.
+            async def put_only() -> None:
+                async with self._connection() as active:
+                    await active.execute(put_sql, *put_args)
+
+            await self._retrying(put_only, owns_transaction=True)
+            return
+
+        async def attempt() -> None:
+            async with self._transaction(conn) as active:
+                if deletes:
+                    await active.execute(
+                        q.delete_items(schema),
+                        tenant,
+                        [w.prefix for w in deletes],
+                        [w.key for w in deletes],
+                    )
+                if puts:
+                    await active.execute(put_sql, *put_args)
+
+        await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def get(
+        self,
+        tenant: str,
+        wanted: Sequence[tuple[str, str, bool]],
+        *,
+        conn: asyncpg.Connection | None = None,
+    ) -> dict[tuple[str, str], StoreRow]:
+        """Live items by (prefix, key, refresh TTL?), keyed by (prefix, key).
+
+        Items found with a TTL and flagged are refreshed by a second statement;
+        reads of items without one write nothing.
+        """
+        sql = q.get_items(self._schema)
+        unique = {(w[0], w[1]): w[2] for w in wanted}
+        prefixes, keys = [k[0] for k in unique], [k[1] for k in unique]
+        rows = await self._read(conn, functools.partial(self._fetch, sql, [tenant, prefixes, keys]))
+        found = {(row["prefix"], row["key"]): _row(row) for row in rows}
+        refresh = [row for where, row in found.items() if unique[where]]
+        await self._refresh_found(tenant, refresh, True, conn)
+        return found
+
+    async def list(
+        self,
+        tenant: str,
+        prefix: str | None,
+        conditions: Sequence[Condition],
+        *,
+        limit: int,
+        offset: int,
+        refresh: bool = False,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[StoreRow]:
+        """A page of live items under a namespace prefix, most recently put first."""
+        params = Params(tenant)
+        namespace_sql = q.namespace_condition(prefix, params)
+        filter_sql = q.filter_condition(list(conditions), params)
+        sql = q.list_items(
+            self._schema, namespace_sql, filter_sql, params.add(limit), params.add(offset)
+        )
+        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        found = [_row(row) for row in rows]
+        await self._refresh_found(tenant, found, refresh, conn)
+        return found
+
+    async def search(
+        self,
+        tenant: str,
+        prefix: str | None,
+        conditions: Sequence[Condition],
+        query: Sequence[float],
+        *,
+        limit: int,
+        offset: int,
+        refresh: bool = False,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[StoreRow]:
+        """A page of live items nearest ``query`` (by their nearest indexed field).
+
+        Scores follow the configured distance: ``1 - distance`` for cosine,
+        the inner product for ip, ``-distance`` for l2 (higher is nearer).
+        """
+        distance = self._settings.distance
+        vector = vector_bytes(query, self._settings.vector_type)
+        size = None if prefix is None else await self._size(tenant, prefix, conn)
+        if size is not None and size.usable:
+            rows = await self._search_graph(
+                tenant, prefix, conditions, vector, limit, offset, conn, own_index=True
+            )
+        elif not conditions and size is not None and self._quantized_fits(size):
+            rows = await self._search_quantized(tenant, prefix, vector, limit, offset, conn)
+        else:
+            rows = await self._search_graph(tenant, prefix, conditions, vector, limit, offset, conn)
+        found = [_row(row, _score(distance, row["distance"])) for row in rows if row["key"]]
+        await self._refresh_found(tenant, found, refresh, conn)
+        return found
+
+    async def _size(
+        self, tenant: str, prefix: str, conn: asyncpg.Connection | None
+    ) -> NamespaceSize:
+        """The namespace's size as counted lately; starts building its own index when it fits."""
+        where = (tenant, prefix)
+        now = time.monotonic()
+        known = self._sizes.get(where)
+        if known is None or now - known.when > SIZE_SECONDS:
+            name = q.namespace_index_name(tenant, prefix)
+            sql = q.namespace_size(
+                self._schema, q.namespace_range_condition(prefix), QUANTIZED_UP_TO + 1, name
+            )
+            row = await self._read(conn, lambda active: active.fetchrow(sql, tenant))
+            if len(self._sizes) >= SIZES_KEPT:
+                self._sizes.clear()
+            known = self._sizes[where] = NamespaceSize(
+                now,
+                int(row["vectors"]),
+                float(row["table_vectors"]),
+                row["indexed"],
+                bool(row["usable"]),
+                int(row["namespace_indexes"]),
+            )
+            if self._wants_index(known):
+                self._building = asyncio.create_task(
+                    self._build_index(tenant, prefix, name, rebuild=known.indexed is False)
+                )
+        return known
+
+    def _wants_index(self, size: NamespaceSize) -> bool:
+        # The count stops at QUANTIZED_UP_TO + 1: a namespace beyond it is big
+        # enough; whether it is a small enough share is the table's estimate's say.
+        return (
+            not size.indexed
+            and not self._indexing_off
+            and self._building is None
+            and size.indexes < NAMESPACE_INDEXES_MAX
+            and size.vectors >= NAMESPACE_INDEX_FROM
+            and size.vectors <= NAMESPACE_INDEX_SHARE * max(size.table, size.vectors)
+        )
+
+    async def _build_index(self, tenant: str, prefix: str, name: str, *, rebuild: bool) -> None:
+        """Build the namespace's own HNSW index without blocking writers (minutes when large).
+
+        On a pooled connection of its own session: the statement timeout is
+        lifted for it, and the pool resets the session on release. A failure
+        (the role may not own the table, or ``rebuild`` finds another
+        process still building) turns builds off for this store; searches
+        keep their other plans.
+        """
+        settings = self._settings
+        sql = q.create_namespace_index(
+            self._schema,
+            name,
+            tenant,
+            prefix,
+            store_vector_index_expression(settings),
+            OPCLASSES[("halfvec", settings.distance)],
+            settings.hnsw_m,
+            settings.hnsw_ef_construction,
+        )
+        try:
+            async with self._pool.acquire() as conn:
+                if not settings.pgbouncer:
+                    # The startup settings' timeouts would cut a long build, or
+                    # its wait for older transactions; RESET ALL on release
+                    # restores them.
+                    await conn.execute("SET statement_timeout = 0; SET lock_timeout = 0")
+                if rebuild:
+                    # A failed concurrent build leaves an invalid index behind.
+                    await conn.execute(q.drop_namespace_index(self._schema, name))
+                await conn.execute(sql)
+        except (asyncpg.PostgresError, OSError) as exc:
+            self._indexing_off = True
+            log.warning("namespace index for a LangGraph store namespace not built: %s", exc)
+        finally:
+            self._building = None
+            # The next search counts again and sees the index.
+            self._sizes.pop((tenant, prefix), None)
+
+    async def wait_for_index_builds(self) -> None:
+        """Wait until the namespace index being built (if any) is done."""
+        building = self._building
+        if building is not None:
+            await asyncio.shield(building)
+
+    async def cancel_index_build(self) -> None:
+        """Cancel the namespace index being built (if any) and wait until it stopped."""
+        building = self._building
+        if building is not None:
+            building.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await building
+
+    def _quantized_fits(self, size: NamespaceSize) -> bool:
+        """Whether the namespace's size (as counted lately) suits a search by sign bits."""
+        if self._settings.distance not in QUANTIZED_DISTANCES:
+            return False
+        vectors = size.vectors
+        if not q.EXACT_UP_TO < vectors <= QUANTIZED_UP_TO:
+            return False
+        # The table's estimate can lag behind a namespace that grew since.
+        return vectors * vectors <= QUANTIZED_BALANCE * max(size.table, vectors)
+
+    async def _search_quantized(
+        self,
+        tenant: str,
+        prefix: str | None,
+        vector: bytes,
+        limit: int,
+        offset: int,
+        conn: asyncpg.Connection | None,
+    ) -> Any:
+        wanted = offset + limit
+        candidates = max(wanted * RERANK_FACTOR, RERANK_MIN)
+        while True:
+            params = Params(tenant)
+            sql = q.search_items_quantized(
+                self._schema,
+                q.namespace_range_condition(prefix),
+                self._settings.distance,
+                params.add(vector),
+                self._settings.vector_type,
+                self._settings.embedding_dim,
+                candidates,
+                params.add(limit),
+                params.add(offset),
+            )
+            rows = await self._read(conn, functools.partial(self._fetch, sql, params.values))
+            head = rows[0]
+            # Expired items or fields of the same items filled the candidates: read further.
+            if head["scanned"] < candidates or head["found"] >= wanted or candidates >= MAX_SCAN:
+                return rows
+            candidates = min(candidates * 4, MAX_SCAN)
+
+    async def _search_graph(
+        self,
+        tenant: str,
+        prefix: str | None,
+        conditions: Sequence[Condition],
+        vector: bytes,
+        limit: int,
+        offset: int,
+        conn: asyncpg.Connection | None,
+        *,
+        own_index: bool = False,
+    ) -> Any:
+        distance = self._settings.distance
+        # The index holds half-precision copies of full-precision vectors.
+        half_dims = self._settings.embedding_dim if self._settings.vector_type == "vector" else None
+        wanted = offset + limit
+        scan = max(int(wanted * SCAN_FACTOR), 10)
+        while True:
+            ef_search = None
+            if own_index and conn is None:
+                # Set by the statement, for its own transaction (see search_items).
+                ef_search = min(
+                    self._settings.hnsw_ef_search,
+                    max(OWN_INDEX_EF_MIN, scan * OWN_INDEX_EF_FACTOR),
+                )
+            params = Params(tenant)
+            namespace_sql = q.namespace_literal_condition(prefix)
+            filter_sql = q.filter_condition(list(conditions), params)
+            sql = q.search_items(
+                self._schema,
+                namespace_sql,
+                filter_sql,
+                distance,
+                params.add(vector),
+                scan,
+                params.add(limit),
+                params.add(offset),
+                half_dims=half_dims,
+                # The namespace's own index: the tenant written in, as its predicate has it.
+                tenant=tenant if own_index else None,
+                ef_search=ef_search,
+            )
+            rows = await self._read(conn, functools.partial(self._scan, sql, params.values))
+            head = rows[0]
+            # Fields of the same items filled the scan: read further.
+            if head["scanned"] < scan or head["found"] >= wanted or scan >= MAX_SCAN:
+                return rows
+            scan = min(scan * 4, MAX_SCAN)
+
+    async def _refresh_found(
+        self,
+        tenant: str,
+        found: builtins.list[StoreRow],
+        refresh: bool,
+        conn: asyncpg.Connection | None,
+    ) -> None:
+        # Only items with a TTL are refreshed: reads of others cost no write.
+        timed = [(row.prefix, row.key) for row in found if row.has_ttl]
+        if refresh and timed:
+            await self.refresh(tenant, timed, conn=conn)
+
+    async def _fetch(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
+        return await conn.fetch(sql, *values)
+
+    async def _scan(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
+        return await self._run_search(conn, sql, values)
+
+    async def refresh(
+        self,
+        tenant: str,
+        items: Sequence[tuple[str, str]],
+        *,
+        conn: asyncpg.Connection | None = None,
+    ) -> None:
+        """Restart the TTL of these items (those that have one and are live)."""
+        sql = q.refresh_items(self._schema)
+        prefixes, keys = [i[0] for i in items], [i[1] for i in items]
+
+        async def attempt() -> None:
+            async with self._transaction(conn) as active:
+                await active.execute(sql, tenant, prefixes, keys)
+
+        await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def list_namespaces(
+        self,
+        tenant: str,
+        *,
+        prefix: tuple[str, ...] | None,
+        suffix: tuple[str, ...] | None,
+        max_depth: int | None,
+        limit: int,
+        offset: int,
+        conn: asyncpg.Connection | None = None,
+    ) -> builtins.list[tuple[str, ...]]:
+        """Distinct namespaces holding live items, in label order (``*`` matches any label)."""
+        params = Params(tenant)
+        conditions: builtins.list[str] = []
+        if prefix:
+            conditions += q.label_conditions(prefix, "prefix", params)
+        if suffix:
+            conditions += q.label_conditions(suffix, "suffix", params)
+        depth = params.add(max_depth) if max_depth is not None else None
+        sql = q.list_namespaces(
+            self._schema, conditions, depth, params.add(limit), params.add(offset)
+        )
+        values = params.values
+
+        async def fetch(active: asyncpg.Connection) -> builtins.list[Any]:
+            found: builtins.list[Any] = await active.fetch(sql, *values)
+            return found
+
+        rows = await self._read(conn, fetch)
+        return [tuple(row["namespace"]) for row in rows]
+
+    async def delete_tenant(self, tenant: str, *, conn: asyncpg.Connection | None = None) -> int:
+        """Erase every store item (and vector) of ``tenant``; returns how many items."""
+        sql = q.delete_tenant(self._schema)
+
+        async def attempt() -> int:
+            async with self._transaction(conn) as active:
+                deleted: int = await active.fetchval(sql, tenant)
+            return deleted
+
+        deleted = await self._retrying(attempt, owns_transaction=conn is None)
+        if conn is None:
+            # Their predicates name the tenant and its namespaces: they go too
+            # (concurrently, so outside any transaction: not with a caller's).
+            await self.drop_namespace_indexes(tenant)
+        return deleted
+
+    async def drop_namespace_indexes(self, tenant: str) -> int:
+        """Drop the namespace indexes of ``tenant`` (built by searches); returns how many."""
+        await self.wait_for_index_builds()
+        async with self._connection(writes=False) as active:
+            names = [
+                row["name"]
+                for row in await active.fetch(q.namespace_indexes_of_tenant(self._schema), tenant)
+            ]
+        async with self._pool.acquire() as active:
+            for name in names:
+                await active.execute(q.drop_namespace_index(self._schema, name))
+        self._sizes = {where: size for where, size in self._sizes.items() if where[0] != tenant}
+        return len(names)
+
+    async def sweep_expired(self, *, tenant: str | None = None, batch_size: int = 1000) -> int:
+        """Delete expired items (of ``tenant``, or of all) in batches; returns how many."""
+        sql = q.sweep_expired(self._schema, "$2" if tenant is not None else None)
+        args: builtins.list[object] = [batch_size] + ([tenant] if tenant is not None else [])
+        total = 0
+        while True:
+
+            async def attempt() -> int:
+                async with self._transaction() as active:
+                    deleted: int = await active.fetchval(sql, *args)
+                return deleted
+
+            deleted = await self._retrying(attempt, owns_transaction=True)
+            total += deleted
+            if deleted < batch_size:
+                return total
+
+
+def _score(distance: str, value: float) -> float:
+    if distance == "cosine":
+        return 1.0 - float(value)
+    return -float(value)

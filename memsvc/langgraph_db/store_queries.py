@@ -1,0 +1,465 @@
+"""SQL of :class:`memsvc.langgraph_db.store.LangGraphStoreRepository`.
+
+Each function returns one statement's text for a schema name (a validated
+identifier); values are always ``$n`` parameters. ``$1`` is the tenant. A
+namespace is stored as its labels joined with ``.`` in the "C" collation, so
+the items of a namespace prefix ``p`` are ``prefix = p`` plus the range
+``[p || '.', p || '/')`` ('/' follows '.'), which the primary key serves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from memsvc.db.sql import Params
+
+LIVE = "(i.expires_at IS NULL OR i.expires_at > now())"
+ITEM_COLUMNS = "i.prefix, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
+DISTANCE = {"cosine": "<=>", "l2": "<->", "ip": "<#>"}
+# Namespaces with at most this many vectors are searched exactly (see search_items).
+EXACT_UP_TO = 500
+COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+# Names of the partial HNSW indexes of single namespaces (see create_namespace_index).
+NAMESPACE_INDEX_PREFIX = "ix_langgraph_store_ns_"
+
+
+def namespace_condition(prefix: str | None, params: Params, alias: str = "i") -> str:
+    """Items whose namespace starts with the labels of ``prefix`` (None: every namespace)."""
+    if prefix is None:
+        return "true"
+    exact = params.add(prefix)
+    low, high = params.add(prefix + "."), params.add(prefix + "/")
+    return f"({alias}.prefix = {exact} OR ({alias}.prefix >= {low} AND {alias}.prefix < {high}))"
+
+
+def literal(text: str) -> str:
+    """``text`` as an SQL string literal (as PostgreSQL's quote_literal writes it)."""
+    quoted = text.replace("'", "''")
+    if "\\" in text:
+        return "E'" + quoted.replace("\\", "\\\\") + "'"
+    return "'" + quoted + "'"
+
+
+def namespace_literal_condition(prefix: str | None, alias: str = "i") -> str:
+    """:func:`namespace_condition` with the bounds written into the text.
+
+    For searches: the planner then knows how many rows the namespace holds
+    even in a prepared statement's generic plan, and picks the HNSW index or
+    an exact scan by the namespace's real size.
+    """
+    if prefix is None:
+        return "true"
+    exact, low, high = literal(prefix), literal(prefix + "."), literal(prefix + "/")
+    return f"({alias}.prefix = {exact} OR ({alias}.prefix >= {low} AND {alias}.prefix < {high}))"
+
+
+def _path(path: list[str], params: Params) -> str:
+    return f"coalesce(i.value #> {params.add(path)}::text[], 'null'::jsonb)"
+
+
+def _operator(path: list[str], operator: str, operand: Any, params: Params) -> str:
+    if operator in ("$eq", "$ne"):
+        sign = "=" if operator == "$eq" else "<>"
+        return f"{_path(path, params)} {sign} {params.add(operand)}::jsonb"
+    sign = COMPARISONS[operator]
+    value = f"(i.value #> {params.add(path)}::text[])"
+    if isinstance(operand, int | float) and not isinstance(operand, bool):
+        # Numbers compare as numbers (never as text); a non-number never matches.
+        return (
+            f"(CASE WHEN jsonb_typeof({value}) = 'number' "
+            f"THEN {value}::numeric {sign} {params.add(operand)}::numeric END)"
+        )
+    return f"({value} #>> '{{}}') COLLATE \"C\" {sign} {params.add(operand)}::text"
+
+
+def filter_condition(conditions: list[tuple[list[str], str, Any]], params: Params) -> str:
+    """The item filter: each (path in the value, operator, operand as validated) must hold.
+
+    ``$eq``/``$ne`` operands are JSON text; a missing value equals JSON null,
+    as it does for LangGraph's in-memory store.
+    """
+    parts = [_operator(path, operator, operand, params) for path, operator, operand in conditions]
+    return " AND ".join(parts) if parts else "true"
+
+
+def put_items(schema: str, vector_type: str) -> str:
+    """Put items and replace their vectors, in one call of migration 0018's function.
+
+    $1 tenant, items' $2 prefixes, $3 keys, $4 values, $5 TTLs in minutes;
+    their vectors' $6 prefixes, $7 keys, $8 fields, $9 embeddings. The
+    function inserts or replaces the items (one put over an expired item
+    starts afresh), drops vectors of fields the new values lack, and
+    updates each field's vector in place (left alone when unchanged: no new
+    row version, nothing inserted into the HNSW index). One round trip; its
+    statements each take a fresh snapshot.
+    """
+    return (
+        f"SELECT {schema}.langgraph_store_put($1, $2::text[], $3::text[], $4::jsonb[], "
+        f"$5::float8[], $6::text[], $7::text[], $8::text[], $9::{vector_type}[])"
+    )
+
+
+def delete_items(schema: str) -> str:
+    """Delete items ($2 prefixes, $3 keys); their vectors go with them."""
+    return f"""
+DELETE FROM {schema}.langgraph_store_items AS i
+USING unnest($2::text[], $3::text[]) AS u(p, k)
+WHERE i.tenant_id = $1 AND i.prefix = u.p AND i.key = u.k"""
+
+
+def get_items(schema: str) -> str:
+    """Live items by (prefix $2, key $3)."""
+    return f"""
+SELECT {ITEM_COLUMNS} FROM {schema}.langgraph_store_items AS i
+JOIN unnest($2::text[], $3::text[]) AS w(p, k) ON i.prefix = w.p AND i.key = w.k
+WHERE i.tenant_id = $1 AND {LIVE}"""
+
+
+def refresh_items(schema: str) -> str:
+    """Restart the TTL of live items ($2 prefixes, $3 keys) that have one."""
+    return f"""
+UPDATE {schema}.langgraph_store_items AS i
+SET expires_at = now() + i.ttl_minutes * interval '1 minute'
+FROM unnest($2::text[], $3::text[]) AS u(p, k)
+WHERE i.tenant_id = $1 AND i.prefix = u.p AND i.key = u.k
+  AND i.ttl_minutes IS NOT NULL AND {LIVE}"""
+
+
+def list_items(schema: str, namespace_sql: str, filter_sql: str, limit: str, offset: str) -> str:
+    """A page of live items, most recently put first (as LangGraph's PostgresStore orders)."""
+    return f"""
+SELECT {ITEM_COLUMNS}, NULL::float8 AS score FROM {schema}.langgraph_store_items AS i
+WHERE i.tenant_id = $1 AND {namespace_sql} AND {LIVE} AND {filter_sql}
+ORDER BY i.updated_at DESC, i.prefix, i.key
+LIMIT {limit} OFFSET {offset}"""
+
+
+def search_items(
+    schema: str,
+    namespace_sql: str,
+    filter_sql: str,
+    distance: str,
+    query: str,
+    scan: int,
+    limit: str,
+    offset: str,
+    half_dims: int | None = None,
+    tenant: str | None = None,
+    ef_search: int | None = None,
+) -> str:
+    """A page of live items nearest a query vector, by their best-matching field.
+
+    ``hits`` walks the HNSW index (iterative scan, so a filter that rejects
+    candidates makes it read further instead of returning a short list) for
+    the ``scan`` nearest vectors of matching items; an item is ranked by its
+    nearest field. The first row also reports how many vectors and distinct
+    items the scan found, so the caller can scan further when fields of one
+    item filled the scan (the page columns are NULL when the page is empty).
+    ``scan`` is written into the text, not bound: with it a prepared
+    statement's generic plan still sees a small LIMIT and walks the HNSW
+    index instead of sorting every vector of the namespace.
+
+    A namespace of at most ``EXACT_UP_TO`` vectors is searched exactly
+    instead (``+ 0`` keeps the index out): reading a few hundred vectors by
+    primary key beats walking a graph of the whole table for the few that
+    match. Each branch runs only when its one-time condition holds. The exact
+    branch repeats the namespace condition on the items so the planner reads
+    only the namespace's items, whichever join it picks.
+
+    With ``half_dims`` (full-precision vectors of that many dimensions), the
+    index holds half-precision copies (migration 0010): the walk orders by
+    the copies' distance, every candidate is then ranked by its exact one.
+
+    With ``tenant`` (and ``namespace_sql`` a :func:`namespace_literal_condition`)
+    the tenant is written into the text too, so the planner can prove the
+    predicate of the namespace's own index (:func:`create_namespace_index`)
+    and walk that small graph instead of the table's.
+
+    With ``ef_search`` (only with ``tenant``), the walk keeps that many
+    candidates instead of the connection's ``hnsw.ef_search``: the setting is
+    made by the subquery that yields the query vector, which the executor
+    runs before the index scan starts (the index needs the vector first),
+    and lasts until the transaction ends: only for a transaction memsvc owns
+    (in a caller's it would outlive the search).
+    """
+    operator = DISTANCE[distance]
+    target = query
+    if ef_search is not None:
+        cast = "vector" if half_dims is not None else "halfvec"
+        target = (
+            f"(SELECT {query}::{cast} FROM (SELECT set_config('hnsw.ef_search', "
+            f"'{int(ef_search)}', true)) AS ef)"
+        )
+    walk = f"v.embedding {operator} {target}"
+    if half_dims is not None:
+        half = f"halfvec({int(half_dims)})"
+        walk = f"(v.embedding::{half}) {operator} ({target}::vector::{half})"
+    vector_namespace = namespace_sql.replace("i.prefix", "v.prefix")
+    tenant_sql = "$1" if tenant is None else literal(tenant)
+    candidates = f"""
+    FROM {schema}.langgraph_store_vectors AS v
+    JOIN {schema}.langgraph_store_items AS i
+      ON i.tenant_id = v.tenant_id AND i.prefix = v.prefix AND i.key = v.key
+    WHERE v.tenant_id = {tenant_sql} AND {vector_namespace} AND {LIVE} AND {filter_sql}"""
+    if tenant is not None:
+        # The namespace's own index exists only for namespaces far above
+        # EXACT_UP_TO: no count, no exact branch, the walk alone.
+        return f"""
+WITH hits AS (
+    SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
+    ORDER BY {walk}
+    LIMIT {int(scan)}
+){_ranked_page(schema, "hits", limit, offset)}"""
+    return f"""
+WITH counted AS (
+    SELECT count(*) AS vectors FROM (
+        SELECT 1 FROM {schema}.langgraph_store_vectors AS v
+        WHERE v.tenant_id = $1 AND {vector_namespace}
+        LIMIT {EXACT_UP_TO + 1}
+    ) AS c
+), hits AS (
+    (SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
+       AND {namespace_sql} AND (SELECT vectors FROM counted) <= {EXACT_UP_TO}
+     ORDER BY (v.embedding {operator} {query}) + 0
+     LIMIT {int(scan)})
+    UNION ALL
+    (SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
+       AND (SELECT vectors FROM counted) > {EXACT_UP_TO}
+     ORDER BY {walk}
+     LIMIT {int(scan)})
+){_ranked_page(schema, "hits", limit, offset)}"""
+
+
+def _ranked_page(schema: str, scanned: str, limit: str, offset: str) -> str:
+    """The end of a query search: ``hits`` (prefix, key, distance) ranked into a page.
+
+    Each item counts once, by its nearest field. The first row also reports
+    how many rows ``scanned`` holds and how many distinct items ``hits``
+    found (the page columns are NULL when the page is empty).
+    """
+    return f"""
+, best AS (
+    SELECT prefix, key, min(distance) AS distance FROM hits GROUP BY prefix, key
+), page AS (
+    -- Only the page's items are read (hits has already dropped expired ones).
+    SELECT {ITEM_COLUMNS}, b.distance
+    FROM (
+        SELECT * FROM best ORDER BY distance, prefix, key LIMIT {limit} OFFSET {offset}
+    ) AS b
+    JOIN {schema}.langgraph_store_items AS i
+      ON i.tenant_id = $1 AND i.prefix = b.prefix AND i.key = b.key
+)
+SELECT (SELECT count(*) FROM {scanned}) AS scanned, (SELECT count(*) FROM best) AS found, page.*
+FROM (SELECT 1) AS one LEFT JOIN page ON true
+ORDER BY page.distance, page.prefix, page.key"""
+
+
+def namespace_range_condition(prefix: str | None, alias: str = "v") -> str:
+    """:func:`namespace_literal_condition` as one key range plus a recheck.
+
+    ``[p, p || '/')`` holds the namespace ``p``, everything under it, and
+    names that continue ``p`` with a character before '.', which the recheck
+    drops. One range lets an index-only scan serve it; the recheck is no
+    indexable OR, so the planner cannot turn it into a bitmap scan of the
+    heap (which reads a page per vector).
+    """
+    if prefix is None:
+        return "true"
+    exact, under, high = literal(prefix), literal(prefix + "."), literal(prefix + "/")
+    head = f"substr({alias}.prefix, 1, {len(prefix) + 1})"
+    return (
+        f"({alias}.prefix >= {exact} AND {alias}.prefix < {high} "
+        f"AND {head} IN ({exact}, {under}))"
+    )
+
+
+def namespace_size(schema: str, namespace_sql: str, cap: int, index_name: str = "") -> str:
+    """How many vectors the namespace holds (counted up to ``cap``), and the table's estimate.
+
+    ``namespace_sql`` is a :func:`namespace_range_condition` on ``v``. The
+    table's count is the planner's estimate (``reltuples``): free to read,
+    and close enough to weigh a namespace's share of the HNSW graph. Also
+    whether the namespace has its own index ``index_name`` (``indexed``:
+    NULL none, false one a failed build left, true built or being built by
+    any session; ``usable``: built) and how many namespace indexes the
+    table has.
+    """
+    return f"""
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM {schema}.langgraph_store_vectors AS v
+            WHERE v.tenant_id = $1 AND {namespace_sql}
+            LIMIT {int(cap)}
+        ) AS c) AS vectors,
+       (SELECT greatest(c.reltuples, 0)::float8 FROM pg_class AS c
+        WHERE c.oid = '{schema}.langgraph_store_vectors'::regclass) AS table_vectors,
+       own.indisvalid OR own.building AS indexed,
+       own.indisvalid AS usable,
+       (SELECT count(*) FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+        WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
+          AND left(c.relname, {len(NAMESPACE_INDEX_PREFIX)}) = '{NAMESPACE_INDEX_PREFIX}'
+       ) AS namespace_indexes
+FROM (SELECT 1) AS one
+LEFT JOIN (
+    SELECT x.indisvalid, EXISTS (
+               SELECT 1 FROM pg_stat_progress_create_index AS p
+               WHERE p.index_relid = x.indexrelid) AS building
+    FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+    WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
+      AND c.relname = {literal(index_name)}
+) AS own ON true"""
+
+
+def namespace_index_name(tenant: str, prefix: str) -> str:
+    """The name of the namespace's own index: a digest, so any tenant and labels fit."""
+    digest = hashlib.sha256(f"{tenant}\x00{prefix}".encode()).hexdigest()[:32]
+    return NAMESPACE_INDEX_PREFIX + digest
+
+
+def create_namespace_index(
+    schema: str,
+    name: str,
+    tenant: str,
+    prefix: str,
+    expression: str,
+    opclass: str,
+    m: int,
+    ef_construction: int,
+) -> str:
+    """A partial HNSW index of one namespace's vectors (and those under it), built concurrently.
+
+    Its predicate is :func:`namespace_literal_condition` for one tenant: a
+    search of that namespace written with the same literals (the planner
+    proves the predicate from the identical condition, and estimates its rows
+    from the column's statistics) walks a graph of the namespace's vectors
+    only, instead of stepping over every other namespace's in the table's
+    graph. Writers are not blocked.
+    """
+    return (
+        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {schema}.langgraph_store_vectors "
+        f"USING hnsw (({expression}) {opclass}) "
+        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)}) "
+        f"WHERE tenant_id = {literal(tenant)} "
+        f"AND {namespace_literal_condition(prefix, 'langgraph_store_vectors')}"
+    )
+
+
+def drop_namespace_index(schema: str, name: str) -> str:
+    """Drop a namespace index (one a failed concurrent build left invalid) without blocking."""
+    return f"DROP INDEX CONCURRENTLY IF EXISTS {schema}.{name}"
+
+
+def namespace_indexes_of_tenant(schema: str) -> str:
+    """Names of the namespace indexes whose predicate names tenant ``$1``."""
+    return f"""
+SELECT c.relname AS name
+FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
+  AND left(c.relname, {len(NAMESPACE_INDEX_PREFIX)}) = '{NAMESPACE_INDEX_PREFIX}'
+  AND position('(tenant_id = ' || quote_literal($1) || '::text)'
+               IN pg_get_expr(x.indpred, x.indrelid)) > 0"""
+
+
+def search_items_quantized(
+    schema: str,
+    namespace_sql: str,
+    distance: str,
+    query: str,
+    vector_type: str,
+    dims: int,
+    candidates: int,
+    limit: str,
+    offset: str,
+) -> str:
+    """A page of live items nearest a query vector, from a namespace's sign bits.
+
+    ``near`` ranks the namespace's vectors by the Hamming distance between
+    their sign bits and the query's, read by an index-only scan of the
+    (tenant, namespace) covering index (migration 0018), and keeps the
+    ``candidates`` nearest; those are re-ranked by their exact distance, so
+    scores are the stored vectors'. ``namespace_sql`` is a
+    :func:`namespace_range_condition` on ``v``. Expired items drop out after
+    the bits are ranked; the caller reads more candidates when too few remain
+    (``scanned`` counts the candidates, ``found`` the live items among them).
+    """
+    operator = DISTANCE[distance]
+    bits = f"binary_quantize({query}::{vector_type})::bit({int(dims)})"
+    return f"""
+WITH near AS (
+    SELECT v.prefix, v.key, v.field FROM {schema}.langgraph_store_vectors AS v
+    WHERE v.tenant_id = $1 AND {namespace_sql}
+    ORDER BY v.embedding_bits <~> {bits}
+    LIMIT {int(candidates)}
+), hits AS (
+    SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance
+    FROM near AS n
+    JOIN {schema}.langgraph_store_vectors AS v
+      ON v.tenant_id = $1 AND v.prefix = n.prefix AND v.key = n.key AND v.field = n.field
+    JOIN {schema}.langgraph_store_items AS i
+      ON i.tenant_id = $1 AND i.prefix = v.prefix AND i.key = v.key
+    WHERE {LIVE}
+){_ranked_page(schema, "near", limit, offset)}"""
+
+
+def list_namespaces(
+    schema: str, conditions: list[str], depth: str | None, limit: str, offset: str
+) -> str:
+    """Distinct namespaces of live items (cut to ``depth`` labels), in label order."""
+    labels = "(string_to_array(i.prefix, '.'))"
+    namespace = f"{labels}[1:{depth}::int]" if depth else labels
+    where = " AND ".join(["i.tenant_id = $1", LIVE, *conditions])
+    return f"""
+SELECT DISTINCT {namespace} AS namespace FROM {schema}.langgraph_store_items AS i
+WHERE {where}
+ORDER BY 1
+LIMIT {limit} OFFSET {offset}"""
+
+
+def label_conditions(
+    path: tuple[str, ...], match: str, params: Params, alias: str = "i"
+) -> list[str]:
+    """Conditions that the namespace starts (``prefix``) or ends (``suffix``) with ``path``.
+
+    ``*`` in ``path`` matches any one label.
+    """
+    labels = f"(string_to_array({alias}.prefix, '.'))"
+    conditions = [f"cardinality({labels}) >= {params.add(len(path))}::int"]
+    for position, label in enumerate(path):
+        if label == "*":
+            continue
+        if match == "prefix":
+            index = f"{position + 1}"
+        else:
+            index = f"cardinality({labels}) - {len(path) - position - 1}"
+        conditions.append(f"{labels}[{index}] = {params.add(label)}::text")
+    return conditions
+
+
+def sweep_expired(schema: str, tenant_param: str | None) -> str:
+    """Delete a batch (``$1`` rows) of expired items, optionally of one tenant; returns count.
+
+    Rows are locked ``SKIP LOCKED`` so several sweepers (and gc) share the work.
+    """
+    tenant = f"AND tenant_id = {tenant_param}" if tenant_param else ""
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.langgraph_store_items
+    WHERE (tenant_id, prefix, key) IN (
+        SELECT tenant_id, prefix, key FROM {schema}.langgraph_store_items
+        WHERE expires_at IS NOT NULL AND expires_at <= now() {tenant}
+        ORDER BY expires_at
+        LIMIT $1
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING 1
+)
+SELECT count(*) FROM gone"""
+
+
+def delete_tenant(schema: str) -> str:
+    """Delete every store item of tenant ``$1`` (vectors cascade); returns the count."""
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.langgraph_store_items WHERE tenant_id = $1 RETURNING 1
+)
+SELECT count(*) FROM gone"""

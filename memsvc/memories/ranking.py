@@ -1,0 +1,121 @@
+"""Re-ordering search candidates after the database: reranker, recall weighting, diversity.
+
+Pure Python over :class:`memsvc.core.models.SearchHit` lists; the search statement
+(``memory_queries.search``) finds and fuses the candidates, this module only
+reorders them before the top ``k`` are cut.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from memsvc.core.errors import MemsvcError
+from memsvc.core.models import SearchHit
+
+# An async callable scoring contents against the query text, higher is better.
+Reranker = Callable[[str, list[str]], Awaitable[Sequence[float]]]
+
+# rank="recall": score = SIMILARITY_WEIGHT * relevance + IMPORTANCE_WEIGHT *
+# importance + RECENCY_WEIGHT * 0.5 ** (age / RECENCY_HALF_LIFE_S).
+SIMILARITY_WEIGHT = 0.7
+IMPORTANCE_WEIGHT = 0.2
+RECENCY_WEIGHT = 0.1
+RECENCY_HALF_LIFE_S = 30 * 86_400.0
+
+
+async def rerank(reranker: Reranker, query: str, hits: list[SearchHit]) -> list[SearchHit]:
+    """Score ``hits`` with ``reranker``; best first, the reranker's score as ``score``."""
+    if not hits:
+        return hits
+    scores = list(await reranker(query, [hit.memory.content for hit in hits]))
+    if len(scores) != len(hits):
+        raise MemsvcError(f"the reranker returned {len(scores)} scores for {len(hits)} candidates")
+    checked = []
+    for i, score in enumerate(scores):
+        if isinstance(score, bool) or not isinstance(score, int | float | np.floating):
+            raise MemsvcError(f"the reranker's score {i} is not a number: {type(score).__name__}")
+        if not math.isfinite(score):
+            raise MemsvcError(f"the reranker's score {i} is {score}, not a finite number")
+        checked.append(float(score))
+    order = sorted(range(len(hits)), key=lambda i: checked[i], reverse=True)
+    return [dataclasses.replace(hits[i], score=checked[i]) for i in order]
+
+
+def _relevance(hits: Sequence[SearchHit]) -> list[float]:
+    """Scores scaled to [0, 1] within the candidates (1 for all when they tie)."""
+    scores = [hit.score for hit in hits]
+    low, high = min(scores), max(scores)
+    if high <= low:
+        return [1.0] * len(hits)
+    return [(score - low) / (high - low) for score in scores]
+
+
+def rank_for_recall(hits: list[SearchHit], *, by_similarity: bool) -> list[SearchHit]:
+    """Weigh relevance, importance and recency (``rank="recall"``), best first.
+
+    Relevance is the vector similarity in vector mode, and otherwise the
+    hit's score scaled to [0, 1] within the candidates.
+    """
+    if not hits:
+        return hits
+    now = time.time()
+    relevance = [hit.similarity or 0.0 for hit in hits] if by_similarity else _relevance(hits)
+    ranked = []
+    for hit, relevant in zip(hits, relevance, strict=True):
+        age = max(0.0, now - hit.memory.created_at.timestamp())
+        recency = 0.5 ** (age / RECENCY_HALF_LIFE_S)
+        score = (
+            SIMILARITY_WEIGHT * relevant
+            + IMPORTANCE_WEIGHT * hit.memory.importance
+            + RECENCY_WEIGHT * recency
+        )
+        ranked.append(dataclasses.replace(hit, score=score))
+    ranked.sort(key=lambda hit: hit.score, reverse=True)
+    return ranked
+
+
+def _unit_vectors(hits: Sequence[SearchHit]) -> np.ndarray[Any, Any]:
+    rows = []
+    width = next((len(h.memory.embedding) for h in hits if h.memory.embedding is not None), 1)
+    for hit in hits:
+        vector = (
+            np.zeros(width)
+            if hit.memory.embedding is None
+            else np.asarray(hit.memory.embedding, dtype=np.float64)
+        )
+        norm = float(np.linalg.norm(vector))
+        rows.append(vector / norm if norm > 0 else vector)
+    return np.vstack(rows)
+
+
+def diversify(hits: list[SearchHit], diversity: float, k: int) -> list[SearchHit]:
+    """Maximal marginal relevance: the ``k`` hits that are relevant and unlike each other.
+
+    Each pick maximises ``(1 - diversity) * relevance - diversity * max
+    cosine similarity to the hits already picked``; relevance is the score
+    scaled to [0, 1] within the candidates. ``diversity=0`` keeps the
+    relevance order; memories without an embedding count as unlike all others.
+    """
+    if not hits or diversity == 0:
+        return hits[:k]
+    relevance = np.asarray(_relevance(hits))
+    vectors = _unit_vectors(hits)
+    similar = vectors @ vectors.T
+    chosen: list[int] = []
+    closest = np.full(len(hits), -np.inf)  # max similarity to anything chosen
+    left = np.ones(len(hits), dtype=bool)
+    while len(chosen) < min(k, len(hits)):
+        penalty = np.where(np.isfinite(closest), closest, 0.0)
+        value = (1 - diversity) * relevance - diversity * penalty
+        value[~left] = -np.inf
+        pick = int(np.argmax(value))
+        chosen.append(pick)
+        left[pick] = False
+        closest = np.maximum(closest, similar[pick])
+    return [hits[i] for i in chosen]

@@ -1,1 +1,0 @@
-"""Repositories: every SQL statement memsvc runs lives in this package."""
