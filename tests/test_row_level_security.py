@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import uuid
 from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
@@ -13,6 +14,8 @@ import pytest
 
 from memsvc import MemoryService, NotFoundError, Scope, ValidationError
 from memsvc.db import migrate
+from memsvc.langgraph_db.checkpoints import LangGraphCheckpointRepository
+from memsvc.langgraph_db.store import LangGraphStoreRepository
 from memsvc.service import TENANT_TABLES
 from memsvc.testing.postgres import TestPostgres, settings_for_tests
 
@@ -262,3 +265,60 @@ async def test_erase_works_for_the_runtime_role_and_only_in_its_tenant(
         assert [(r["tenant_id"], r["count"]) for r in rows] == [("beta", 1)]
     finally:
         await conn.close()
+
+
+# Sample arguments, by parameter name, for calling id-based methods below.
+SAMPLE_ARGUMENTS = {
+    "id": lambda: uuid.uuid4(),
+    "memory_id": lambda: uuid.uuid4(),
+    "ids": lambda: [uuid.uuid4()],
+    "memory_ids": lambda: [uuid.uuid4()],
+    "patch": lambda: {"k": 1},
+}
+
+
+def _tenant_optional_methods(svc: MemoryService) -> list[tuple[str, object]]:
+    """Every public coroutine method of the service's repositories that may omit its tenant."""
+    repositories = {
+        "memories": svc.memories,
+        "assemblies": svc.assemblies,
+        "checkpoints": svc.checkpoints,
+        "langgraph store": LangGraphStoreRepository(svc.pool, svc.settings),
+        "langgraph saver": LangGraphCheckpointRepository(svc.pool, svc.settings),
+    }
+    found = []
+    for label, repository in repositories.items():
+        for name, method in inspect.getmembers(repository, inspect.iscoroutinefunction):
+            parameters = inspect.signature(method).parameters
+            tenant = parameters.get("tenant")
+            if name.startswith("_") or tenant is None or tenant.default is not None:
+                continue
+            found.append((f"{label}.{name}", method))
+    return found
+
+
+async def test_no_repository_method_runs_without_a_tenant_under_row_level_security(
+    rls_database: tuple[str, str],
+) -> None:
+    # Every method whose tenant may be omitted (the id-based ones) is called
+    # without one: under row-level security each must refuse, naming the
+    # tenant, rather than run with whatever tenant a connection or an outer
+    # call might carry. A new such method fails here until it is listed.
+    _, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    async with MemoryService.open(settings) as svc:
+        methods = _tenant_optional_methods(svc)
+        assert len(methods) >= 17
+        for label, method in methods:
+            parameters = inspect.signature(method).parameters  # type: ignore[arg-type]
+            required = [
+                name for name, parameter in parameters.items()
+                if parameter.default is inspect.Parameter.empty
+                and parameter.kind is not inspect.Parameter.VAR_KEYWORD
+            ]
+            missing = [name for name in required if name not in SAMPLE_ARGUMENTS]
+            assert not missing, f"{label}: add sample arguments for {missing}"
+            arguments = {name: SAMPLE_ARGUMENTS[name]() for name in required}
+            with pytest.raises(ValidationError) as refused:
+                await method(**arguments)  # type: ignore[operator]
+            assert refused.value.field == "tenant", label

@@ -56,7 +56,6 @@ from memsvc.core.validation import (
 from memsvc.db.replicas import ReadRouter
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params, scope_condition
-from memsvc.db.tenancy import tenant_scoped
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.telemetry import traced_operations
 
@@ -161,7 +160,6 @@ class _Aggregates:
 @traced_operations(
     "memsvc.assemblies", exclude=["detach_memories", "embeddings_changed", "erase_memberships"]
 )
-@tenant_scoped
 @signals_changes("create", "add_members", "remove_members", "recompute", "update", "delete")
 class AssemblyRepository(Repository):
     """Named groups of memories with exact member counts and centroids."""
@@ -256,7 +254,9 @@ class AssemblyRepository(Repository):
 
         async def attempt() -> Assembly:
             # Without members it is one statement: no transaction needed.
-            scoped = self._transaction(conn) if wanted else self._connection(conn)
+            scoped = self._transaction(
+                conn, tenant=scope.tenant) if wanted else self._connection(conn, tenant=scope.tenant
+            )
             try:
                 async with scoped as active:
                     aggregates = _Aggregates(0, 0, None)
@@ -335,7 +335,7 @@ class AssemblyRepository(Repository):
         )
 
         async def attempt() -> Assembly:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 # 1. The memories, FOR KEY SHARE in id order (the global lock order).
                 rows = await active.fetch(lock_sql, *args)
                 tenants = {row["tenant_id"] for row in rows}
@@ -396,7 +396,7 @@ class AssemblyRepository(Repository):
         lock_sql = q.lock_assembly(self._schema, tenant_param)
 
         async def attempt() -> Assembly:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 locked = await active.fetch(lock_sql, *args)
                 row = self._one(locked, assembly_id)
                 # A statement of its own, after the lock: its snapshot then
@@ -529,7 +529,7 @@ class AssemblyRepository(Repository):
         lock_sql = q.lock_assembly(self._schema, tenant_param)
 
         async def attempt() -> Assembly:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 row = self._one(await active.fetch(lock_sql, *args), assembly_id)
                 done = await self._recompute_locked(active, [row["tenant_id"]], [assembly_id])
             return done[0]
@@ -568,7 +568,7 @@ class AssemblyRepository(Repository):
         )
         tenant = validate_tenant(tenant)
         try:
-            async with self._connection(conn) as active:
+            async with self._connection(conn, tenant=tenant) as active:
                 row = await active.fetchrow(
                     q.update_assembly(self._schema, tenant is not None),
                     assembly_id,
@@ -601,7 +601,7 @@ class AssemblyRepository(Repository):
         tenant = validate_tenant(tenant)
         tenant_param, args = self._by_id(assembly_id, tenant)
         sql = q.delete_assembly(self._schema, tenant_param)
-        return await self._delete_one(sql, args, f"assembly {assembly_id}", conn)
+        return await self._delete_one(sql, args, f"assembly {assembly_id}", conn, tenant=tenant)
 
     # ------------------------------------------------------------------ reads
 
@@ -628,7 +628,7 @@ class AssemblyRepository(Repository):
         tenant = validate_tenant(tenant)
         tenant_param, args = self._by_id(assembly_id, tenant)
         sql = q.select_by_id(self._schema, tenant_param)
-        rows = await self._read(conn, lambda active: active.fetch(sql, *args))
+        rows = await self._read(conn, lambda active: active.fetch(sql, *args), tenant=tenant)
         return Assembly.from_row(self._one(rows, assembly_id))
 
     async def get_by_name(
@@ -641,7 +641,9 @@ class AssemblyRepository(Repository):
         sql = q.select_by_name(
             self._schema, scope_sql, params.add(validate_name(name, "name", MAX_NAME_LENGTH))
         )
-        row = await self._read(conn, lambda active: active.fetchrow(sql, *params.values))
+        row = await self._read(
+            conn, lambda active: active.fetchrow(sql, *params.values), tenant=scope.tenant
+        )
         if row is None:
             raise NotFoundError(f"no assembly named {name!r} in this scope")
         return Assembly.from_row(row)
@@ -667,7 +669,9 @@ class AssemblyRepository(Repository):
         scope_sql = scope_condition(scope, include, params)
         after_param = None if after is None else params.add(parse_id("after", after))
         sql = q.list_page(self._schema, scope_sql, after_param, params.add(limit))
-        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        rows = await self._read(
+            conn, lambda active: active.fetch(sql, *params.values), tenant=scope.tenant
+        )
         return [Assembly.from_row(row) for row in rows]
 
     async def members(
@@ -700,7 +704,7 @@ class AssemblyRepository(Repository):
                 await self._require_one(active, assembly_id, tenant)
             return rows
 
-        return [Memory.from_row(row) for row in await self._read(conn, page)]
+        return [Memory.from_row(row) for row in await self._read(conn, page, tenant=tenant)]
 
     async def memberships(
         self,
@@ -714,7 +718,7 @@ class AssemblyRepository(Repository):
         tenant = validate_tenant(tenant)
         tenant_param, args = self._by_id(wanted, tenant)
         sql = q.memberships(self._schema, tenant_param)
-        rows = await self._read(conn, lambda active: active.fetch(sql, *args))
+        rows = await self._read(conn, lambda active: active.fetch(sql, *args), tenant=tenant)
         return [Assembly.from_row(row) for row in rows]
 
     async def search(
@@ -779,5 +783,5 @@ class AssemblyRepository(Repository):
                 rows = await self._run_search(active, exact_sql, params.values[:-1])
             return rows
 
-        rows = await self._read(conn, run)
+        rows = await self._read(conn, run, tenant=scope.tenant)
         return [AssemblyHit(Assembly.from_row(row), float(row["similarity"])) for row in rows]

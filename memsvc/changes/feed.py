@@ -52,7 +52,6 @@ from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params, scope_condition
-from memsvc.db.tenancy import current_tenant
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +157,7 @@ class ChangeFeed(Repository):
             raise ValidationError("batch_size", "must be an integer")
         if not 1 <= batch_size <= MAX_BATCH:
             raise ValidationError("batch_size", f"must be between 1 and {MAX_BATCH}")
-        tenant = scope.tenant if scope is not None else current_tenant.get()
+        tenant = scope.tenant if scope is not None else None
         if self._settings.row_level_security and tenant is None:
             raise ValidationError("scope", "row_level_security is on: pass the scope to follow")
         plain, args = read_statement(
@@ -234,21 +233,15 @@ class ChangeFeed(Repository):
         self, since: str | datetime | None, tenant: str | None
     ) -> tuple[FeedEpoch, Position]:
         """The feed's epoch, and the position it starts after."""
-        # The tenant is set around each read, never across a yield: the
-        # consumer's own context must not change between its steps.
-        token = current_tenant.set(tenant)
-        try:
-            epoch = await self._epoch()
-            async with self._connection(writes=False) as conn:
-                if since == "now":
-                    watermark = await conn.fetchval(q.refined_watermark_now(self._schema))
-                    return epoch, Position(int(watermark), -1, 0)
-                if isinstance(since, datetime):
-                    first = await conn.fetchrow(q.first_since(self._schema), since)
-                else:
-                    horizon_text = await conn.fetchval(q.horizon(self._schema))
-        finally:
-            current_tenant.reset(token)
+        epoch = await self._epoch(tenant)
+        async with self._connection(tenant=tenant, writes=False) as conn:
+            if since == "now":
+                watermark = await conn.fetchval(q.refined_watermark_now(self._schema))
+                return epoch, Position(int(watermark), -1, 0)
+            if isinstance(since, datetime):
+                first = await conn.fetchrow(q.first_since(self._schema), since)
+            else:
+                horizon_text = await conn.fetchval(q.horizon(self._schema))
         if isinstance(since, datetime):
             return epoch, self._position_since(first, since)
         if since is None:
@@ -257,11 +250,11 @@ class ChangeFeed(Repository):
         check_cursor_epoch(since, cursor_epoch, epoch)
         return epoch, Position(key, source, event_id)
 
-    async def _epoch(self) -> FeedEpoch:
+    async def _epoch(self, tenant: str | None) -> FeedEpoch:
         """The current epoch (a new one started first if the database moved cluster)."""
         for attempt in range(1, EPOCH_ATTEMPTS + 1):
             try:
-                async with self._connection(writes=False) as conn:
+                async with self._connection(tenant=tenant, writes=False) as conn:
                     return await current_epoch(conn, self._schema)
             except ConcurrencyError:
                 if attempt == EPOCH_ATTEMPTS:
@@ -276,11 +269,7 @@ class ChangeFeed(Repository):
         FeedEpochError when it is not the feed's own: the position means
         nothing in it.
         """
-        token = current_tenant.set(tenant)
-        try:
-            current = await self._epoch()
-        finally:
-            current_tenant.reset(token)
+        current = await self._epoch(tenant)
         if current.id != epoch.id:
             raise epoch_error(_cursor(epoch, position), epoch.id, current)
         return current
@@ -318,15 +307,12 @@ class ChangeFeed(Repository):
         if not watch.report_due() or watch.held_since is None:
             return
         watch.reported()
-        token = current_tenant.set(tenant)
         try:
-            async with self._connection(writes=False) as conn:
+            async with self._connection(tenant=tenant, writes=False) as conn:
                 holder = await find_holder(conn, self._schema)
         except MemsvcError as exc:
             log.warning("change feed held back; finding by what failed: %s", exc)
             return
-        finally:
-            current_tenant.reset(token)
         if holder is None:
             return  # it ended meanwhile
         log.warning(
@@ -343,12 +329,8 @@ class ChangeFeed(Repository):
         self, sql: str, args: list[Any], position: Position, tenant: str | None
     ) -> list[asyncpg.Record]:
         values = read_arguments(args, position)
-        token = current_tenant.set(tenant)
-        try:
-            async with self._connection(writes=False) as conn:
-                rows: list[asyncpg.Record] = await conn.fetch(sql, *values)
-        finally:
-            current_tenant.reset(token)
+        async with self._connection(tenant=tenant, writes=False) as conn:
+            rows: list[asyncpg.Record] = await conn.fetch(sql, *values)
         return rows
 
     async def _listen(self, wake: asyncio.Event) -> asyncpg.Connection | None:

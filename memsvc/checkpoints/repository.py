@@ -40,7 +40,6 @@ from memsvc.core.validation import (
 )
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params, scope_condition
-from memsvc.db.tenancy import tenant_scoped
 from memsvc.telemetry import traced_operations
 
 MAX_DESCRIPTION_BYTES = 64 * 1024
@@ -73,7 +72,6 @@ def _from_row(row: Any) -> Checkpoint:
 
 
 @traced_operations("memsvc.checkpoints")
-@tenant_scoped
 @signals_changes("create", "delete", "prune")
 class CheckpointRepository(Repository):
     """Durable snapshots of session state, newest N kept per session."""
@@ -115,7 +113,7 @@ class CheckpointRepository(Repository):
         key = self._session_key(scope)
 
         async def attempt() -> Checkpoint:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=scope.tenant) as active:
                 await active.execute(q.lock_session(), key)
                 row = await active.fetchrow(sql, *params.values)
             assert row is not None
@@ -135,7 +133,7 @@ class CheckpointRepository(Repository):
         tenant = validate_tenant(tenant)
         tenant_param, args = self._by_id(checkpoint_id, tenant)
         sql = q.select_by_id(self._schema, tenant_param)
-        rows = await self._read(conn, lambda active: active.fetch(sql, *args))
+        rows = await self._read(conn, lambda active: active.fetch(sql, *args), tenant=tenant)
         self._exactly_one(len(rows), f"checkpoint {checkpoint_id}")
         return _from_row(rows[0])
 
@@ -144,7 +142,9 @@ class CheckpointRepository(Repository):
         scope = _session_scope(scope)
         params = Params()
         sql = q.latest(self._schema, scope_condition(scope, "exact", params))
-        row = await self._read(conn, lambda active: active.fetchrow(sql, *params.values))
+        row = await self._read(
+            conn, lambda active: active.fetchrow(sql, *params.values), tenant=scope.tenant
+        )
         if row is None:
             raise NotFoundError("this session has no checkpoint")
         return _from_row(row)
@@ -190,7 +190,9 @@ class CheckpointRepository(Repository):
             after_id=cursor_id,
             limit_param=params.add(limit),
         )
-        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        rows = await self._read(
+            conn, lambda active: active.fetch(sql, *params.values), tenant=scope.tenant
+        )
         return [_from_row(row) for row in rows]
 
     async def delete(
@@ -205,7 +207,7 @@ class CheckpointRepository(Repository):
         tenant = validate_tenant(tenant)
         tenant_param, args = self._by_id(checkpoint_id, tenant)
         sql = q.delete(self._schema, tenant_param)
-        return await self._delete_one(sql, args, f"checkpoint {checkpoint_id}", conn)
+        return await self._delete_one(sql, args, f"checkpoint {checkpoint_id}", conn, tenant=tenant)
 
     async def prune(
         self, scope: Scope, keep_last: int, *, conn: asyncpg.Connection | None = None
@@ -226,7 +228,7 @@ class CheckpointRepository(Repository):
         key = self._session_key(scope)
 
         async def attempt() -> int:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=scope.tenant) as active:
                 await active.execute(q.lock_session(), key)
                 deleted: int = await active.fetchval(sql, *params.values)
             return deleted

@@ -42,7 +42,7 @@ from memsvc.core.errors import ConcurrencyError, MemsvcError, SchemaError, Stora
 from memsvc.core.settings import Settings
 from memsvc.db import replica_queries as q
 from memsvc.db.errors import connection_is_broken, translate_errors
-from memsvc.db.pool import create_pool, release
+from memsvc.db.pool import create_pool
 
 log = logging.getLogger(__name__)
 
@@ -419,4 +419,4 @@ def _position(value: object) -> int:
 async def _release(replica: _Replica, conn: asyncpg.Connection) -> None:
     # Releasing a connection that broke may itself fail; it is gone either way.
     with contextlib.suppress(*_DRIVER_FAILURES):
-        await release(replica.pool, conn)
+        await replica.pool.release(conn)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -21,9 +20,8 @@ from memsvc.core.errors import (
 )
 from memsvc.core.settings import Settings
 from memsvc.db.errors import DRIVER_ERRORS, connection_is_broken, translate, translate_errors
-from memsvc.db.pool import release, take_idle, unproxied
 from memsvc.db.replicas import ReadRouter
-from memsvc.db.tenancy import SET_TENANT, current_tenant
+from memsvc.db.tenancy import SET_TENANT
 from memsvc.telemetry import waiting_for_connection
 
 T = TypeVar("T")
@@ -61,17 +59,18 @@ class Repository:
 
     @asynccontextmanager
     async def _connection(
-        self, conn: asyncpg.Connection | None = None, *, writes: bool = True
+        self, conn: asyncpg.Connection | None = None, *, tenant: str | None, writes: bool = True
     ) -> AsyncIterator[asyncpg.Connection]:
         """The caller's connection, or one from the pool for the block's duration.
 
+        ``tenant`` is whose rows the block acts on (None: no one tenant's).
         With row-level security on, the block runs in a transaction that
-        starts by setting the tenant (see :mod:`memsvc.db.tenancy`).
-        ``writes=False`` promises the block only reads (its WAL position
-        need not be recorded).
+        starts by setting it (see :mod:`memsvc.db.tenancy`), and None is
+        refused. ``writes=False`` promises the block only reads (its WAL
+        position need not be recorded).
         """
         if self._settings.row_level_security:
-            async with self._transaction(conn, writes=writes) as active:
+            async with self._transaction(conn, tenant=tenant, writes=writes) as active:
                 yield active
             return
         if conn is not None:
@@ -105,27 +104,18 @@ class Repository:
                 pooled.terminate()
             raise
         else:
-            # memsvc's statements leave no session state, so the pool may
-            # skip its reset for this connection.
+            # memsvc's statements leave no session state, so the pool's reset
+            # may send nothing for this connection (see memsvc.db.pool).
             pooled.mark_clean()
         finally:
-            await release(self._pool, pooled)
+            await self._pool.release(pooled)
 
     async def _on_pooled(self, statement: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-        """``statement`` on a pooled connection: what ``_pooled(writes=False)`` does for a read.
-
-        Written out rather than nested context managers: a read is most of
-        what a search costs on the client, and each layer costs a generator.
-        """
-        # translate_errors() written out too: a generator-based context
-        # manager costs about as much as the rest of this function.
+        """``statement`` on a pooled connection, for a read (no WAL position to record)."""
         try:
-            # _acquire() written out: its coroutine only when the pool is busy.
-            pooled = take_idle(self._pool)
-            if pooled is None:
-                pooled = await self._wait_for_connection()
+            pooled = await self._acquire()
             try:
-                result = await statement(unproxied(pooled))
+                result = await statement(pooled)
             except BaseException as exc:
                 if connection_is_broken(exc):
                     pooled.terminate()
@@ -133,7 +123,7 @@ class Repository:
             else:
                 pooled.mark_clean()
             finally:
-                await release(self._pool, pooled)
+                await self._pool.release(pooled)
         except MemsvcError:
             raise
         except DRIVER_ERRORS as exc:
@@ -142,18 +132,6 @@ class Repository:
 
     async def _acquire(self) -> Any:
         """A pooled connection, waited for at most ``command_timeout_s``.
-
-        An idle connection is taken at once (:func:`memsvc.db.pool.take_idle`),
-        so the deadline (a timer scheduled and cancelled per call, a
-        measurable share of a single add) is only set up when the pool is busy.
-        """
-        taken = take_idle(self._pool)
-        if taken is not None:
-            return taken
-        return await self._wait_for_connection()
-
-    async def _wait_for_connection(self) -> Any:
-        """A connection from a busy pool, within ``command_timeout_s``.
 
         ``asyncio.timeout`` rather than ``acquire(timeout=)``: the latter wraps
         every acquire in ``wait_for``, a new task per call.
@@ -164,23 +142,23 @@ class Repository:
 
     @asynccontextmanager
     async def _transaction(
-        self, conn: asyncpg.Connection | None = None, *, writes: bool = True
+        self, conn: asyncpg.Connection | None = None, *, tenant: str | None, writes: bool = True
     ) -> AsyncIterator[asyncpg.Connection]:
-        """A transaction (or a savepoint inside the caller's transaction)."""
+        """A transaction (or a savepoint inside the caller's transaction) acting for ``tenant``."""
         with translate_errors():
             if conn is not None:
                 async with conn.transaction():
-                    await self._set_tenant(conn)
+                    await self._set_tenant(conn, tenant)
                     yield conn
                 return
             async with self._pooled(writes=writes) as pooled, pooled.transaction():
-                await self._set_tenant(pooled)
+                await self._set_tenant(pooled, tenant)
                 yield pooled
 
-    async def _set_tenant(self, conn: asyncpg.Connection) -> None:
+    async def _set_tenant(self, conn: asyncpg.Connection, tenant: str | None) -> None:
+        """Under row-level security, make ``tenant`` the transaction's; refuse no tenant."""
         if not self._settings.row_level_security:
             return
-        tenant = current_tenant.get()
         if tenant is None:
             raise ValidationError(
                 "tenant", "row_level_security is on: pass the scope or tenant= of the rows"
@@ -192,45 +170,32 @@ class Repository:
         conn: asyncpg.Connection | None,
         statement: Callable[[asyncpg.Connection], Awaitable[T]],
         *,
+        tenant: str | None,
         routed: bool = True,
     ) -> T:
-        """Run a read; on a pooled connection found broken, once more on another.
+        """Run a read for ``tenant``; on a pooled connection found broken, once more on another.
 
         Without a caller's connection it may run on a replica (see
         :mod:`memsvc.db.replicas`); the primary serves it whenever no replica
         can. ``routed=False`` keeps it on the primary: reads a write is about
         to act on must not wait for a replica to replay the previous write.
         """
-        pooled = conn is None and not self._settings.row_level_security
-        attempt: Callable[[], Awaitable[T]]
-        if pooled:
-            attempt = functools.partial(self._on_pooled, statement)
-        else:
 
-            async def attempt() -> T:
-                async with self._connection(conn, writes=False) as active:
-                    return await statement(active)
+        async def attempt() -> T:
+            if conn is None and not self._settings.row_level_security:
+                return await self._on_pooled(statement)
+            async with self._connection(conn, tenant=tenant, writes=False) as active:
+                return await statement(active)
 
         if routed and conn is None and self._reads is not None and self._reads.has_replicas:
             return await self._reads.run(
-                self._scoped(statement),
+                self._scoped(statement, tenant),
                 lambda: self._retrying(attempt, owns_transaction=True, idempotent=True),
-            )
-        if pooled:
-            # The commonest read: its first attempt without _retrying's
-            # coroutine (a small search's client work is a few such layers).
-            try:
-                return await self._on_pooled(statement)
-            except (ConcurrencyError, StorageError) as exc:
-                if not await self._should_retry(exc, 1, owns_transaction=True, idempotent=True):
-                    raise
-            return await self._retrying(
-                attempt, owns_transaction=True, idempotent=True, first_attempt=2
             )
         return await self._retrying(attempt, owns_transaction=conn is None, idempotent=True)
 
     def _scoped(
-        self, statement: Callable[[asyncpg.Connection], Awaitable[T]]
+        self, statement: Callable[[asyncpg.Connection], Awaitable[T]], tenant: str | None
     ) -> Callable[[asyncpg.Connection], Awaitable[T]]:
         """``statement`` as it must run on a bare connection (with the tenant set under RLS)."""
         if not self._settings.row_level_security:
@@ -238,7 +203,7 @@ class Repository:
 
         async def in_tenant(active: asyncpg.Connection) -> T:
             async with active.transaction():
-                await self._set_tenant(active)
+                await self._set_tenant(active, tenant)
                 return await statement(active)
 
         return in_tenant
@@ -303,12 +268,18 @@ class Repository:
         return row
 
     async def _delete_one(
-        self, sql: str, args: list[object], what: str, conn: asyncpg.Connection | None
+        self,
+        sql: str,
+        args: list[object],
+        what: str,
+        conn: asyncpg.Connection | None,
+        *,
+        tenant: str | None,
     ) -> bool:
         """Run a delete-by-id statement (``RETURNING`` the deleted rows); True if one went."""
 
         async def attempt() -> bool:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 rows = await active.fetch(sql, *args)
                 if rows:
                     self._exactly_one(len(rows), what)

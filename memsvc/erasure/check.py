@@ -72,7 +72,7 @@ class ErasureCheck(Repository):
     async def verify(self, plan: ErasurePlan, receipt: ErasureReceipt) -> None:
         """Fill ``remaining``, ``written_during``, ``checked``, ``finished`` and ``verified``."""
         found: dict[str, int] = {}
-        async with self._transaction() as conn:
+        async with self._transaction(tenant=plan.scope.tenant) as conn:
             relations = [
                 Relation(
                     row["name"], list(zip(row["columns"], row["types"], strict=True)),

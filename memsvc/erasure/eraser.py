@@ -54,7 +54,6 @@ from memsvc.core.validation import validate_limit, validate_scope
 from memsvc.db.errors import translate_errors
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params
-from memsvc.db.tenancy import tenant_scoped
 from memsvc.erasure import queries as q
 from memsvc.erasure.check import ErasureCheck
 from memsvc.erasure.plan import ErasurePlan
@@ -122,7 +121,6 @@ class ErasureReceipt:
         self.removed[table] = self.removed.get(table, 0) + int(count)
 
 
-@tenant_scoped
 class Erasure(Repository):
     """Runs erasures on the service's pool (``svc.erase``)."""
 
@@ -177,9 +175,9 @@ class Erasure(Repository):
             raise ValidationError("vacuum", "must be False, True or 'full'")
         progress.start("reaching working memory", total=None)
         where = await self._working_store.reach()
-        async with self._transaction() as conn:
+        async with self._transaction(tenant=scope.tenant) as conn:
             await conn.fetchval(q.current_epoch(self._schema))
-        async with self._transaction() as conn:
+        async with self._transaction(tenant=scope.tenant) as conn:
             cut = await conn.fetchrow(q.CUT)
         with ErasedTexts() as texts:
             plan = ErasurePlan(scope, include, batch_size, cut["snapshot"], texts)
@@ -222,6 +220,8 @@ class Erasure(Repository):
         run: Callable[[asyncpg.Connection], Awaitable[dict[str, int]]],
         receipt: ErasureReceipt,
         progress: ProgressReporter,
+        *,
+        tenant: str,
     ) -> None:
         """Call ``run(conn)``, each time in its own transaction, until it removes nothing.
 
@@ -231,7 +231,7 @@ class Erasure(Repository):
         while True:
 
             async def attempt() -> dict[str, int]:
-                async with self._transaction() as active:
+                async with self._transaction(tenant=tenant) as active:
                     return await run(active)
 
             counts = await self._retrying(attempt, owns_transaction=True)
@@ -266,7 +266,7 @@ class Erasure(Repository):
                 texts.key, texts.texts_left, texts.bytes_left,
             )
 
-        async for row in self._each_batch(run):
+        async for row in self._each_batch(run, tenant=plan.scope.tenant):
             self._texts_removed(texts, row)
             receipt.add("assemblies", row["assemblies"])
             receipt.add("assembly_members", row["members"])
@@ -274,13 +274,13 @@ class Erasure(Repository):
             progress.advance(row["assemblies"])
 
     async def _each_batch(
-        self, run: Callable[[asyncpg.Connection], Awaitable[T | None]]
+        self, run: Callable[[asyncpg.Connection], Awaitable[T | None]], *, tenant: str
     ) -> AsyncIterator[T]:
         """Yield the result of ``run(conn)``, each in its own transaction, until it is None."""
         while True:
 
             async def attempt() -> T | None:
-                async with self._transaction() as active:
+                async with self._transaction(tenant=tenant) as active:
                     return await run(active)
 
             row = await self._retrying(attempt, owns_transaction=True)
@@ -312,7 +312,7 @@ class Erasure(Repository):
             )
             return _Batch(members, counts)
 
-        async for batch in self._each_batch(run):
+        async for batch in self._each_batch(run, tenant=plan.scope.tenant):
             counts = batch.counts
             self._texts_removed(texts, counts)
             receipt.add("memories", counts["memories"])
@@ -346,7 +346,7 @@ class Erasure(Repository):
             )
             return rows, counts
 
-        async for rows, counts in self._each_batch(run):
+        async for rows, counts in self._each_batch(run, tenant=plan.scope.tenant):
             # The scope's tenant is fixed, so the id alone orders the keyset;
             # from the last id on (>=): one id may have histories in several scopes.
             params.values[int(after[1:]) - 1] = rows[-1]["memory_id"]
@@ -370,7 +370,7 @@ class Erasure(Repository):
             row = await conn.fetchrow(sql, *params.values)
             return row if row["checkpoints"] else None
 
-        async for row in self._each_batch(run):
+        async for row in self._each_batch(run, tenant=plan.scope.tenant):
             self._texts_removed(texts, row)
             receipt.add("session_checkpoints", row["checkpoints"])
             receipt.add("entity_events", row["entity_events"])
@@ -393,7 +393,7 @@ class Erasure(Repository):
                 "langgraph_store_vectors": counts["vectors"],
             }
 
-        await self._batches(run, receipt, NO_PROGRESS)
+        await self._batches(run, receipt, NO_PROGRESS, tenant=tenant)
         # The store's namespace indexes name the tenant and its namespaces in
         # their predicates (the catalog): they go with the rows.
         await self._store.drop_namespace_indexes(tenant)
@@ -414,7 +414,9 @@ class Erasure(Repository):
         sql = q.delete_gone_entity_events(
             self._schema, scope_sql, after, params.add(plan.batch_size)
         )
-        await self._event_batches(sql, params, after, "entity_events", receipt, progress)
+        await self._event_batches(
+            sql, params, after, "entity_events", receipt, progress, tenant=plan.scope.tenant
+        )
         if plan.depth == 3:
             return  # nothing below the named level
         for table, kind in (("entity_events", "deleted"), ("memory_events", "erased")):
@@ -426,18 +428,20 @@ class Erasure(Repository):
                 self._schema, table, kind, scope_sql, plan.depth, key, after,
                 params.add(plan.batch_size),
             )
-            await self._event_batches(sql, params, after, "pseudonymized", receipt, progress)
+            await self._event_batches(
+                sql, params, after, "pseudonymized", receipt, progress, tenant=plan.scope.tenant
+            )
 
     async def _event_batches(
         self, sql: str, params: Params, after: str, counted: str, receipt: ErasureReceipt,
-        progress: ProgressReporter,
+        progress: ProgressReporter, *, tenant: str,
     ) -> None:
         """Run ``sql`` (returning event ids) batch after batch, each resuming after the last."""
 
         async def run(conn: asyncpg.Connection) -> builtins.list[Any] | None:
             return await conn.fetch(sql, *params.values) or None
 
-        async for rows in self._each_batch(run):
+        async for rows in self._each_batch(run, tenant=tenant):
             params.values[int(after[1:]) - 1] = max(row["event_id"] for row in rows)
             receipt.add(counted, len(rows))
             progress.advance(len(rows))

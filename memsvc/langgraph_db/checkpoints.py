@@ -28,7 +28,6 @@ import asyncpg
 from memsvc.core.errors import ValidationError
 from memsvc.core.scope import validate_id
 from memsvc.db.repository import Repository
-from memsvc.db.tenancy import tenant_scoped
 from memsvc.langgraph_db import checkpoint_queries as q
 
 MAX_KEEP = 1_000_000
@@ -42,7 +41,6 @@ def _keep(value: object) -> int:
     return value
 
 
-@tenant_scoped
 class LangGraphCheckpointRepository(Repository):
     """Checkpoints, blobs (one per channel version) and writes of LangGraph threads."""
 
@@ -94,7 +92,7 @@ class LangGraphCheckpointRepository(Repository):
         if keep is None:
 
             async def attempt() -> None:
-                async with self._connection(conn) as active:
+                async with self._connection(conn, tenant=tenant) as active:
                     await active.execute(q.put(self._schema), *args)
 
         else:
@@ -102,7 +100,7 @@ class LangGraphCheckpointRepository(Repository):
             key = self._thread_key(tenant, thread_id)
 
             async def attempt() -> None:
-                async with self._transaction(conn) as active:
+                async with self._transaction(conn, tenant=tenant) as active:
                     await active.execute(q.lock_thread(), key)
                     await active.execute(q.put_and_retain(self._schema), *args)
 
@@ -138,7 +136,7 @@ class LangGraphCheckpointRepository(Repository):
         sql = q.put_writes(self._schema, replace=replace)
 
         async def attempt() -> None:
-            async with self._connection(conn) as active:
+            async with self._connection(conn, tenant=tenant) as active:
                 await active.execute(sql, *args)
 
         await self._retrying(attempt, owns_transaction=conn is None)
@@ -158,7 +156,7 @@ class LangGraphCheckpointRepository(Repository):
         if checkpoint_id is not None:
             args.append(checkpoint_id)
         sql = q.get_tuple(self._schema, by_id=checkpoint_id is not None)
-        return await self._read(conn, lambda active: active.fetchrow(sql, *args))
+        return await self._read(conn, lambda active: active.fetchrow(sql, *args), tenant=tenant)
 
     async def list(
         self,
@@ -195,7 +193,9 @@ class LangGraphCheckpointRepository(Repository):
         if limit is not None:
             args.append(limit)
         sql = q.list_checkpoints(self._schema, filters, limited=limit is not None)
-        rows: builtins.list[Any] = await self._read(conn, lambda active: active.fetch(sql, *args))
+        rows: builtins.list[Any] = await self._read(
+            conn, lambda active: active.fetch(sql, *args), tenant=tenant
+        )
         return rows
 
     async def ancestors(
@@ -218,7 +218,9 @@ class LangGraphCheckpointRepository(Repository):
         tenant = validate_id("tenant", tenant)
         args = [tenant, thread_id, checkpoint_ns, checkpoint_id, list(channels), limit]
         sql = q.ancestors(self._schema, by_id=checkpoint_id is not None)
-        rows: builtins.list[Any] = await self._read(conn, lambda active: active.fetch(sql, *args))
+        rows: builtins.list[Any] = await self._read(
+            conn, lambda active: active.fetch(sql, *args), tenant=tenant
+        )
         return rows
 
     async def delete_threads(
@@ -243,6 +245,7 @@ class LangGraphCheckpointRepository(Repository):
             threads = await self._read(
                 conn,
                 lambda active: active.fetch(q.tenant_threads(self._schema), tenant, batch_size),
+                tenant=tenant,
             )
             if not threads:
                 return removed
@@ -250,7 +253,7 @@ class LangGraphCheckpointRepository(Repository):
             keys = [self._thread_key(tenant, thread) for thread in names]
 
             async def attempt(names: list[str] = names, keys: list[str] = keys) -> Any:
-                async with self._transaction(conn) as active:
+                async with self._transaction(conn, tenant=tenant) as active:
                     await active.execute(q.lock_threads(), keys)
                     return await active.fetchrow(q.erase_threads(self._schema), tenant, names)
 
@@ -286,7 +289,7 @@ class LangGraphCheckpointRepository(Repository):
         sql = q.delete_for_runs(self._schema)
 
         async def attempt() -> int:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 deleted: int = await active.fetchval(sql, tenant, list(run_ids))
             return deleted
 
@@ -305,7 +308,7 @@ class LangGraphCheckpointRepository(Repository):
         sql = q.copy_thread(self._schema)
 
         async def attempt() -> None:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 await active.execute(q.lock_thread(), self._thread_key(tenant, target_thread_id))
                 await active.execute(sql, tenant, source_thread_id, target_thread_id)
 
@@ -328,7 +331,7 @@ class LangGraphCheckpointRepository(Repository):
         keys = [self._thread_key(tenant, thread) for thread in threads]
 
         async def attempt() -> int:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 await active.execute(q.lock_threads(), keys)
                 if refuse_delta:
                     delta = await active.fetch(q.delta_threads(self._schema), tenant, threads)

@@ -31,7 +31,6 @@ from memsvc.db.codecs import vector_bytes
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params
 from memsvc.db.tables import OPCLASSES, store_vector_index_expression
-from memsvc.db.tenancy import tenant_scoped
 from memsvc.langgraph_db import store_queries as q
 
 # How many vectors a query search reads per wanted item at first (an item has
@@ -145,7 +144,6 @@ def _row(row: Any, score: float | None = None) -> StoreRow:
     )
 
 
-@tenant_scoped
 class LangGraphStoreRepository(Repository):
     """Items of LangGraph stores, per tenant (see the module docstring)."""
 
@@ -188,14 +186,14 @@ class LangGraphStoreRepository(Repository):
         if puts and not deletes and conn is None and not self._settings.row_level_security:
             # One statement is its own transaction: no begin and commit round trips.
             async def put_only() -> None:
-                async with self._connection() as active:
+                async with self._connection(tenant=tenant) as active:
                     await active.execute(put_sql, *put_args)
 
             await self._retrying(put_only, owns_transaction=True)
             return
 
         async def attempt() -> None:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 if deletes:
                     await active.execute(
                         q.delete_items(schema),
@@ -223,7 +221,9 @@ class LangGraphStoreRepository(Repository):
         sql = q.get_items(self._schema)
         unique = {(w[0], w[1]): w[2] for w in wanted}
         prefixes, keys = [k[0] for k in unique], [k[1] for k in unique]
-        rows = await self._read(conn, functools.partial(self._fetch, sql, [tenant, prefixes, keys]))
+        rows = await self._read(
+            conn, functools.partial(self._fetch, sql, [tenant, prefixes, keys]), tenant=tenant
+        )
         found = {(row["prefix"], row["key"]): _row(row) for row in rows}
         refresh = [row for where, row in found.items() if unique[where]]
         await self._refresh_found(tenant, refresh, True, conn)
@@ -247,7 +247,9 @@ class LangGraphStoreRepository(Repository):
         sql = q.list_items(
             self._schema, namespace_sql, filter_sql, params.add(limit), params.add(offset)
         )
-        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        rows = await self._read(
+            conn, lambda active: active.fetch(sql, *params.values), tenant=tenant
+        )
         found = [_row(row) for row in rows]
         await self._refresh_found(tenant, found, refresh, conn)
         return found
@@ -296,7 +298,7 @@ class LangGraphStoreRepository(Repository):
             sql = q.namespace_size(
                 self._schema, q.namespace_range_condition(prefix), QUANTIZED_UP_TO + 1, name
             )
-            row = await self._read(conn, lambda active: active.fetchrow(sql, tenant))
+            row = await self._read(conn, lambda active: active.fetchrow(sql, tenant), tenant=tenant)
             if len(self._sizes) >= SIZES_KEPT:
                 self._sizes.clear()
             known = self._sizes[where] = NamespaceSize(
@@ -412,7 +414,9 @@ class LangGraphStoreRepository(Repository):
                 params.add(limit),
                 params.add(offset),
             )
-            rows = await self._read(conn, functools.partial(self._fetch, sql, params.values))
+            rows = await self._read(
+                conn, functools.partial(self._fetch, sql, params.values), tenant=tenant
+            )
             head = rows[0]
             # Expired items or fields of the same items filled the candidates: read further.
             if head["scanned"] < candidates or head["found"] >= wanted or candidates >= MAX_SCAN:
@@ -461,7 +465,9 @@ class LangGraphStoreRepository(Repository):
                 tenant=tenant if own_index else None,
                 ef_search=ef_search,
             )
-            rows = await self._read(conn, functools.partial(self._scan, sql, params.values))
+            rows = await self._read(
+                conn, functools.partial(self._scan, sql, params.values), tenant=tenant
+            )
             head = rows[0]
             # Fields of the same items filled the scan: read further.
             if head["scanned"] < scan or head["found"] >= wanted or scan >= MAX_SCAN:
@@ -498,7 +504,7 @@ class LangGraphStoreRepository(Repository):
         prefixes, keys = [i[0] for i in items], [i[1] for i in items]
 
         async def attempt() -> None:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 await active.execute(sql, tenant, prefixes, keys)
 
         await self._retrying(attempt, owns_transaction=conn is None)
@@ -531,7 +537,7 @@ class LangGraphStoreRepository(Repository):
             found: builtins.list[Any] = await active.fetch(sql, *values)
             return found
 
-        rows = await self._read(conn, fetch)
+        rows = await self._read(conn, fetch, tenant=tenant)
         return [tuple(row["namespace"]) for row in rows]
 
     async def delete_tenant(self, tenant: str, *, conn: asyncpg.Connection | None = None) -> int:
@@ -539,7 +545,7 @@ class LangGraphStoreRepository(Repository):
         sql = q.delete_tenant(self._schema)
 
         async def attempt() -> int:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 deleted: int = await active.fetchval(sql, tenant)
             return deleted
 
@@ -553,7 +559,7 @@ class LangGraphStoreRepository(Repository):
     async def drop_namespace_indexes(self, tenant: str) -> int:
         """Drop the namespace indexes of ``tenant`` (built by searches); returns how many."""
         await self.wait_for_index_builds()
-        async with self._connection(writes=False) as active:
+        async with self._connection(writes=False, tenant=tenant) as active:
             names = [
                 row["name"]
                 for row in await active.fetch(q.namespace_indexes_of_tenant(self._schema), tenant)
@@ -572,7 +578,7 @@ class LangGraphStoreRepository(Repository):
         while True:
 
             async def attempt() -> int:
-                async with self._transaction() as active:
+                async with self._transaction(tenant=tenant) as active:
                     deleted: int = await active.fetchval(sql, *args)
                 return deleted
 

@@ -41,7 +41,6 @@ from memsvc.db.codecs import vector_bytes
 from memsvc.db.replicas import ReadRouter
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params, scope_condition
-from memsvc.db.tenancy import tenant_scoped
 from memsvc.embedding import Embedder
 from memsvc.memories import asof_queries as asof_q
 from memsvc.memories import queries as q
@@ -147,7 +146,6 @@ class _SearchStatement:
 
 
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
-@tenant_scoped
 @signals_changes(
     "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked", "delete_scope"
 )
@@ -344,6 +342,7 @@ class MemoryRepository(Repository):
                 conn,
                 lambda active: self._find_duplicate(active, scope, memory_id, digest),
                 routed=False,
+                tenant=scope.tenant,
             )
             if stored is not None:
                 return stored
@@ -402,10 +401,10 @@ class MemoryRepository(Repository):
         limit = self._settings.max_memories_per_scope
         migrating = self._space.migrating
         if limit is None and not always_transaction and not migrating:
-            async with self._connection(conn) as active:
+            async with self._connection(conn, tenant=scope.tenant) as active:
                 yield active
             return
-        async with self._transaction(conn) as active:
+        async with self._transaction(conn, tenant=scope.tenant) as active:
             # During an embedding-model migration the write runs wholly before
             # or wholly after the switch (see EmbeddingSpace.hold).
             await self._space.hold(active)
@@ -503,7 +502,9 @@ class MemoryRepository(Repository):
                 raise NotFoundError(f"no memory under key {key!r} in this scope at {as_of}")
             return rows[0]
         sql = q.select_by_key(self._schema, scope_condition(scope, "exact", params))
-        row = await self._read(conn, lambda active: active.fetchrow(sql, *params.values))
+        row = await self._read(
+            conn, lambda active: active.fetchrow(sql, *params.values), tenant=scope.tenant
+        )
         if row is None:
             raise NotFoundError(f"no memory under key {key!r} in this scope")
         return Memory.from_row(row)
@@ -641,7 +642,8 @@ class MemoryRepository(Repository):
         params = Params(wanted)
         sql = q.stored_embeddings(self._schema, scope_condition(scope, "exact", params))
         rows = await self._read(
-            conn, lambda active: active.fetch(sql, *params.values), routed=False
+            conn, lambda active: active.fetch(sql, *params.values), routed=False,
+            tenant=scope.tenant,
         )
         known = {row["content_hash"]: self._vector(row["embedding"]) for row in rows}
         first: dict[str, int] = {}  # digest -> the first item needing it embedded
@@ -761,11 +763,11 @@ class MemoryRepository(Repository):
         async def attempt() -> Any:
             migrating = self._space.migrating
             if (vector is None or self._embeddings_changed is None) and not migrating:
-                async with self._connection(conn) as active:
+                async with self._connection(conn, tenant=tenant) as active:
                     return await active.fetchrow(sql, *args)
             # A new embedding moves the centroids of the memory's assemblies:
             # recompute them in the same transaction, after the row lock.
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 await self._space.hold(active)
                 args[11] = self._held_vector(generation, args[11], nexts and nexts[0])
                 row = await active.fetchrow(sql, *args)
@@ -804,7 +806,7 @@ class MemoryRepository(Repository):
         args = [memory_id, patch_json, tenant, self._settings.max_metadata_bytes]
 
         async def attempt() -> Any:
-            async with self._connection(conn) as active:
+            async with self._connection(conn, tenant=tenant) as active:
                 return await active.fetchrow(sql, *args)
 
         row = await self._retrying(attempt, owns_transaction=conn is None)
@@ -831,7 +833,7 @@ class MemoryRepository(Repository):
         sql = q.lock_for_delete(self._schema, tenant is not None)
 
         async def attempt() -> bool:
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 rows = await active.fetch(sql, *args)
                 if len(rows) > 1:
                     raise ConflictError(f"memory id {memory_id} exists in several tenants")
@@ -878,7 +880,7 @@ class MemoryRepository(Repository):
         while True:
 
             async def attempt() -> int:
-                async with self._transaction(conn) as active:
+                async with self._transaction(conn, tenant=scope.tenant) as active:
                     rows = await active.fetch(sql, *params.values)
                     return await self.delete_locked(active, rows)
 
@@ -955,7 +957,8 @@ class MemoryRepository(Repository):
                 values.append(tenant)
             rows = await self._read(
                 conn, lambda active: self._as_of.fetch(active, as_of_sql, values, moment),
-                routed=False,  # see memory_asof: a replica may not have replayed t yet
+                routed=False,  # see memory_asof: a replica may not have replayed t yet,
+                tenant=tenant,
             )
             return [Memory.from_row(row) for row in rows if row["id"] is not None]
         single = len(ids) == 1
@@ -965,15 +968,15 @@ class MemoryRepository(Repository):
         if track_access and tenant is None:
             # The id may exist in several tenants: that get fails, and must
             # not have counted an access of each.
-            async with self._transaction(conn) as active:
+            async with self._transaction(conn, tenant=tenant) as active:
                 rows = await active.fetch(sql, *args)
                 if len(rows) > 1:
                     self._exactly_one(len(rows), f"memory {ids[0]}")
         elif track_access:
-            async with self._connection(conn) as active:
+            async with self._connection(conn, tenant=tenant) as active:
                 rows = await active.fetch(sql, *args)
         else:
-            rows = await self._read(conn, lambda active: active.fetch(sql, *args))
+            rows = await self._read(conn, lambda active: active.fetch(sql, *args), tenant=tenant)
         return [Memory.from_row(row) for row in rows]
 
     async def list(
@@ -1005,7 +1008,9 @@ class MemoryRepository(Repository):
         scope_sql = scope_condition(scope, include, params)
         after_param = None if after is None else params.add(parse_id("after", after))
         sql = q.list_page(self._schema, scope_sql, after_param, params.add(limit))
-        rows = await self._read(conn, lambda active: active.fetch(sql, *params.values))
+        rows = await self._read(
+            conn, lambda active: active.fetch(sql, *params.values), tenant=scope.tenant
+        )
         return [Memory.from_row(row) for row in rows]
 
     async def count(
@@ -1027,13 +1032,16 @@ class MemoryRepository(Repository):
             sql = asof_q.count_in_scope(self._schema, "$1", scope_sql, row_scope_sql, "$2")
             rows = await self._read(
                 conn, lambda active: self._as_of.fetch(active, sql, params.values, moment),
-                routed=False,  # see memory_asof: a replica may not have replayed t yet
+                routed=False,  # see memory_asof: a replica may not have replayed t yet,
+                tenant=scope.tenant,
             )
             counted: int = rows[0]["n"]
             return counted
         params = Params()
         sql = q.count(self._schema, scope_condition(scope, validate_include(include), params))
-        result: int = await self._read(conn, lambda active: active.fetchval(sql, *params.values))
+        result: int = await self._read(
+            conn, lambda active: active.fetchval(sql, *params.values), tenant=scope.tenant
+        )
         return result
 
     async def _read_as_of(
@@ -1065,7 +1073,8 @@ class MemoryRepository(Repository):
         )
         rows = await self._read(
             conn, lambda active: self._as_of.fetch(active, sql, params.values, moment),
-            routed=False,  # see memory_asof: a replica may not have replayed t yet
+            routed=False,  # see memory_asof: a replica may not have replayed t yet,
+            tenant=scope.tenant,
         )
         return [Memory.from_row(row) for row in rows if row["id"] is not None]
 
@@ -1080,7 +1089,7 @@ class MemoryRepository(Repository):
         memory_id = parse_id("id", id)
         tenant_param, args = self._by_id(memory_id, tenant)
         sql = q.history(self._schema, tenant_param)
-        rows = await self._read(conn, lambda active: active.fetch(sql, *args))
+        rows = await self._read(conn, lambda active: active.fetch(sql, *args), tenant=tenant)
         return [MemoryEvent.from_row(row) for row in rows]
 
     async def search(
@@ -1175,7 +1184,7 @@ class MemoryRepository(Repository):
             # Embed the query and search under the migration's row: both in the
             # old model, or (if it switched meanwhile) both in the new one.
             async def held() -> tuple[_SearchStatement, tuple[builtins.list[Any], int | None]]:
-                async with self._transaction(conn) as active:
+                async with self._transaction(conn, tenant=scope.tenant) as active:
                     await self._space.hold(active)
                     self._space.check()
                     held_statement = await self._search_statement(*arguments)
@@ -1186,7 +1195,9 @@ class MemoryRepository(Repository):
             )
         else:
             statement = await self._search_statement(*arguments)
-            rows, terms = await self._read(conn, functools.partial(self._search_rows, statement))
+            rows, terms = await self._read(
+                conn, functools.partial(self._search_rows, statement), tenant=scope.tenant
+            )
         if terms == 0:
             raise ValidationError(
                 "query",
@@ -1299,7 +1310,7 @@ class MemoryRepository(Repository):
             None,
             plan,
         )
-        async with self._connection(conn) as active, active.transaction():
+        async with self._connection(conn, tenant=scope.tenant) as active, active.transaction():
             if not self._settings.pgbouncer:
                 rows = await active.fetch("EXPLAIN ANALYZE " + statement.sql, *statement.values)
             else:
