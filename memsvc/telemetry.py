@@ -23,7 +23,6 @@ import functools
 import importlib.metadata
 import inspect
 import itertools
-import os
 import time
 import weakref
 from collections import deque
@@ -34,7 +33,6 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, TracerProvider
 from opentelemetry.util.types import AttributeValue
@@ -106,7 +104,6 @@ class _Instruments:
         # A provider named by the environment is loaded by the first
         # get_tracer_provider() call: global_tracing always makes that call
         # when the variable was set as memsvc's telemetry started.
-        self._provider_from_environment = OTEL_PYTHON_TRACER_PROVIDER in os.environ
         self.tracer: Tracer = trace.NoOpTracer()
         self.tracing = False
         if tracer_provider is not None:
@@ -192,12 +189,11 @@ class _Instruments:
     def global_tracing(self) -> bool:
         """Whether the global tracer provider has become a real one (then used directly).
 
-        Checked per call only while the app has set none: one function call,
-        cheaper than a span of OpenTelemetry's proxy that leads nowhere.
+        Checked per call only while the app has set none (OpenTelemetry's
+        public ``get_tracer_provider()``, which reads the provider's environment
+        variable each time): cheaper than a span of the proxy that leads nowhere.
         """
         if not self._awaiting_global:
-            return False
-        if not self._provider_from_environment and _global_provider_unset():
             return False
         provider = trace.get_tracer_provider()
         if isinstance(provider, trace.ProxyTracerProvider):
@@ -206,20 +202,6 @@ class _Instruments:
         self.tracing = not isinstance(self.tracer, trace.NoOpTracer)
         self._awaiting_global = False
         return self.tracing
-
-
-# What trace.get_tracer_provider() reads first. Asking it is the public way,
-# but it looks the provider's environment variable up on every call, with a
-# KeyError raised and caught inside os.environ: per operation, that cost 3-4%
-# of a small search's time. Until the app sets a provider (or some code loads
-# the one the variable names, which also fills this), the module attribute is
-# None; if OpenTelemetry stops having it, the public call is always made.
-_UNKNOWN = object()
-
-
-def _global_provider_unset() -> bool:
-    """Whether no global tracer provider has been set in code yet (cheap; False when unsure)."""
-    return getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None
 
 
 _instruments: _Instruments | None = None

@@ -1,8 +1,11 @@
-"""SQL predicates selecting rows by scope.
+"""Building SQL text: bound parameters, scope predicates, and the one quoting helper.
 
-Scope values are always bound parameters. The SQL text depends only on which
-levels are set, so PostgreSQL can use the btree scope index (``IS NOT
-DISTINCT FROM`` could not) and asyncpg caches one statement per shape.
+Values are always bound parameters (:class:`Params`). Scope values too: the
+SQL text depends only on which levels are set, so PostgreSQL can use the
+btree scope index (``IS NOT DISTINCT FROM`` could not) and asyncpg caches one
+statement per shape. Only where PostgreSQL takes no parameter (DDL, comments,
+index predicates the planner must read as constants) is a value written into
+the text, through :func:`quote_literal` or :func:`quote_ident`.
 """
 
 from __future__ import annotations
@@ -66,3 +69,20 @@ def tenant_or_any(param: str, tenant_filter: bool) -> str:
     routes a statement to one shard only on a plain ``tenant_id = ...``).
     """
     return f"tenant_id = {param}::text" if tenant_filter else f"{param}::text IS NULL"
+
+
+def quote_literal(text: str) -> str:
+    """``text`` as an SQL string literal, as PostgreSQL's ``quote_literal`` writes it.
+
+    Right under either ``standard_conforming_strings``: a text holding a
+    backslash is written as an escape string (``E'...'``).
+    """
+    quoted = text.replace("'", "''")
+    if "\\" in text:
+        return "E'" + quoted.replace("\\", "\\\\") + "'"
+    return "'" + quoted + "'"
+
+
+def quote_ident(name: str) -> str:
+    """``name`` as a quoted SQL identifier, as PostgreSQL's ``quote_ident`` would always quote."""
+    return '"' + name.replace('"', '""') + '"'

@@ -34,7 +34,7 @@ import asyncpg
 
 from memsvc.core.settings import Settings
 from memsvc.db.repository import Repository
-from memsvc.db.sql import COLUMNS, Params
+from memsvc.db.sql import COLUMNS, Params, quote_ident
 from memsvc.erasure import check_queries as q
 from memsvc.erasure.plan import ErasurePlan
 from memsvc.erasure.queries import MIN_TEXT_BYTES
@@ -110,7 +110,7 @@ class ErasureCheck(Repository):
         if plan.whole_tenant:
             tenant = params.add(plan.scope.tenant)
             for table in tenant_only:
-                rows = f"{q.quote_ident(table)} AS t WHERE t.tenant_id = {tenant}"
+                rows = f"{quote_ident(table)} AS t WHERE t.tenant_id = {tenant}"
                 left[table] = q.count_of(self._schema, rows)
         during = {
             table: q.count_of(self._schema, q.written_during(table, scope_sql, snapshot))

@@ -14,7 +14,7 @@ hashing them.
 
 from __future__ import annotations
 
-from memsvc.db.sql import Params
+from memsvc.db.sql import Params, quote_ident
 from memsvc.erasure.queries import (
     committed_before,
     entity_gone,
@@ -51,11 +51,6 @@ GROUP BY c.relname
 ORDER BY c.relname"""
 
 NOW = "SELECT clock_timestamp()"
-
-
-def quote_ident(name: str) -> str:
-    """A catalog name as a quoted SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 # ------------------------------------------------------------------ structure

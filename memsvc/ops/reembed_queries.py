@@ -8,6 +8,7 @@ dimension, known only when the migration starts.
 from __future__ import annotations
 
 from memsvc.db.partition_queries import name_partition_indexes
+from memsvc.db.sql import quote_literal
 from memsvc.memories.embedding_space_queries import NEXT_COLUMN, NEXT_INDEX
 
 # Transaction-scoped advisory lock serialising the start and the switch of
@@ -64,11 +65,6 @@ def drop_view(schema: str, name: str) -> str:
     return f'DROP VIEW {schema}."{name}"'
 
 
-def _literal(text: str) -> str:
-    """A SQL string literal (comments cannot be bind parameters)."""
-    return "'" + text.replace("'", "''") + "'"
-
-
 def recreate_view(
     schema: str,
     name: str,
@@ -81,10 +77,10 @@ def recreate_view(
     view = f'{schema}."{name}"'
     statements = [f"CREATE VIEW {view} AS {definition}"]
     if comment is not None:
-        statements.append(f"COMMENT ON VIEW {view} IS {_literal(comment)}")
+        statements.append(f"COMMENT ON VIEW {view} IS {quote_literal(comment)}")
     for entry in column_comments:
         column, _, text = entry.partition("=")
-        statements.append(f'COMMENT ON COLUMN {view}."{column}" IS {_literal(text)}')
+        statements.append(f'COMMENT ON COLUMN {view}."{column}" IS {quote_literal(text)}')
     for grant in grants:
         grantee, _, privilege = grant.rpartition(" ")
         statements.append(f"GRANT {privilege} ON {view} TO {grantee}")
@@ -206,7 +202,7 @@ SELECT DISTINCT v.oid, v.relname, pg_get_viewdef(v.oid) AS definition,
               AND d.objsubid = a.attnum
              WHERE a.attrelid = v.oid ORDER BY a.attnum) AS column_comments,
        ARRAY(SELECT CASE WHEN acl.grantee = 0 THEN 'PUBLIC'
-                         ELSE quote_ident(acl.grantee::regrole::text) END
+                         ELSE acl.grantee::regrole::text END
                     || ' ' || acl.privilege_type
              FROM aclexplode(v.relacl) AS acl
              WHERE acl.grantee <> v.relowner) AS grants

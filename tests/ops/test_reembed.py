@@ -392,3 +392,31 @@ async def test_after_a_new_dimension_open_and_doctor_name_the_setting_to_change(
     assert f"MEMSVC_EMBEDDING_DIM={NEW_DIM}" in found.output
     assert "try --repair" not in found.output  # it cannot fix a setting
     assert found.output.rstrip().endswith("1 problem(s) remain")
+
+
+async def test_the_switch_keeps_view_grants_to_roles_whose_names_need_quotes(
+    memsvc_database_url: str, db: asyncpg.Connection
+) -> None:
+    # The switch recreates the views that read the embedding with their
+    # grants. A role's name as regrole writes it is already an identifier
+    # ("Report Readers" with its quotes): quoting it again named no role.
+    role = f"Report Readers {os.getpid()}"
+    schema = "memsvc"
+    await db.execute(f'CREATE ROLE "{role}"')
+    try:
+        await db.execute(f'GRANT SELECT ON {schema}.scope_stats TO "{role}"')
+        salted = SaltedHashing(OLD_DIM)
+        svc = await open_aware(memsvc_database_url, salted)
+        try:
+            await seed(svc, 10)
+            report = await svc.maintenance.reembed(salted, spec="salted", batch_size=25)
+            assert report.switched_here
+        finally:
+            await svc.close()
+        allowed = await db.fetchval(
+            "SELECT has_table_privilege($1, $2, 'SELECT')", role, f"{schema}.scope_stats"
+        )
+        assert allowed
+    finally:
+        await db.execute(f'DROP OWNED BY "{role}"')
+        await db.execute(f'DROP ROLE "{role}"')
