@@ -23,7 +23,7 @@ def _trees() -> dict[Path, ast.Module]:
 
 
 def _own_names(trees: dict[Path, ast.Module]) -> set[str]:
-    """Every underscored name memsvc defines: functions, classes, globals, its instances' attributes.
+    """Every underscored name memsvc defines: functions, classes, globals, own attributes.
 
     An attribute counts as memsvc's when memsvc assigns it on ``self`` or
     ``cls``: assigning another object's private attribute defines nothing.
