@@ -136,7 +136,11 @@ class MemoryService:
             reads=self._reads,
         )
         self._erasure = Erasure(
-            pool, settings, assemblies=self.assemblies, working_store=working_store
+            pool,
+            settings,
+            assemblies=self.assemblies,
+            working_store=working_store,
+            reads=self._reads,
         )
         watch(self, schema=settings.db_schema)
 
@@ -301,15 +305,9 @@ class MemoryService:
         nothing, when Redis is configured and does not answer. See
         :mod:`memsvc.erasure.eraser`.
         """
-        try:
-            return await self._erasure.erase(
-                scope, include=include, batch_size=batch_size, progress=progress, vacuum=vacuum
-            )
-        finally:
-            # Reads after an erasure must not find what it removed on a
-            # replica that has not replayed it yet (erasure writes through
-            # its own connections, so the position is the primary's current one).
-            self._reads.wrote_elsewhere()
+        return await self._erasure.erase(
+            scope, include=include, batch_size=batch_size, progress=progress, vacuum=vacuum
+        )
 
     @property
     def pool(self) -> asyncpg.Pool:

@@ -52,6 +52,7 @@ from memsvc.core.scope import Include, Scope, validate_include
 from memsvc.core.settings import Settings
 from memsvc.core.validation import validate_limit, validate_scope
 from memsvc.db.errors import translate_errors
+from memsvc.db.replicas import ReadRouter
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params
 from memsvc.erasure import queries as q
@@ -131,8 +132,9 @@ class Erasure(Repository):
         *,
         assemblies: AssemblyRepository,
         working_store: WorkingStore,
+        reads: ReadRouter | None = None,
     ) -> None:
-        super().__init__(pool, settings)
+        super().__init__(pool, settings, reads=reads)
         self._assemblies = assemblies
         self._working_store = working_store
         self._langgraph = LangGraphCheckpointRepository(pool, settings)
