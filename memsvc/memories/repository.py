@@ -204,10 +204,6 @@ class MemoryRepository(Repository):
             self._vector_search_template
         )
 
-    def set_delete_hook(self, hook: DeleteHook | None) -> None:
-        """Install the function run before memories are deleted (used by assemblies)."""
-        self._before_delete = hook
-
     # ------------------------------------------------------------------ input
 
     @property

@@ -15,30 +15,12 @@ batch back and it goes through the staging path instead.
 
 from __future__ import annotations
 
-from memsvc.memories.queries import MEMORY_COLUMN_NAMES
+from memsvc.memories.queries import MEMORY_COLUMN_NAMES, MEMORY_COLUMNS
 
 STAGING = "memsvc_import_memories"
 
-STAGING_COLUMNS = (
-    "ord",
-    "tenant_id",
-    "project_id",
-    "agent_id",
-    "session_id",
-    "id",
-    "key",
-    "content",
-    "content_hash",
-    "metadata",
-    "embedding",
-    "importance",
-    "version",
-    "created_at",
-    "updated_at",
-    "expires_at",
-    "access_count",
-    "last_accessed_at",
-)
+# A staged row: its place in the batch, then a memory's columns.
+STAGING_COLUMNS = ("ord", *MEMORY_COLUMN_NAMES)
 
 
 # The columns of a direct COPY into memories, in the order the loader writes them.
@@ -102,10 +84,7 @@ def insert_staged(schema: str) -> str:
     """
     return f"""
 WITH ins AS (
-    INSERT INTO {schema}.memories AS m
-        (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
-         metadata, embedding, importance, version, created_at, updated_at, expires_at,
-         access_count, last_accessed_at)
+    INSERT INTO {schema}.memories AS m ({MEMORY_COLUMNS})
     SELECT tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
            metadata, embedding,
            importance, version,
