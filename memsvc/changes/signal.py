@@ -5,15 +5,14 @@ service on a connection of its own, at most one at a time (signals arriving
 meanwhile are folded into the next). A NOTIFY inside each writing
 transaction would be simpler, but PostgreSQL serialises the commits of
 notifying transactions behind one lock held across their WAL flush, which
-cost writers two thirds of their throughput in ``benchmarks.changes``.
+would throttle every writer.
 
 Wake-ups are also spaced at least ``NOTIFY_INTERVAL_S`` apart: consumers
 read at most that often anyway (``changes.MIN_READ_INTERVAL_S``), and each
 NOTIFY is a commit on the server plus a signal to every listening backend
-and a message to every consumer. Sent back to back, they cost writers 0.85-0.88x
-of their throughput with one consumer in ``benchmarks.changes`` on a quiet
-machine; spaced, 0.92-0.95x, for about 1.5 ms more median delivery latency.
-The first write after a quiet spell is signalled at once.
+and a message to every consumer: spacing them keeps that cost off writers
+for a little delivery latency. The first write after a quiet spell is
+signalled at once.
 
 A wake-up is only a hint (the ledgers are the truth): one sent for a write
 inside a caller's transaction may arrive before that commits, and writes

@@ -337,8 +337,8 @@ def build_metadata(settings: Settings) -> MetaData:
     )
     Index("ix_memories_metadata", memories.c.metadata, postgresql_using="gin")
     # fastupdate off: new rows go straight into the index instead of a pending
-    # list every search scans linearly until (auto)vacuum merges it, which made
-    # text search after a burst of writes 40x slower in benchmarks.
+    # list every search scans linearly until (auto)vacuum merges it, which
+    # slows text search badly after a burst of writes.
     Index(
         "ix_memories_content_tsv",
         memories.c.content_tsv,
