@@ -35,7 +35,7 @@ from memsvc.embedding import (
     SentenceTransformerEmbedder,
     embedder_from_spec,
 )
-from memsvc.erasure.eraser import ErasureReceipt
+from memsvc.erasure.receipt import ErasureReceipt
 from memsvc.service import MemoryService
 
 __all__ = [

@@ -28,14 +28,15 @@ from memsvc.db.pool import connect, create_pool, find_vector_schema
 from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder
 from memsvc.erasure.eraser import DEFAULT_BATCH as ERASE_BATCH
-from memsvc.erasure.eraser import Erasure, ErasureReceipt, Vacuum
+from memsvc.erasure.eraser import Erasure, Vacuum
+from memsvc.erasure.receipt import ErasureReceipt
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.ranking import Reranker
 from memsvc.memories.repository import MemoryRepository
-from memsvc.ops.index_repair import find_broken_indexes, rebuild_broken_indexes
 from memsvc.ops.maintenance import Maintenance
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.telemetry import unwatch, watch
+from memsvc.transfer.index_repair import find_broken_indexes, rebuild_broken_indexes
 from memsvc.working import WorkingMemory, WorkingStore, open_working_store
 
 log = logging.getLogger(__name__)

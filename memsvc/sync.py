@@ -31,7 +31,7 @@ from memsvc.core.models import Change
 from memsvc.core.scope import Include, Scope
 from memsvc.core.settings import Settings
 from memsvc.embedding import Embedder
-from memsvc.erasure.eraser import ErasureReceipt
+from memsvc.erasure.receipt import ErasureReceipt
 from memsvc.memories.ranking import Reranker
 from memsvc.service import MemoryService
 

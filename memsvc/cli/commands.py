@@ -21,11 +21,11 @@ from memsvc.db import migrate as migrations
 from memsvc.db.embedded import EmbeddedPostgres, psql_executable, running_postmaster_pid
 from memsvc.embedding import embedder_from_spec
 from memsvc.erasure.eraser import MAX_BATCH as ERASE_MAX_BATCH
-from memsvc.erasure.eraser import ErasureReceipt
+from memsvc.erasure.receipt import ErasureReceipt
 from memsvc.ops.citus import citus_sql
-from memsvc.ops.doctor import Doctor, DoctorReport
+from memsvc.ops.doctor import Doctor
+from memsvc.ops.doctor_report import DoctorReport
 from memsvc.ops.gc import MAX_BATCH, GcReport
-from memsvc.ops.index_repair import IndexRepairReport, rebuild_broken_indexes
 from memsvc.ops.recall_audit import DEFAULT_SAMPLE, DEFAULT_THRESHOLD, MAX_SAMPLE, RecallReport
 from memsvc.ops.reembed import DEFAULT_BATCH as REEMBED_BATCH
 from memsvc.ops.reembed import MAX_BATCH as REEMBED_MAX_BATCH
@@ -47,6 +47,7 @@ from memsvc.ops.stats import Stats
 from memsvc.progress import NO_PROGRESS, LineProgress, ProgressReporter, RichProgress
 from memsvc.service import MemoryService
 from memsvc.transfer.export import ExportReport, check_import_file, open_output
+from memsvc.transfer.index_repair import IndexRepairReport, rebuild_broken_indexes
 from memsvc.transfer.legacy import LegacyReport, import_legacy
 from memsvc.transfer.loader import LoadReport
 

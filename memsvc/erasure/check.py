@@ -28,7 +28,6 @@ the working-memory look comes last.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import asyncpg
 
@@ -38,11 +37,9 @@ from memsvc.db.sql import COLUMNS, Params, quote_ident
 from memsvc.erasure import check_queries as q
 from memsvc.erasure.plan import ErasurePlan
 from memsvc.erasure.queries import MIN_TEXT_BYTES
+from memsvc.erasure.receipt import ErasureReceipt
 from memsvc.erasure.texts import SUBSTRING_MAX_BYTES, SUBSTRING_MAX_TEXTS, SUBSTRING_MIN_BYTES
 from memsvc.working import WorkingStore
-
-if TYPE_CHECKING:
-    from memsvc.erasure.eraser import ErasureReceipt
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,16 @@
-"""Operations: gc, stats, doctor, export/import, legacy import, roles, bulk loads.
+"""Operations: gc, stats, doctor, recall audit, re-embedding, roles, Citus.
 
 Apps reach them through ``svc.maintenance`` (:class:`Maintenance`); the
 ``memsvc`` command line is a thin layer over the same code. SQL lives in the
 ``*_queries`` modules next to each concept.
+
+May import: the feature packages, ``memsvc.erasure``, ``memsvc.transfer``,
+``memsvc.working``, ``memsvc.db``, ``memsvc.core``.
 """
 
 from __future__ import annotations
 
-from memsvc.ops.doctor import Check, DoctorReport
+from memsvc.ops.doctor_report import Check, DoctorReport
 from memsvc.ops.gc import GcReport
 from memsvc.ops.maintenance import Maintenance
 from memsvc.ops.roles import roles_sql

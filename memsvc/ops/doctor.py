@@ -44,9 +44,7 @@ into another cluster gets its new change feed epoch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal
 
 import asyncpg
 
@@ -62,6 +60,7 @@ from memsvc.memories.asof_queries import SHOW_TRACKING
 from memsvc.ops import doctor_queries as q
 from memsvc.ops import doctor_times
 from memsvc.ops.doctor_feed import check_feed_epoch, check_feed_stall
+from memsvc.ops.doctor_report import Check, DoctorReport
 from memsvc.ops.reembed import migration_progress
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.transfer import bulk_queries
@@ -73,54 +72,11 @@ from memsvc.transfer.bulk import (
     metadata_index_definition,
 )
 
-Status = Literal["ok", "warning", "problem", "repaired"]
-
 # Relative L2 error tolerated between a stored centroid and the recomputed mean.
 CENTROID_TOLERANCE = {"vector": 1e-4, "halfvec": 2e-3}
 MAX_ASSEMBLY_REPAIRS = 10_000
 MAX_HASH_REPAIRS = 10_000
 MIN_PGVECTOR = (0, 8, 0)
-
-
-@dataclass
-class Check:
-    """The outcome of one check."""
-
-    name: str
-    status: Status
-    detail: str
-    fixes: list[str] = field(default_factory=list)
-    # False for what --repair cannot fix (the detail says what to do instead).
-    repairable: bool = True
-
-
-@dataclass
-class DoctorReport:
-    """All checks of one doctor run."""
-
-    checks: list[Check] = field(default_factory=list)
-    repair: bool = False
-
-    @property
-    def problems(self) -> list[Check]:
-        """Checks that found something wrong that is still wrong."""
-        return [c for c in self.checks if c.status == "problem"]
-
-    @property
-    def repairable(self) -> list[Check]:
-        """Problems that ``repair`` could fix (none, once it ran)."""
-        return [c for c in self.problems if c.repairable and not self.repair]
-
-    @property
-    def ok(self) -> bool:
-        """True when no problem remains (warnings allowed)."""
-        return not self.problems
-
-    def add(self, name: str, status: Status, detail: str, *, repairable: bool = True) -> Check:
-        """Append a check and return it."""
-        check = Check(name, status, detail, repairable=repairable)
-        self.checks.append(check)
-        return check
 
 
 def _version(text: str) -> tuple[int, ...]:

@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import asyncpg
 
 from memsvc.changes import queries as change_queries
@@ -22,9 +20,7 @@ from memsvc.changes.epochs import FeedEpoch, current_epoch
 from memsvc.changes.stalls import find_holder
 from memsvc.core.errors import MemsvcError
 from memsvc.core.settings import Settings
-
-if TYPE_CHECKING:
-    from memsvc.ops.doctor import DoctorReport
+from memsvc.ops.doctor_report import DoctorReport
 
 
 async def check_feed_epoch(

@@ -18,7 +18,8 @@ from memsvc.core.settings import Settings
 from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder, embedder_from_spec
 from memsvc.memories.repository import MemoryRepository
-from memsvc.ops.doctor import Doctor, DoctorReport
+from memsvc.ops.doctor import Doctor
+from memsvc.ops.doctor_report import DoctorReport
 from memsvc.ops.gc import DEFAULT_BATCH, GarbageCollector, GcReport
 from memsvc.ops.recall_audit import (
     DEFAULT_K,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memsvc.core.scope import Scope
-from memsvc.erasure.eraser import ErasureReceipt
-from memsvc.ops.doctor import DoctorReport
+from memsvc.erasure.receipt import ErasureReceipt
+from memsvc.ops.doctor_report import DoctorReport
 from memsvc.ops.gc import GcReport
 from memsvc.ops.recall_audit import RecallReport
 from memsvc.ops.reembed import ReembedReport

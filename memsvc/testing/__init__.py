@@ -8,6 +8,8 @@ Installed with memsvc, they are available in any test suite:
   testcontainers where Docker answers, or the embedded server);
 - ``redis_url``: a private ``redis-server`` (or ``MEMSVC_TEST_REDIS_URL``);
   ``redis_server_factory`` starts servers a test may kill.
+
+May import: anything below the blocking client (it sits beside it).
 """
 
 from memsvc.testing.postgres import (  # noqa: F401

@@ -13,7 +13,7 @@ Import first checks the trailer and refuses a file without a matching one
 then it reads the file line by line and hands records to a
 :class:`memsvc.transfer.loader.Loader`; it is idempotent (ids are kept, conflicts
 skipped) and reports every rejected line with its number. An invalid index of
-memsvc's (an interrupted build) is rebuilt, see :mod:`memsvc.ops.index_repair`.
+memsvc's (an interrupted build) is rebuilt, see :mod:`memsvc.transfer.index_repair`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from memsvc.core.scope import Scope
 from memsvc.core.settings import Settings
 from memsvc.db.errors import translate_errors
 from memsvc.db.sql import Params, scope_condition
-from memsvc.ops.index_repair import find_broken_indexes, rebuild_broken_indexes
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.transfer import export_queries as q
 from memsvc.transfer import records
@@ -51,6 +50,7 @@ from memsvc.transfer.bulk import (
     should_rebuild,
 )
 from memsvc.transfer.bulk_queries import count_up_to
+from memsvc.transfer.index_repair import find_broken_indexes, rebuild_broken_indexes
 from memsvc.transfer.loader import Loader, LoadReport, Problem
 from memsvc.transfer.trailer import (
     TRAILER_TYPE,

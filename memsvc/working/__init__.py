@@ -3,7 +3,10 @@
 ``WorkingMemory`` is the API; a ``WorkingStore`` (``RedisStore`` or
 ``LocalStore``) holds the state, and :func:`open_working_store` picks one from
 the settings. ``RedisStore`` is imported on first use, so the in-process path
-does not load redis-py.
+does not load redis-py. The protocol module (``store``) imports none of its
+implementations: :mod:`memsvc.working.opening` makes the choice.
+
+May import: ``memsvc.core``, ``memsvc.db``.
 """
 
 from __future__ import annotations
@@ -12,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from memsvc.working.local_store import LocalStore
 from memsvc.working.memory import CheckpointRepository, WorkingMemory
+from memsvc.working.opening import open_working_store
 from memsvc.working.store import (
     SessionLimits,
     SessionSnapshot,
     SessionStats,
     WorkingStore,
-    open_working_store,
 )
 
 if TYPE_CHECKING:

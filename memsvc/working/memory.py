@@ -140,7 +140,7 @@ class WorkingMemory:
             settings: Settings (default: read from the environment).
             checkpoints: Durable checkpoint repository.
         """
-        from memsvc.working.store import open_working_store
+        from memsvc.working.opening import open_working_store
 
         scope = Scope(tenant, project_id, agent_instance_id, session_id)
         settings = settings if settings is not None else Settings()

@@ -13,17 +13,13 @@ store does not import redis-py.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
-
-from memsvc.core.errors import WorkingMemoryError
 
 if TYPE_CHECKING:
     from memsvc.core.scope import Scope
     from memsvc.core.settings import Settings
 
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,44 +183,3 @@ class WorkingStore(Protocol):
     async def close(self) -> None:
         """Release connections; the store is unusable afterwards."""
         ...
-
-
-async def open_working_store(settings: Settings) -> tuple[WorkingStore, bool]:
-    """Open the store the settings ask for; returns ``(store, using_fallback)``.
-
-    With ``redis_url`` set, Redis is used if it answers PING within
-    ``redis_timeout_s``. If it does not, a warning is logged and an in-process
-    :class:`~memsvc.working.fallback_store.FallbackStore` is returned
-    (``using_fallback=True``; its removals still reach Redis or fail, see
-    there) -- unless ``working_memory_require_redis`` is set,
-    in which case :class:`~memsvc.core.errors.WorkingMemoryError` is raised. The
-    choice is made once: a Redis that dies later makes calls fail, it never
-    switches stores silently.
-
-    Raises:
-        WorkingMemoryError: Redis is required but unreachable.
-    """
-    from memsvc.working.local_store import LocalStore
-
-    if settings.redis_url is None:
-        return LocalStore(settings), False
-
-    from memsvc.working.redis_store import RedisStore
-
-    store = RedisStore.from_url(settings.redis_url, settings)
-    if await store.ping():
-        return store, False
-    await store.close()
-    if settings.working_memory_require_redis:
-        raise WorkingMemoryError(
-            f"Redis at {store.display_url} did not answer within {settings.redis_timeout_s}s "
-            "and working_memory_require_redis is set"
-        )
-    logger.warning(
-        "Redis at %s is unreachable; working memory falls back to an in-process store "
-        "(not shared between processes, lost on exit; removals still reach Redis or fail)",
-        store.display_url,
-    )
-    from memsvc.working.fallback_store import FallbackStore
-
-    return FallbackStore(settings, settings.redis_url), True

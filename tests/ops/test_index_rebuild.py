@@ -179,7 +179,7 @@ async def test_migrate_rebuilds_an_invalid_index_and_says_so(
 async def test_an_index_another_session_is_building_is_left_alone(
     service: MemoryService, db: asyncpg.Connection, memsvc_database_url: str
 ) -> None:
-    from memsvc.ops.index_repair import find_broken_indexes
+    from memsvc.transfer.index_repair import find_broken_indexes
 
     await db.execute("DROP INDEX memsvc.ix_memories_metadata")
     builder = await asyncpg.connect(memsvc_database_url)
