@@ -42,7 +42,6 @@ from memsvc import MemoryService, Scope, Settings
 from memsvc.core.models import SearchHit
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.db.pool import release, take_idle, unproxied
 from memsvc.memories.queries import MEMORY_COLUMNS_NO_EMBEDDING
 from memsvc.memories.repository import MemoryRepository
 
@@ -80,13 +79,13 @@ def variants(svc: MemoryService, held: Any) -> dict[str, Variant]:
 
     async def pooled(scope: Scope, query: np.ndarray, *, hits: bool) -> Any:
         built = await statement(scope, query)
-        # As the repository takes one: idle if there is, else the pool's wait.
-        conn = take_idle(pool) or await pool.acquire()
+        # As the repository takes one (the pool's public acquire and release).
+        conn = await pool.acquire()
         try:
-            rows = await unproxied(conn).fetch(built.statement.sql, *built.values)
+            rows = await conn.fetch(built.statement.sql, *built.values)
             conn.mark_clean()
         finally:
-            await release(pool, conn)
+            await pool.release(conn)
         return SearchHit.vector_hits(rows, built.hit_scope) if hits else rows
 
     async def on_held(scope: Scope, query: np.ndarray) -> Any:
@@ -119,7 +118,7 @@ async def measure(dsn: str, data: dict[str, np.ndarray], rounds: int) -> None:
         await raw.execute("ANALYZE memsvc.memories")
         # A connection of memsvc's pool (its codecs and settings), held for the run.
         held = await svc.memories._pool.acquire()
-        steps = variants(svc, unproxied(held))
+        steps = variants(svc, held)
 
         async def raw_sql(scope: Scope, query: np.ndarray) -> Any:
             return await raw.fetch(RAW_SQL, vector_bytes(query), scope.tenant, scope.project)
@@ -142,7 +141,7 @@ async def measure(dsn: str, data: dict[str, np.ndarray], rounds: int) -> None:
         report(wall, cpu, len(queries), rounds)
     finally:
         if held is not None:
-            await release(svc.memories._pool, held)
+            await svc.memories._pool.release(held)
         await raw.close()
         await svc.close()
 

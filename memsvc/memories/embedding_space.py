@@ -182,6 +182,30 @@ class EmbeddingSpace:
             vector = (await self.embed([content], "embedding"))[0]
         return vector, await self.embed_next([content])
 
+    async def fill_missing(
+        self,
+        texts: Sequence[str],
+        digests: Sequence[str],
+        vectors: list[Any],
+        stored: dict[str, Any],
+    ) -> None:
+        """Fill a batch's missing ``vectors`` (None), embedding each distinct content once.
+
+        ``stored``: embeddings already stored, by content fingerprint (the same
+        text embeds to the same vector), reused without an embedder call.
+        """
+        missing = [i for i, vector in enumerate(vectors) if vector is None]
+        known = {digest: self.vector(vector) for digest, vector in stored.items()}
+        first: dict[str, int] = {}  # digest -> the first item needing it embedded
+        for i in missing:
+            if digests[i] not in known:
+                first.setdefault(digests[i], i)
+        if first:
+            computed = await self.embed([texts[i] for i in first.values()], "items.embedding")
+            known.update(zip(first, computed, strict=True))
+        for i in missing:
+            vectors[i] = known[digests[i]]
+
     async def consistent(self, compute: Callable[[], Awaitable[T]]) -> tuple[int, T]:
         """Run ``compute`` (embeddings) until no switch of model happened during it.
 

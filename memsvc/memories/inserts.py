@@ -113,6 +113,30 @@ async def insert_batch(
     return by_id, by_digest
 
 
+def batch_memories(
+    scope: Scope,
+    ids: list[uuid.UUID],
+    digests: list[str],
+    by_id: dict[uuid.UUID, Memory],
+    by_digest: dict[str, Memory],
+) -> list[Memory]:
+    """One memory per item of a batch, in order (see :func:`insert_batch`'s result).
+
+    The memory stored under the item's id, else the live one its content
+    duplicates; an id already used by another memory is a ConflictError.
+    """
+    result = []
+    for i, memory_id in enumerate(ids):
+        memory = by_id.get(memory_id)
+        if memory is not None and (memory.content_hash != digests[i] or memory.scope != scope):
+            raise ConflictError(f"items[{i}].id {memory_id} is already used by another memory")
+        memory = memory or by_digest.get(digests[i])
+        if memory is None:
+            raise ConflictError(f"items[{i}] collided with a memory deleted meanwhile; retry")
+        result.append(memory)
+    return result
+
+
 async def _insert_items(
     conn: asyncpg.Connection,
     sql: str,

@@ -21,8 +21,6 @@ from memsvc.core.models import Memory, MemoryEvent, SearchHit, real_value
 from memsvc.core.scope import Include, Scope, validate_include
 from memsvc.core.settings import Settings
 from memsvc.core.validation import (
-    validate_content,
-    validate_importance,
     validate_limit,
     validate_metadata,
     validate_name,
@@ -44,7 +42,13 @@ from memsvc.memories.asof import (
     validate_as_of,
 )
 from memsvc.memories.embedding_space import EmbeddingSpace
-from memsvc.memories.inserts import find_duplicate, insert_batch, insert_one, scope_params
+from memsvc.memories.inserts import (
+    batch_memories,
+    find_duplicate,
+    insert_batch,
+    insert_one,
+    scope_params,
+)
 from memsvc.memories.search import SearchRunner
 from memsvc.memories.search_plan import (
     MAX_K,
@@ -55,7 +59,12 @@ from memsvc.memories.search_plan import (
     SearchPlan,
     SearchPlanner,
 )
-from memsvc.memories.write_inputs import Fields, content_hash, prepare, prepare_items
+from memsvc.memories.write_inputs import (
+    content_hash,
+    prepare,
+    prepare_items,
+    prepare_update,
+)
 from memsvc.telemetry import traced_operations
 
 # The limits and the fingerprint live beside the code that uses them; callers
@@ -135,10 +144,6 @@ class MemoryRepository(Repository):
     # ------------------------------------------------------------------ input
 
     @property
-    def _embedder(self) -> Embedder | None:
-        return self._space.embedder
-
-    @property
     def embedding_dim(self) -> int:
         """The dimension of the embeddings memories are stored and searched with now.
 
@@ -151,11 +156,6 @@ class MemoryRepository(Repository):
         if self._space.refresh_due():
             await self._space.refresh(self._pool)
         self._space.check()
-
-    def _prepare(
-        self, content: object, metadata: object, importance: object, ttl: object
-    ) -> Fields:
-        return prepare(self._settings, content, metadata, importance, ttl)
 
     # ------------------------------------------------------------------ writes
 
@@ -192,10 +192,11 @@ class MemoryRepository(Repository):
             conn: A connection (and transaction) of your own to run on.
         """
         scope = validate_scope(scope)
-        text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
+        fields = prepare(self._settings, content, metadata, importance, ttl)
+        text, digest, meta, weight, ttl_s = fields
         memory_id = new_id() if id is None else parse_id("id", id)
         await self._follow_space()
-        if embedding is None and self._embedder is not None:
+        if embedding is None and self._space.embedder is not None:
             # Content already stored here comes back as it is, as the insert
             # below would return it: embedding the text again would be wasted.
             # Only a shortcut: the insert's conflict handling stays the truth.
@@ -293,7 +294,8 @@ class MemoryRepository(Repository):
         """
         scope = validate_scope(scope)
         key = validate_name(key, "key", KEY_MAX_LENGTH)
-        text, digest, meta, weight, ttl_s = self._prepare(content, metadata, importance, ttl)
+        fields = prepare(self._settings, content, metadata, importance, ttl)
+        text, digest, meta, weight, ttl_s = fields
         await self._follow_space()
         generation, (vector, nexts) = await self._space.consistent(
             lambda: self._space.embeddings_for(text, embedding)
@@ -374,7 +376,7 @@ class MemoryRepository(Repository):
 
         async def embed() -> tuple[builtins.list[int], builtins.list[Any] | None]:
             vectors[:] = given
-            if self._embedder is not None and any(vector is None for vector in vectors):
+            if self._space.embedder is not None and any(vector is None for vector in vectors):
                 await self._embed_missing(scope, texts, digests, vectors, conn)
             # During a migration: the new model's vectors of the items that have one.
             embedded = [i for i, vector in enumerate(vectors) if vector is not None]
@@ -408,16 +410,7 @@ class MemoryRepository(Repository):
             return found
 
         by_id, by_digest = await self._retrying(attempt, owns_transaction=conn is None)
-        result = []
-        for i, memory_id in enumerate(ids):
-            memory = by_id.get(memory_id)
-            if memory is not None and (memory.content_hash != digests[i] or memory.scope != scope):
-                raise ConflictError(f"items[{i}].id {memory_id} is already used by another memory")
-            memory = memory or by_digest.get(digests[i])
-            if memory is None:
-                raise ConflictError(f"items[{i}] collided with a memory deleted meanwhile; retry")
-            result.append(memory)
-        return result
+        return batch_memories(scope, ids, digests, by_id, by_digest)
 
     async def _embed_missing(
         self,
@@ -434,25 +427,14 @@ class MemoryRepository(Repository):
         memories costs no embedder call, and if the stored row is deleted
         meanwhile the insert still has a vector for the new one.
         """
-        missing = [i for i, vector in enumerate(vectors) if vector is None]
-        wanted = sorted({digests[i] for i in missing})
-        params = Params(wanted)
+        params = Params(sorted({digests[i] for i, vector in enumerate(vectors) if vector is None}))
         sql = q.stored_embeddings(self._schema, scope_condition(scope, "exact", params))
         rows = await self._read(
             conn, lambda active: active.fetch(sql, *params.values), routed=False,
             tenant=scope.tenant,
         )
-        known = {row["content_hash"]: self._space.vector(row["embedding"]) for row in rows}
-        first: dict[str, int] = {}  # digest -> the first item needing it embedded
-        for i in missing:
-            if digests[i] not in known:
-                first.setdefault(digests[i], i)
-        if first:
-            wanted_texts = [texts[i] for i in first.values()]
-            computed = await self._space.embed(wanted_texts, "items.embedding")
-            known.update(zip(first, computed, strict=True))
-        for i in missing:
-            vectors[i] = known[digests[i]]
+        stored = {row["content_hash"]: row["embedding"] for row in rows}
+        await self._space.fill_missing(texts, digests, vectors, stored)
 
     async def update(
         self,
@@ -474,34 +456,17 @@ class MemoryRepository(Repository):
         ``metadata`` replaces the whole object (see :meth:`patch_metadata`).
         """
         memory_id = parse_id("id", id)
-        if expected_version is not None and (
-            isinstance(expected_version, bool) or not isinstance(expected_version, int)
-        ):
-            raise ValidationError("expected_version", "must be an integer")
-        text = digest = None
-        if content is not None:
-            text = validate_content(content, self._settings.max_content_bytes)
-            digest = content_hash(text)
-        meta = (
-            None
-            if metadata is None
-            else validate_metadata(metadata, self._settings.max_metadata_bytes)
+        text, digest, meta, weight = prepare_update(
+            self._settings, content, metadata, importance, expected_version
         )
-        weight = None if importance is None else validate_importance(importance)
         await self._follow_space()
 
         async def embed() -> tuple[Any, builtins.list[Any] | None]:
-            vector = None
-            if embedding is not None:
-                vector = self._space.vector(embedding)
-            elif text is not None and self._embedder is not None:
-                vector = (await self._space.embed([text], "embedding"))[0]
-            # A new embedding without new content is re-embedded from the stored
-            # content by the migration's workers (the memories' trigger clears it).
-            nexts = None
-            if vector is not None and text is not None:
-                nexts = await self._space.embed_next([text])
-            return vector, nexts
+            if text is None:
+                # A new embedding without new content is re-embedded from the stored
+                # content by the migration's workers (the memories' trigger clears it).
+                return (None if embedding is None else self._space.vector(embedding)), None
+            return await self._space.embeddings_for(text, embedding)
 
         generation, (vector, nexts) = await self._space.consistent(embed)
         sql = q.update_memory(self._schema, tenant is not None)
@@ -903,21 +868,9 @@ class MemoryRepository(Repository):
             await self._space.refresh(self._pool)
         self._space.check()
         arguments = (
-            scope,
-            query,
-            k,
-            include,
-            where,
-            min_importance,
-            created_after,
-            created_before,
-            rank,
-            mode,
-            query_embedding,
-            diversity,
-            plan,
-            with_embeddings,
-        )
+            scope, query, k, include, where, min_importance, created_after, created_before,
+            rank, mode, query_embedding, diversity, plan, with_embeddings,
+        )  # fmt: skip
         if self._space.migrating:
             planned, (rows, terms) = await self._search_held(arguments, conn)
         else:
@@ -925,7 +878,10 @@ class MemoryRepository(Repository):
             rows, terms = await self._read(
                 conn, functools.partial(self._runner.rows, planned), tenant=planned.scope.tenant
             )
-        return await self._runner.hits(planned, rows, terms)
+        hits = self._runner.hits(planned, rows, terms)
+        if planned.reordered:
+            return await self._runner.reorder(planned, hits)
+        return hits
 
     async def _search_held(
         self, arguments: tuple[Any, ...], conn: asyncpg.Connection | None
@@ -964,21 +920,9 @@ class MemoryRepository(Repository):
         ``mode``, ``query_embedding`` and ``plan`` as in :meth:`search`.
         """
         planned = await self._planner.plan(
-            scope,
-            query,
-            k,
-            include,
-            where,
-            None,
-            None,
-            None,
-            "similarity",
-            mode,
-            query_embedding,
-            None,
-            plan,
-            True,
-        )
+            scope, query, k, include, where, None, None, None, "similarity", mode,
+            query_embedding, None, plan, True,
+        )  # fmt: skip
         tenant = planned.scope.tenant
         async with self._connection(conn, tenant=tenant) as active, active.transaction():
             if not self._settings.pgbouncer:

@@ -67,10 +67,8 @@ class SearchRunner:
         self._searchable.learn(found["searchable"])
         return rows, found["terms"]
 
-    async def hits(
-        self, plan: PlannedSearch, rows: list[Any], terms: int | None
-    ) -> list[SearchHit]:
-        """The rows as hits, best first: reranked, ranked for recall, diversified as planned."""
+    def hits(self, plan: PlannedSearch, rows: list[Any], terms: int | None) -> list[SearchHit]:
+        """The rows as hits, best first, in the statement's order (see :meth:`reorder`)."""
         if terms == 0:
             raise ValidationError(
                 "query",
@@ -82,8 +80,10 @@ class SearchRunner:
         else:
             found = (row for row in rows if row["id"] is not None)
             hits = [_hit(plan, place, row) for place, row in enumerate(found, 1)]
-        if not plan.reordered:
-            return hits
+        return hits
+
+    async def reorder(self, plan: PlannedSearch, hits: list[SearchHit]) -> list[SearchHit]:
+        """The top ``k`` of a reordered plan's hits: reranked, ranked for recall, diversified."""
         if self._reranker is not None and plan.text is not None:
             hits = await ranking.rerank(self._reranker, plan.text, hits)
         if plan.rank == "recall":

@@ -102,7 +102,7 @@ class PlannedSearch:
     text: str | None  # the query text, None for an embedding query
     k: int
     fetch: int  # rows the statement returns at most (k, or more to reorder)
-    candidates: int  # rows each hybrid arm contributes at most
+    candidates: int  # rows each hybrid arm contributes at most (0: no hybrid search)
     rank: Rank
     diversity: float | None
     reordered: bool  # reranked, ranked for recall or diversified after the database
@@ -167,6 +167,8 @@ def search_mode(
     query: object, mode: object, query_embedding: object, has_embedder: bool
 ) -> tuple[str, str | None]:
     """The mode to run and the query text (None for an embedding query)."""
+    if mode is None and query_embedding is None and not isinstance(query, str):
+        return "vector", None  # the commonest search: an embedding
     text = query if isinstance(query, str) else None
     if mode is None:
         if text is None:
@@ -310,12 +312,13 @@ class SearchPlanner:
             rank == "recall" or diversity is not None or (self._reranks and text is not None)
         )
         fetch = min(MAX_K, max(4 * k, 40)) if reordered else k
-        candidates = min(MAX_K, max(2 * fetch, HYBRID_MIN_CANDIDATES))
         # $1: the query vector (all but text mode), filled in last.
         values: list[object] = [] if mode_name == "text" else [None]
         split, boost = self._bind_text(values, mode_name, text)
         values.append(fetch)
+        candidates = 0
         if mode_name == "hybrid":
+            candidates = min(MAX_K, max(2 * fetch, HYBRID_MIN_CANDIDATES))
             values.append(candidates)
         filter_sql = self._bind_filters(
             values, scope, include, where, min_importance, created_after, created_before
@@ -373,6 +376,14 @@ class SearchPlanner:
         created_before: datetime | None,
     ) -> str:
         """Bind the optional filters, the scope, the metadata filter; returns the latter's SQL."""
+        if (
+            where is None
+            and min_importance is None
+            and created_after is None
+            and (created_before is None)
+        ):
+            values += scope_values(scope, include)
+            return "TRUE"
         if min_importance is not None:
             values.append(validate_importance(min_importance, "min_importance"))
         if created_after is not None:

@@ -50,6 +50,27 @@ def prepare(
     return text, content_hash(text), meta, validate_importance(importance), validate_ttl(ttl)
 
 
+def prepare_update(
+    settings: Settings,
+    content: object,
+    metadata: object,
+    importance: object,
+    expected_version: object,
+) -> tuple[str | None, str | None, str | None, float | None]:
+    """An update's content, its fingerprint, metadata and importance, checked (None: unchanged)."""
+    if expected_version is not None and (
+        isinstance(expected_version, bool) or not isinstance(expected_version, int)
+    ):
+        raise ValidationError("expected_version", "must be an integer")
+    text = digest = None
+    if content is not None:
+        text = validate_content(content, settings.max_content_bytes)
+        digest = content_hash(text)
+    meta = None if metadata is None else validate_metadata(metadata, settings.max_metadata_bytes)
+    weight = None if importance is None else validate_importance(importance)
+    return text, digest, meta, weight
+
+
 def prepare_items(
     settings: Settings, space: EmbeddingSpace, items: Iterable[str | Mapping[str, Any]]
 ) -> Items:
