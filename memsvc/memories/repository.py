@@ -1,4 +1,11 @@
-"""Long-term memories: :class:`MemoryRepository` (``svc.memories``)."""
+"""Long-term memories: :class:`MemoryRepository` (``svc.memories``), its writes and reads.
+
+A search is planned in :mod:`memsvc.memories.search_plan` (its arguments, its
+one statement, cached by shape) and run in :mod:`memsvc.memories.search`
+(rows, hits, reordering); writes check their input in
+:mod:`memsvc.memories.write_inputs` and insert past duplicates in
+:mod:`memsvc.memories.inserts`.
+"""
 
 from __future__ import annotations
 

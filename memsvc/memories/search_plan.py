@@ -221,8 +221,7 @@ class SearchStatements:
         self.cache_info = self.get.cache_info
 
     def build(self, shape: Shape) -> SearchStatement:
-        """The statement of ``shape``: its placeholders numbered as :meth:`SearchPlanner.plan`
-        binds the values."""
+        """The statement of ``shape``, numbering placeholders in the order ``plan`` binds values."""
         mode, include, levels, filter_sql, floor, after, before, plan, embeddings, split, boost = (
             shape
         )
@@ -376,14 +375,6 @@ class SearchPlanner:
         created_before: datetime | None,
     ) -> str:
         """Bind the optional filters, the scope, the metadata filter; returns the latter's SQL."""
-        if (
-            where is None
-            and min_importance is None
-            and created_after is None
-            and (created_before is None)
-        ):
-            values += scope_values(scope, include)
-            return "TRUE"
         if min_importance is not None:
             values.append(validate_importance(min_importance, "min_importance"))
         if created_after is not None:
