@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -14,6 +15,7 @@ from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.core.models import Memory, SearchHit
 from memsvc.db.partition_queries import name_partition_indexes
 from memsvc.db.sql import Params, scope_condition
+from memsvc.embedding import HashingEmbedder
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.search_plan import SearchPlanner, scope_values
 from memsvc.testing.postgres import settings_for_tests
@@ -365,6 +367,39 @@ async def test_searches_of_one_shape_share_one_statement_and_check_every_argumen
     # A float32 array that is not native (big-endian) takes the full check.
     (hit,) = await service.memories.search(scope, query.astype(">f4"), k=1)
     assert hit.memory.id == mine.id
+
+
+async def test_a_search_checks_every_argument_before_calling_the_embedder(
+    memsvc_settings: Settings,
+) -> None:
+    # A text query is embedded only once every argument has passed: a bad
+    # filter costs no embedder call (a paid API, in production).
+    calls: list[list[str]] = []
+    hashing = HashingEmbedder()
+
+    async def counting(texts: Sequence[str]) -> list[np.ndarray]:
+        calls.append(list(texts))
+        return await hashing(texts)
+
+    async with MemoryService.open(memsvc_settings, embedder=counting) as service:
+        scope = Scope("acme", "bridge")
+        kettle = hashing.embed_one("kettle")
+        await service.memories.add(scope, "the kettle was descaled", embedding=kettle)
+        bad = [
+            ("where.$or", {"where": {"$or": []}}),
+            ("where.n.$gt", {"where": {"n": {"$gt": "two"}}}),
+            ("min_importance", {"min_importance": 2.0}),
+            ("created_after", {"created_after": datetime(2024, 1, 1)}),
+        ]
+        for field, arguments in bad:
+            with pytest.raises(ValidationError) as refused:
+                await service.memories.search(
+                    scope, "what about the kettle?", **arguments  # type: ignore[arg-type]
+                )
+            assert refused.value.field == field
+        assert calls == []
+        (hit,) = await service.memories.search(scope, "what about the kettle?")
+        assert calls == [["what about the kettle?"]] and hit.memory.content.startswith("the kettle")
 
 
 SCOPE_SHAPES = [
