@@ -9,8 +9,8 @@ memsvc's statement on a connection held throughout, and prints each one's
 wall p50 (and its ratio to raw SQL) and the client's CPU time per call.
 The differences between neighbouring rows are what those parts cost.
 
-The variants call memsvc's internals (the undecorated method, the statement
-builder, the pool's take and return): a diagnostic for whoever works on the
+The variants call memsvc's internals (the undecorated method, the search
+planner, the pool's take and return): a diagnostic for whoever works on the
 fixed cost, not an API. Every query runs raw SQL and each variant once, in
 an order shuffled per query. A fixed order misleads: whatever runs right
 after raw SQL finds its own code cold, which alone cost 0.02 ms a call here.
@@ -42,7 +42,6 @@ from memsvc import MemoryService, Scope, Settings
 from memsvc.core.models import SearchHit
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
-from memsvc.db.pool import release, take_idle, unproxied
 from memsvc.memories.queries import MEMORY_COLUMNS_NO_EMBEDDING
 from memsvc.memories.repository import MemoryRepository
 
@@ -60,38 +59,38 @@ def variants(svc: MemoryService, held: Any) -> dict[str, Variant]:
         undecorated = undecorated.__wrapped__
 
     def statement(scope: Scope, query: np.ndarray) -> Awaitable[Any]:
-        # The plain search's statement, as search() builds it.
-        return repository._search_statement(
-            scope=scope,
-            query=query,
-            k=10,
-            include="exact",
-            where=None,
-            min_importance=None,
-            created_after=None,
-            created_before=None,
-            rank="similarity",
-            mode=None,
-            query_embedding=None,
-            diversity=None,
-            plan="auto",
-            with_embeddings=False,
+        # The plain search's plan (its statement from the one cache), as search() makes it.
+        return repository._planner.plan(
+            scope,
+            query,
+            10,
+            "exact",
+            None,
+            None,
+            None,
+            None,
+            "similarity",
+            None,
+            None,
+            None,
+            "auto",
+            False,
         )
 
     async def pooled(scope: Scope, query: np.ndarray, *, hits: bool) -> Any:
         built = await statement(scope, query)
-        # As the repository takes one: idle if there is, else the pool's wait.
-        conn = take_idle(pool) or await pool.acquire()
+        # As the repository takes one (the pool's public acquire and release).
+        conn = await pool.acquire()
         try:
-            rows = await unproxied(conn).fetch(built.sql, *built.values)
+            rows = await conn.fetch(built.statement.sql, *built.values)
             conn.mark_clean()
         finally:
-            await release(pool, conn)
-        return SearchHit.vector_hits(rows, built.scope) if hits else rows
+            await pool.release(conn)
+        return SearchHit.vector_hits(rows, built.hit_scope) if hits else rows
 
     async def on_held(scope: Scope, query: np.ndarray) -> Any:
         built = await statement(scope, query)
-        return await held.fetch(built.sql, *built.values)
+        return await held.fetch(built.statement.sql, *built.values)
 
     return {
         "search()": lambda scope, query: repository.search(scope, query, k=10),
@@ -119,7 +118,7 @@ async def measure(dsn: str, data: dict[str, np.ndarray], rounds: int) -> None:
         await raw.execute("ANALYZE memsvc.memories")
         # A connection of memsvc's pool (its codecs and settings), held for the run.
         held = await svc.memories._pool.acquire()
-        steps = variants(svc, unproxied(held))
+        steps = variants(svc, held)
 
         async def raw_sql(scope: Scope, query: np.ndarray) -> Any:
             return await raw.fetch(RAW_SQL, vector_bytes(query), scope.tenant, scope.project)
@@ -142,7 +141,7 @@ async def measure(dsn: str, data: dict[str, np.ndarray], rounds: int) -> None:
         report(wall, cpu, len(queries), rounds)
     finally:
         if held is not None:
-            await release(svc.memories._pool, held)
+            await svc.memories._pool.release(held)
         await raw.close()
         await svc.close()
 

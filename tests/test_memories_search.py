@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -12,6 +14,10 @@ import pytest
 from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.core.models import Memory, SearchHit
 from memsvc.db.partition_queries import name_partition_indexes
+from memsvc.db.sql import Params, scope_condition
+from memsvc.embedding import HashingEmbedder
+from memsvc.memories.embedding_space import EmbeddingSpace
+from memsvc.memories.search_plan import SearchPlanner, scope_values
 from memsvc.testing.postgres import settings_for_tests
 
 
@@ -290,22 +296,25 @@ async def test_hits_and_memories_read_back_equal_ones_built_by_their_constructor
     assert hash(hit.memory.scope) == hash(scope)
 
 
-async def test_plain_vector_searches_check_every_argument_though_their_statement_is_reused(
+async def test_searches_of_one_shape_share_one_statement_and_check_every_argument(
     service: MemoryService, scope: Scope
 ) -> None:
-    # A plain vector search (a float32 array, a scope, k, include, plan)
-    # builds its statement once per set of arguments and reuses it: each
+    # A search's statement is built once per shape (mode, include, which
+    # scope levels are set, filters, plan, ...) and reused by every search of
+    # that shape: whatever the scope's ids, the query or its type, each
     # argument must still be checked, and each scope must get its own rows.
     sibling = Scope(scope.tenant, scope.project, scope.agent, "s-43")
     mine = await service.memories.add(scope, "kept in the first session")
     theirs = await service.memories.add(sibling, "kept in the second session")
     query = np.asarray((await service.embedder(["kept in a session"]))[0], dtype=np.float32)
-    for _ in range(2):  # the second round runs on reused statements
+    statements = service.memories._planner.statements
+    built = []  # statements built after each round
+    for _ in range(2):  # the second round runs on statements built in the first
         for where, memory in ((scope, mine), (sibling, theirs)):
             hits = await service.memories.search(where, query, k=5)
             assert [hit.memory.id for hit in hits] == [memory.id]
             assert hits[0].memory.scope == where
-            # The same search through the general path (a list query) agrees.
+            # A list query, of another type, takes the same path and statement.
             (general,) = await service.memories.search(where, query.tolist(), k=5)
             assert general.memory.id == memory.id
             assert math.isclose(general.similarity or 0, hits[0].similarity or 0, abs_tol=1e-6)
@@ -313,15 +322,29 @@ async def test_plain_vector_searches_check_every_argument_though_their_statement
             Scope(scope.tenant), query, k=5, include="descendants"
         )
         assert {hit.memory.id for hit in descendants} == {mine.id, theirs.id}
-    templates = service.memories._vector_search_templates
-    # Three statements built in the first round, reused in the second.
-    assert (templates.cache_info().misses, templates.cache_info().hits) == (3, 3)
-    # Embeddings asked for, and explain_search: statements of their own.
+        built.append(statements.cache_info())
+    # Two shapes (a full session scope, exact; a tenant, descendants): two
+    # statements built, both sessions sharing one; the second round builds none.
+    first, second = built
+    assert first.misses == 2 and first.hits == 3
+    assert second.misses == 2 and second.hits == 3 + 5
+    same = [
+        await service.memories._planner.plan(
+            where, query, 5, "exact", None, None, None, None, "similarity", None, None, None,
+            "auto", False,
+        )
+        for where in (scope, sibling)
+    ]  # fmt: skip
+    assert same[0].statement is same[1].statement
+    assert same[0].values != same[1].values and sibling.session in same[1].values
+    assert sibling.session not in same[1].statement.sql
+    # Embeddings asked for: a shape of its own, which explain_search shares.
     (with_vector,) = await service.memories.search(scope, query, k=5, with_embeddings=True)
     assert with_vector.memory.embedding is not None and with_vector.memory.id == mine.id
     (plain,) = await service.memories.search(scope, query, k=5)
     assert plain.memory.embedding is None
     assert "Limit" in await service.memories.explain_search(scope, query, k=5)
+    assert statements.cache_info().misses == 3
     bad_calls = [
         ("k", {"k": True}),  # equal to k=1 as a key, but not an int
         ("k", {"k": 0}),
@@ -346,19 +369,95 @@ async def test_plain_vector_searches_check_every_argument_though_their_statement
     assert hit.memory.id == mine.id
 
 
-def test_a_bound_template_carries_every_field_but_the_query() -> None:
-    # bound() copies the template's fields one by one: a field added later
-    # and left out there would silently take its default in cached searches.
-    from memsvc.memories.repository import _SearchStatement
+async def test_a_search_checks_every_argument_before_calling_the_embedder(
+    memsvc_settings: Settings,
+) -> None:
+    # A text query is embedded only once every argument has passed: a bad
+    # filter costs no embedder call (a paid API, in production).
+    calls: list[list[str]] = []
+    hashing = HashingEmbedder()
 
-    values: dict[str, object] = {
-        f.name: f"value of {f.name}" for f in dataclasses.fields(_SearchStatement)
-    }
-    values["values"] = [None, "t", 10]
-    template = _SearchStatement(**values)
-    bound = template.bound(b"vector")
-    for field in dataclasses.fields(template):
-        if field.name == "values":
-            assert bound.values == [b"vector", "t", 10] and template.values[0] is None
-        else:
-            assert getattr(bound, field.name) == getattr(template, field.name), field.name
+    async def counting(texts: Sequence[str]) -> list[np.ndarray]:
+        calls.append(list(texts))
+        return await hashing(texts)
+
+    async with MemoryService.open(memsvc_settings, embedder=counting) as service:
+        scope = Scope("acme", "bridge")
+        kettle = hashing.embed_one("kettle")
+        await service.memories.add(scope, "the kettle was descaled", embedding=kettle)
+        bad = [
+            ("where.$or", {"where": {"$or": []}}),
+            ("where.n.$gt", {"where": {"n": {"$gt": "two"}}}),
+            ("min_importance", {"min_importance": 2.0}),
+            ("created_after", {"created_after": datetime(2024, 1, 1)}),
+        ]
+        for field, arguments in bad:
+            with pytest.raises(ValidationError) as refused:
+                await service.memories.search(
+                    scope, "what about the kettle?", **arguments  # type: ignore[arg-type]
+                )
+            assert refused.value.field == field
+        assert calls == []
+        (hit,) = await service.memories.search(scope, "what about the kettle?")
+        assert calls == [["what about the kettle?"]] and hit.memory.content.startswith("the kettle")
+
+
+SCOPE_SHAPES = [
+    Scope("t", project, agent, session)
+    for project in (None, "p")
+    for agent in (None, "a")
+    for session in (None, "s")
+]
+
+
+@pytest.mark.parametrize("include", ["exact", "ancestors", "descendants"])
+@pytest.mark.parametrize("scope", SCOPE_SHAPES, ids=lambda s: "/".join(map(str, s.levels)))
+def test_search_values_are_bound_in_the_order_the_scope_condition_numbers_them(
+    scope: Scope, include: str
+) -> None:
+    # The statement's scope text comes from scope_condition once per shape;
+    # each call binds the scope's values without it, in the same order.
+    params = Params()
+    scope_condition(scope, include, params)  # type: ignore[arg-type]
+    assert scope_values(scope, include) == params.values
+
+
+@pytest.mark.parametrize("mode", ["vector", "text", "hybrid"])
+@pytest.mark.parametrize("include", ["exact", "ancestors", "descendants"])
+@pytest.mark.parametrize("scope", SCOPE_SHAPES, ids=lambda s: "/".join(map(str, s.levels)))
+async def test_every_placeholder_of_a_shape_has_its_value(
+    scope: Scope, include: str, mode: str
+) -> None:
+    # Values bound per call, statement built per shape: each statement (and
+    # its exact fallback) numbers exactly the values the call binds, under
+    # every combination of optional filters and text-arm splits.
+    settings = Settings(database_url="postgresql://unused")
+    planner = SearchPlanner(settings, EmbeddingSpace(settings, None), reranks=False)
+    vector = unit_vectors(1)[0]
+    texts = {"vector": None, "text": "kettle", "hybrid": "what about ENG-4312 today?"}
+    moment = datetime(2024, 1, 1, tzinfo=UTC)
+    for where, floor, after, before in [
+        (None, None, None, None),
+        ({"b": 1, "tag": {"$in": ["x", "y"]}}, 0.5, moment, moment + timedelta(days=1)),
+        ({"n": {"$gt": 2}}, None, moment, None),
+    ]:
+        planned = await planner.plan(
+            scope,
+            vector if mode == "vector" else texts[mode],  # type: ignore[arg-type]
+            3,
+            include,  # type: ignore[arg-type]
+            where,
+            floor,
+            after,
+            before,
+            "similarity",
+            mode,  # type: ignore[arg-type]
+            None if mode != "hybrid" else vector,
+            None,
+            "auto",
+            False,
+        )
+        expected = set(range(1, len(planned.values) + 1))
+        for sql in (planned.statement.sql, planned.statement.exact_sql):
+            if sql is not None:
+                assert {int(n) for n in re.findall(r"\$(\d+)", sql)} == expected, sql

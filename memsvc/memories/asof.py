@@ -34,7 +34,9 @@ from typing import Any
 import asyncpg
 
 from memsvc.core.errors import ConcurrencyError, StorageError, ValidationError
+from memsvc.core.scope import Include, Scope
 from memsvc.core.time_limits import validate_time
+from memsvc.db.sql import Params, scope_condition
 from memsvc.memories import asof_queries as q
 
 # Reads again when a commit at or before t was not yet visible to the
@@ -54,6 +56,57 @@ TRACKING_OFF = (
 def validate_as_of(value: object) -> datetime:
     """``as_of`` must be a timezone-aware datetime in the accepted range (see time_limits)."""
     return validate_time(value, "as_of")
+
+
+def by_ids_statement(
+    schema: str, ids: list[Any], tenant: str | None, moment: datetime
+) -> tuple[str, list[object]]:
+    """The statement (and values) of the memories ``ids`` at ``moment``, optionally in a tenant."""
+    values: list[object] = [ids, moment]
+    if tenant is not None:
+        values.append(tenant)
+    return q.by_ids(schema, None if tenant is None else "$3"), values
+
+
+def count_statement(
+    schema: str, scope: Scope, include: Include, moment: datetime
+) -> tuple[str, list[object]]:
+    """The statement (and values) counting a scope's memories at ``moment``."""
+    params = Params(scope.tenant, moment)
+    scope_sql = scope_condition(scope, include, params)
+    row_scope_sql = scope_condition(scope, include, params, alias="m")
+    return q.count_in_scope(schema, "$1", scope_sql, row_scope_sql, "$2"), params.values
+
+
+def in_scope_statement(
+    schema: str,
+    scope: Scope,
+    include: Include,
+    moment: datetime,
+    *,
+    key: str | None = None,
+    after: Any = None,
+    limit: int | None = None,
+) -> tuple[str, list[object]]:
+    """The statement (and values) of a scope's memories at ``moment``, in id order.
+
+    Under a ``key``, or a page (``limit`` rows after the id ``after``).
+    """
+    params = Params()
+    tenant_param, t_param = params.add(scope.tenant), params.add(moment)
+    scope_sql = scope_condition(scope, include, params)
+    row_scope_sql = scope_condition(scope, include, params, alias="m")
+    sql = q.in_scope(
+        schema,
+        tenant_param,
+        scope_sql,
+        row_scope_sql,
+        t_param,
+        key_param=None if key is None else params.add(key),
+        after_param=None if after is None else params.add(after),
+        limit_param=None if limit is None else params.add(limit),
+    )
+    return sql, params.values
 
 
 class AsOfReads:

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import numpy as np
 
-from memsvc.core.errors import SchemaError
+from memsvc.core.errors import SchemaError, ValidationError
 from memsvc.core.settings import Settings
-from memsvc.core.validation import validate_embedded
+from memsvc.core.validation import validate_embedded, validate_embedding
 from memsvc.db.codecs import vector_bytes
 from memsvc.embedding import Embedder
 from memsvc.memories import embedding_space_queries as q
@@ -33,6 +33,7 @@ from memsvc.memories import embedding_space_queries as q
 log = logging.getLogger(__name__)
 
 Vector = np.ndarray[Any, Any]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +143,95 @@ class EmbeddingSpace:
     def migrating(self) -> bool:
         """Whether a migration is in progress (as last read)."""
         return self.migration is not None
+
+    # ------------------------------------------------------------ vectors
+
+    def vector(self, value: object, field: str = "embedding") -> Vector:
+        """``value`` checked as an embedding of the dimension in use now (a float32 copy)."""
+        settings = self._settings
+        return validate_embedding(
+            value, self.dim, settings.vector_type, field, distance=settings.distance
+        )
+
+    async def embed(self, texts: Sequence[str], field: str) -> list[Vector]:
+        """The embedder's vectors of ``texts``, checked (no embedder: a ValidationError)."""
+        if self.embedder is None:
+            raise ValidationError(field, "no embedding given and the service has no embedder")
+        settings = self._settings
+        return validate_embedded(
+            await self.embedder(list(texts)),
+            len(texts),
+            self.dim,
+            settings.vector_type,
+            field,
+            distance=settings.distance,
+        )
+
+    async def embeddings_for(
+        self, content: str, embedding: object
+    ) -> tuple[Vector | None, list[Vector] | None]:
+        """The embedding a write of ``content`` stores, and (during a migration) the new model's.
+
+        The one given, else the embedder's (None without an embedder).
+        """
+        if embedding is not None:
+            vector = self.vector(embedding)
+        elif self.embedder is None:
+            return None, None
+        else:
+            vector = (await self.embed([content], "embedding"))[0]
+        return vector, await self.embed_next([content])
+
+    async def fill_missing(
+        self,
+        texts: Sequence[str],
+        digests: Sequence[str],
+        vectors: list[Any],
+        stored: dict[str, Any],
+    ) -> None:
+        """Fill a batch's missing ``vectors`` (None), embedding each distinct content once.
+
+        ``stored``: embeddings already stored, by content fingerprint (the same
+        text embeds to the same vector), reused without an embedder call.
+        """
+        missing = [i for i, vector in enumerate(vectors) if vector is None]
+        known = {digest: self.vector(vector) for digest, vector in stored.items()}
+        first: dict[str, int] = {}  # digest -> the first item needing it embedded
+        for i in missing:
+            if digests[i] not in known:
+                first.setdefault(digests[i], i)
+        if first:
+            computed = await self.embed([texts[i] for i in first.values()], "items.embedding")
+            known.update(zip(first, computed, strict=True))
+        for i in missing:
+            vectors[i] = known[digests[i]]
+
+    async def consistent(self, compute: Callable[[], Awaitable[T]]) -> tuple[int, T]:
+        """Run ``compute`` (embeddings) until no switch of model happened during it.
+
+        Returns the generation its result belongs to (see :meth:`held_vector`).
+        """
+        while True:
+            generation = self.generation
+            result = await compute()
+            if self.generation == generation:
+                return generation, result
+
+    def held_vector(self, generation: int, vector: Any, next_vector: Any) -> Any:
+        """The vector a write stores once it holds the migration row (see :meth:`hold`).
+
+        The one computed under ``generation``, unless the migration switched
+        between computing it and the write's hold: then the new model's.
+        """
+        if self.generation == generation or vector is None:
+            return vector
+        self.check()
+        if next_vector is None:
+            raise SchemaError(
+                "an embedding-model migration switched during this call: embeddings are now "
+                f"{self.dim}-dimensional; call again"
+            )
+        return next_vector
 
     # ------------------------------------------------------------ new model
 

@@ -8,8 +8,6 @@ its event commit together in one round trip.
 
 from __future__ import annotations
 
-import functools
-
 from memsvc.db.sql import tenant_or_any
 
 # Every column of memories, in table order: SELECT lists, RETURNING, COPY.
@@ -459,7 +457,6 @@ SELECT numnode({text_query(config, "$1")}) AS terms,
              WHERE numnode({text_query(config, "w")}) > 0) AS searchable"""
 
 
-@functools.lru_cache(maxsize=512)
 def search(
     schema: str,
     *,
@@ -505,30 +502,69 @@ def search(
         return _vector_search(
             schema, distance, scope_sql, filter_sql, query_param, k_param, exact, with_embeddings
         )
-    columns = MEMORY_COLUMNS if with_embeddings else MEMORY_COLUMNS_NO_EMBEDDING
     assert text_param is not None
-    tsquery = text_query(config, text_param)
     where = f"{scope_sql} AND {filter_sql} AND {NOT_EXPIRED}"
     if mode == "text":
-        # The statement a hand-written query would be: the tsquery computed
-        # once, in FROM (in the select list and WHERE a generic plan would
-        # parse the parameter again for every row), no wrapper. An empty
-        # result is told apart from a query with no searchable words by
-        # query_terms, run only then.
-        return f"""
+        return _text_search(schema, config, where, text_param, k_param, with_embeddings)
+    assert query_param is not None and candidates_param is not None
+    return _hybrid_search(
+        schema,
+        distance,
+        config,
+        where,
+        query_param,
+        text_param,
+        required_param or text_param,
+        ranked_param or text_param,
+        k_param,
+        candidates_param,
+        exact=exact,
+        with_embeddings=with_embeddings,
+        identifier_boost=identifier_boost,
+    )
+
+
+def _text_search(
+    schema: str, config: str, where: str, text_param: str, k_param: str, with_embeddings: bool
+) -> str:
+    # The statement a hand-written query would be: the tsquery computed
+    # once, in FROM (in the select list and WHERE a generic plan would
+    # parse the parameter again for every row), no wrapper. An empty
+    # result is told apart from a query with no searchable words by
+    # query_terms, run only then.
+    columns = MEMORY_COLUMNS if with_embeddings else MEMORY_COLUMNS_NO_EMBEDDING
+    return f"""
 SELECT {columns}, ts_rank_cd(content_tsv, q) AS text_score
-FROM {schema}.memories, {tsquery} AS q
+FROM {schema}.memories, {text_query(config, text_param)} AS q
 WHERE {where} AND content_tsv @@ q
 ORDER BY text_score DESC, id
 LIMIT {k_param}"""
-    required = text_query(config, required_param or text_param)
-    ranked = text_query(config, ranked_param or text_param)
+
+
+def _hybrid_search(
+    schema: str,
+    distance: str,
+    config: str,
+    where: str,
+    query_param: str,
+    text_param: str,
+    required_param: str,
+    ranked_param: str,
+    k_param: str,
+    candidates_param: str,
+    *,
+    exact: bool,
+    with_embeddings: bool,
+    identifier_boost: bool,
+) -> str:
+    tsquery = text_query(config, text_param)
+    required = text_query(config, required_param)
+    ranked = text_query(config, ranked_param)
     text_arm = f"""
     SELECT tenant_id, id, ts_rank_cd(content_tsv, rq) AS text_score
     FROM {schema}.memories, {required} AS mq, {ranked} AS rq
     WHERE {where} AND content_tsv @@ mq
     ORDER BY text_score DESC, id"""
-    assert query_param is not None and candidates_param is not None
     op = DISTANCE_OPERATORS[distance]
     order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {query_param}"
     similarity = SIMILARITY[distance].format(d=f"m.embedding {op} {query_param}")

@@ -1,8 +1,8 @@
 """Re-ordering search candidates after the database: reranker, recall weighting, diversity.
 
 Pure Python over :class:`memsvc.core.models.SearchHit` lists; the search statement
-(``memory_queries.search``) finds and fuses the candidates, this module only
-reorders them before the top ``k`` are cut.
+(:func:`memsvc.memories.queries.search`) finds and fuses the candidates, this module
+only reorders them before the top ``k`` are cut (see :mod:`memsvc.memories.search`).
 """
 
 from __future__ import annotations
