@@ -150,7 +150,9 @@ async def test_delete_checkpoint(memory: WorkingMemory) -> None:
         await memory.restore_checkpoint(checkpoint_id)
 
 
-@pytest.mark.parametrize("checkpoint_id", [str(uuid.uuid4()), "not-a-uuid", "", "../../x"])
+@pytest.mark.parametrize(
+    "checkpoint_id", ["6f1c2d3e-0000-4000-8000-00000000abcd", "not-a-uuid", "", "../../x"]
+)
 async def test_unknown_or_malformed_ids_are_not_found(
     memory: WorkingMemory, checkpoint_id: str
 ) -> None:

@@ -55,7 +55,8 @@ async def test_bad_keys_are_refused(memory: WorkingMemory, key: Any) -> None:
 
 
 class NotJson:
-    pass
+    def __repr__(self) -> str:  # a stable test id, the same in every process
+        return "NotJson()"
 
 
 BAD_VALUES: list[Any] = [
