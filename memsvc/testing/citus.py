@@ -62,9 +62,14 @@ NODES = 3  # the coordinator, then two workers
 KEPT_TABLES = ("alembic_version",)
 # The settings row(s) the migration wrote: put back after every reset.
 SETTINGS_TABLE = "schema_info"
-# Until the printed script says so itself (see docs/pending/citus-research.md):
-# without it, create_distributed_table refuses tables with triggers.
+# memsvc's tables carry triggers, which create_distributed_table refuses
+# without this (the printed script does not set it yet: issue 31).
 DISTRIBUTE_PREAMBLE = "SET LOCAL citus.enable_unsafe_triggers = on"
+# Lines of a script that opens its own transaction and sets its own options:
+# the fixture runs the script in a transaction of its own, having set them
+# first. (Citus sends the whole query text of a SET LOCAL on to the workers:
+# inside one multi-statement string, that is the whole script.)
+_TRANSACTION_LINES = re.compile(r"^(BEGIN|COMMIT|SET LOCAL [^;\n]*);\n", re.MULTILINE)
 _URL = re.compile(r"postgresql://\S+")
 
 
@@ -173,12 +178,13 @@ class CitusCluster:
 
 
 async def distribute(dsn: str, settings: Settings) -> None:
-    """Run the distribution script memsvc prints, in one transaction."""
+    """Run the distribution script memsvc prints, in one transaction, triggers allowed."""
+    script = _TRANSACTION_LINES.sub("", citus_sql(settings))
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
             await conn.execute(DISTRIBUTE_PREAMBLE)
-            await conn.execute(citus_sql(settings))
+            await conn.execute(script)
     finally:
         await conn.close()
 

@@ -424,6 +424,7 @@ def prototype_fixes() -> Iterator[None]:
 
         patch.setattr(memsvc.testing.citus, "distribute", distribute)
         patch.setattr(memsvc.cli, "citus_sql", fixed_citus_sql)
+        patch.setattr(memsvc.testing.citus, "citus_sql", fixed_citus_sql)
         patch.setattr(memory_queries, "NEXT_CHANGE_KEY", "{row}.change_key")
         patch.setattr(
             memory_queries, "upsert_by_key", fixed_upsert_by_key(memory_queries.upsert_by_key)
