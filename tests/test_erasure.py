@@ -25,6 +25,7 @@ import pytest
 from memsvc import ErasureReceipt, MemoryService, Scope, Settings, TaskState, ValidationError
 from memsvc.core.errors import RedisUnavailableError
 from memsvc.testing.redis import RedisServer
+from memsvc.transfer.trailer import LineSink
 from memsvc.working.keys import parse_key, tenant_key_pattern
 from tests.reliability.test_pgbouncer import bouncer_service  # noqa: F401
 
@@ -668,7 +669,10 @@ async def test_an_import_dated_in_the_future_is_clamped_said_so_and_erasable(
         "id": str(uuid.uuid4()),
     }
     path = tmp_path / "future.jsonl"
-    path.write_text(json.dumps(line) + "\n")
+    with path.open("w", encoding="utf-8") as out:  # a complete file: the line and its trailer
+        sink = LineSink(out)
+        sink.write_lines([json.dumps(line)])
+        sink.write_trailer()
 
     report = await service.maintenance.import_file(path)
 

@@ -1,0 +1,27 @@
+"""Tests against a real Citus cluster (coordinator + 2 workers), marked ``citus``.
+
+They need a Citus kit (``MEMSVC_CITUS_KIT``, see :mod:`memsvc.testing.citus`)
+and skip with that reason without one. Run them alone:
+``MEMSVC_CITUS_KIT=<kit dir> pytest tests/citus -m citus``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memsvc.testing.citus import (  # noqa: F401  (fixtures, found by name)
+    citus_cluster,
+    citus_schema,
+    citus_service,
+    citus_settings,
+)
+
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.citus)
