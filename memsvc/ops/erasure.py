@@ -38,7 +38,7 @@ from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.base import Repository
 from memsvc.repositories.langgraph_checkpoints import LangGraphCheckpointRepository
-from memsvc.repositories.langgraph_store import LangGraphStoreRepository
+from memsvc.repositories.langgraph_store_indexes import NamespaceIndexes
 from memsvc.repositories.scope_sql import Params, scope_condition
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_include
@@ -73,6 +73,9 @@ class ErasureReceipt:
             remove them.
         langgraph: Whether LangGraph checkpoints and store items were erased
             (only for a whole tenant: their rows carry no narrower scope).
+            The store's namespace indexes go with them (counted under
+            ``removed["namespace_indexes"]``); the verification reads index
+            definitions too (``remaining["namespace_indexes"]``).
     """
 
     scope: Scope
@@ -106,7 +109,7 @@ class Erasure(Repository):
         self._assemblies = assemblies
         self._working_store = working_store
         self._langgraph = LangGraphCheckpointRepository(pool, settings)
-        self._store = LangGraphStoreRepository(pool, settings)
+        self._store_indexes = NamespaceIndexes(pool, settings)
 
     async def erase(
         self,
@@ -341,8 +344,9 @@ class Erasure(Repository):
 
         await self._batches(run, receipt, NO_PROGRESS)
         # The store's namespace indexes name the tenant and its namespaces in
-        # their predicates (the catalog): they go with the rows.
-        await self._store.drop_namespace_indexes(tenant)
+        # their predicates: they go with the rows (a build still running
+        # anywhere is waited for; one starting later finds no rows).
+        receipt.add("namespace_indexes", await self._store_indexes.drop_tenant(tenant))
 
     # ------------------------------------------------------------ verification
 
@@ -382,6 +386,11 @@ class Erasure(Repository):
                 found.update(await self._content_left(conn, scope.tenant, erased))
             during = await conn.fetchrow(during_sql, *during_params.values)
             receipt.finished = await conn.fetchval(q.NOW)
+        if whole_tenant:
+            # Index definitions hold the tenant and namespace labels too.
+            indexes = len(await self._store_indexes.of_tenant(scope.tenant))
+            if indexes:
+                found["namespace_indexes"] = indexes
         receipt.remaining = found
         receipt.written_during = {name: count for name, count in during.items() if count}
         receipt.verified = not found
