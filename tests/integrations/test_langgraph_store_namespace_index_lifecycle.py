@@ -23,8 +23,10 @@ pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
 from langgraph.store.base import PutOp
 
 from memsvc import MemoryService, Scope, Settings
+from memsvc.db.tables import OPCLASSES, store_vector_index_expression
 from memsvc.integrations.langgraph import MemsvcStore
-from memsvc.repositories import langgraph_store
+from memsvc.repositories import langgraph_store, langgraph_store_indexes
+from memsvc.repositories import langgraph_store_index_queries as iq
 from memsvc.repositories import langgraph_store_queries as q
 from memsvc.repositories.langgraph_store import LangGraphStoreRepository
 from tests.integrations.test_langgraph_store_namespace_index import (
@@ -327,3 +329,79 @@ async def test_a_table_walk_keeps_candidates_in_proportion_to_the_namespace_shar
         await conn.fetch(sql, *values)
         ef_search = int(await conn.fetchval("SHOW hnsw.ef_search"))
     assert ef_search < service.settings.hnsw_ef_search
+
+
+async def test_erasure_finds_indexes_the_catalog_lacks_by_their_predicates(
+    service: MemoryService,
+) -> None:
+    """An index built before the catalog existed: found by reading its predicate as values."""
+    schema = service.settings.db_schema
+    tenants = ("b\\ack'slash", "b\\ack'slash2", "plain")
+    for tenant in tenants:
+        await fill(store_of(service, tenant), ("n", "it's"), [off_topic(i) for i in range(3)])
+    async with service.pool.acquire() as conn:
+        for tenant in tenants:
+            await conn.execute(
+                iq.create_index(
+                    schema,
+                    iq.namespace_index_name(tenant, "n.it's"),
+                    tenant,
+                    "n.it's",
+                    store_vector_index_expression(service.settings),
+                    OPCLASSES[("halfvec", service.settings.distance)],
+                    service.settings.hnsw_m,
+                    service.settings.hnsw_ef_construction,
+                )
+            )
+        assert await conn.fetchval(f"SELECT count(*) FROM {schema}.{iq.CATALOG}") == 0
+    receipt = await service.erase(Scope(tenants[0]))
+    assert receipt.verified, receipt.remaining
+    assert receipt.removed["namespace_indexes"] == 1
+    assert set(await namespace_indexes(service)) == {
+        iq.namespace_index_name(tenant, "n.it's") for tenant in tenants[1:]
+    }
+
+
+async def test_the_receipt_reads_index_definitions_and_a_second_erasure_finishes(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = store_of(service, "acme")
+    await fill(store, ("big",), [off_topic(i) for i in range(SIZE)])
+    await fill(store_of(service, "default"), ("rest",), [f"d{i}" for i in range(3 * SIZE)])
+    await analyze(service)
+    await store.asearch(("big",), query="q1", limit=1)
+    await store.await_index_builds()
+    assert list((await namespace_indexes(service)).values()) == [True]
+
+    # Another process's index DDL holds the lock longer than the erasure waits.
+    monkeypatch.setattr(langgraph_store_indexes, "DDL_WAIT_SECONDS", 0.5)
+    holder = await asyncpg.connect(service.dsn)
+    try:
+        key = iq.lock_key(service.settings.db_schema)
+        assert await holder.fetchval(iq.TRY_LOCK, key)
+        receipt = await service.erase(Scope("acme"))
+    finally:
+        await holder.close()
+    assert not receipt.verified
+    assert receipt.remaining == {"namespace_indexes": 1}
+    again = await service.erase(Scope("acme"))
+    assert again.verified, again.remaining
+    assert await namespace_indexes(service) == {}
+
+
+@pytest.mark.parametrize(
+    ("predicate", "conforming"),
+    [
+        ("((tenant_id = 'a\\b''c'::text) AND ((prefix = 'p''q\\'::text) OR "
+         "((prefix >= 'p''q\\.'::text) AND (prefix < 'p''q\\/'::text))))", True),
+        ("((tenant_id = 'a\\\\b''c'::text) AND ((prefix = 'p''q\\\\'::text) OR "
+         "((prefix >= 'p''q\\\\.'::text) AND (prefix < 'p''q\\\\/'::text))))", False),
+    ],
+)
+def test_a_predicate_reads_back_as_the_values_it_was_written_from(
+    predicate: str, conforming: bool
+) -> None:
+    # As pg_get_expr writes them with standard_conforming_strings on and off.
+    assert iq.read_predicate(predicate, conforming) == ("a\\b'c", "p'q\\")
+    assert iq.read_predicate(predicate.replace("p''q", "p''x", 1), conforming) is None
+    assert iq.read_predicate("(tenant_id = 'a'::text)", True) is None
