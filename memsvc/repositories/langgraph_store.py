@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
+import json
 import logging
 import math
 import time
@@ -97,11 +98,17 @@ TABLE_EF_FACTOR = 2
 # checked exactly), and at most this many are kept.
 SIZE_SECONDS = 30.0
 SIZES_KEPT = 4096
-# This store counts a namespace again once its writes added a quarter of
-# NAMESPACE_INDEX_FROM vectors, or would take it past NAMESPACE_INDEX_FROM:
-# a namespace an app fills gets its index while it is filled, before the
-# first search.
-WRITES_PER_COUNT_SHARE = 4
+# A namespace counted above EXACT_UP_TO vectors that the planner estimates at
+# less than half that is unknown to the table's statistics (an app just
+# imported it): the planner would read it whole and sort it rather than walk
+# the graph. The store then gathers them (ANALYZE, in the background), at
+# most every ANALYZE_SECONDS.
+ANALYZE_SECONDS = 5.0
+# This store counts a namespace again once its writes added WRITES_PER_COUNT
+# vectors, or would take it past NAMESPACE_INDEX_FROM: a namespace an app
+# fills gets its index (and the table its statistics) while it is filled,
+# before the first search.
+WRITES_PER_COUNT = 500
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +120,7 @@ class NamespaceSize:
     when: float
     vectors: int | None  # None: not counted (its own index serves it)
     table: float
+    estimated: float | None  # the planner's estimate of its vectors (None: not asked)
     usable: bool  # its own index is built
     indexes: int  # namespace indexes of the table
 
@@ -182,6 +190,7 @@ class LangGraphStoreRepository(Repository):
         self._background: set[asyncio.Task[Any]] = set()
         # Per namespace written: (vectors as last counted or estimated, vectors written since).
         self._written: dict[tuple[str, str], tuple[int, int]] = {}
+        self._analyzed = -ANALYZE_SECONDS  # when this store last gathered statistics
 
     async def write(
         self,
@@ -233,7 +242,8 @@ class LangGraphStoreRepository(Repository):
                     )
                 if puts:
                     await active.execute(put_sql, *put_args)
-                if deletes:
+                if deletes and conn is None:
+                    # (In a caller's transaction, which may still roll back, gc drops them.)
                     emptied = await self._indexes.emptied(
                         tenant, _with_ancestors(w.prefix for w in deletes), active
                     )
@@ -241,17 +251,16 @@ class LangGraphStoreRepository(Repository):
 
         emptied = await self._retrying(attempt, owns_transaction=conn is None)
         self._count_writes(tenant, vectors)
-        if emptied and conn is None:
-            # A caller's transaction may still roll back: gc drops those.
+        if emptied:
             for prefix in emptied:
                 self._sizes.pop((tenant, prefix), None)
             self._start(self._indexes.drop_emptied(tenant, emptied))
 
     def _count_writes(self, tenant: str, vectors: Sequence[FieldVector]) -> None:
         """Count a namespace again when this store's writes may have taken it past the mark."""
-        if self._indexing_off or not vectors:
+        if not vectors:
             return
-        step = max(1, NAMESPACE_INDEX_FROM // WRITES_PER_COUNT_SHARE)
+        step = WRITES_PER_COUNT
         if len(self._written) >= SIZES_KEPT:
             self._written.clear()
         for prefix, added in Counter(v.prefix for v in vectors).items():
@@ -373,20 +382,41 @@ class LangGraphStoreRepository(Repository):
         )
         row = await self._read(conn, lambda active: active.fetchrow(sql, tenant))
         vectors = row["vectors"]
+        estimated = None
+        if vectors is not None and vectors > q.EXACT_UP_TO:
+            estimate_sql = q.namespace_estimate(
+                self._schema, q.namespace_literal_condition(prefix, "v")
+            )
+            plan = await self._read(conn, lambda active: active.fetchval(estimate_sql, tenant))
+            estimated = float(json.loads(plan)[0]["Plan"]["Plan Rows"])
         size = NamespaceSize(
             time.monotonic(),
             None if vectors is None else int(vectors),
             float(row["table_vectors"]),
+            estimated,
             bool(row["usable"]),
             int(row["namespace_indexes"]),
         )
         if vectors is not None and (tenant, prefix) in self._written:
             self._written[(tenant, prefix)] = (int(vectors), 0)
+        if self._statistics_may_miss(size) and size.when - self._analyzed >= ANALYZE_SECONDS:
+            self._analyzed = size.when
+            self._start(self._gather_statistics())
         if self._wants_index(size):
             self._building = asyncio.create_task(self._build_index(tenant, prefix))
             self._background.add(self._building)
             self._building.add_done_callback(self._background.discard)
         return size
+
+    async def _gather_statistics(self) -> None:
+        if await self._indexes.analyze():
+            self._sizes.clear()  # counted again: searches plan as usual
+
+    @staticmethod
+    def _statistics_may_miss(size: NamespaceSize) -> bool:
+        """Whether the table's statistics may predate most of the namespace (ANALYZE_SECONDS)."""
+        vectors, estimated = size.vectors, size.estimated
+        return vectors is not None and estimated is not None and estimated * 2 < vectors
 
     def _wants_index(self, size: NamespaceSize) -> bool:
         # The count stops at QUANTIZED_UP_TO + 1: a namespace beyond it is big
@@ -572,12 +602,33 @@ class LangGraphStoreRepository(Repository):
                 ef_search=ef_search,
                 exact=exact,
             )
-            rows = await self._read(conn, functools.partial(self._scan, sql, params.values))
+            scan_rows = self._scan_walking if self._forces_walk(size, conn, exact) else self._scan
+            rows = await self._read(conn, functools.partial(scan_rows, sql, params.values))
             head = rows[0]
             # Fields of the same items filled the scan: read further.
             if head["scanned"] < scan or head["found"] >= wanted or scan >= MAX_SCAN:
                 return rows
             scan = min(scan * 4, MAX_SCAN)
+
+    @staticmethod
+    def _forces_walk(
+        size: NamespaceSize | None, conn: asyncpg.Connection | None, exact: bool
+    ) -> bool:
+        """Whether the table walk is planned without sorts, in a transaction of its own.
+
+        While the statistics may not know the namespace (until the ANALYZE
+        its count started ends), the planner estimates it at a few rows and
+        reads it whole to sort it; when it is big enough that walking beats
+        reading it whole (the sign bits' balance: an exact read costs more
+        per vector than their index-only scan), the walk is forced. Three
+        more round trips, for the searches of that moment only.
+        """
+        if conn is not None or exact or size is None or size.usable or size.vectors is None:
+            return False
+        vectors = size.vectors
+        return LangGraphStoreRepository._statistics_may_miss(size) and (
+            vectors * vectors > QUANTIZED_BALANCE * max(size.table, vectors)
+        )
 
     def _ef_search(self, size: NamespaceSize | None, scan: int) -> int | None:
         """Candidates a walk keeps, when fewer than the connection's ``hnsw_ef_search``."""
@@ -611,6 +662,16 @@ class LangGraphStoreRepository(Repository):
 
     async def _scan(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
         return await self._run_search(conn, sql, values)
+
+    async def _scan_walking(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
+        """:meth:`_scan`, planned without sorts: the walk, whatever the statistics say.
+
+        For a transaction memsvc owns (see :meth:`_forces_walk`): the setting
+        lasts until it ends.
+        """
+        async with conn.transaction():
+            await conn.execute(q.PLAN_WITHOUT_SORTS)
+            return await self._run_search(conn, sql, values)
 
     async def refresh(
         self,

@@ -29,6 +29,11 @@ def namespace_index_name(tenant: str, prefix: str) -> str:
     return NAMESPACE_INDEX_PREFIX + digest
 
 
+def analyze_tables(schema: str) -> str:
+    """Gather the store tables' statistics (what the planner sizes a namespace from)."""
+    return f"ANALYZE {schema}.langgraph_store_items, {schema}.langgraph_store_vectors"
+
+
 def lock_key(schema: str) -> str:
     """The text whose hash keys the schema's namespace index DDL lock."""
     return f"memsvc:{schema}:{CATALOG}"

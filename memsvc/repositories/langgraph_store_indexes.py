@@ -165,6 +165,20 @@ class NamespaceIndexes(Repository):
             if index.name in listed or (index.owner is not None and index.owner[0] == tenant)
         )
 
+    async def analyze(self) -> bool:
+        """Gather the store tables' statistics now, unless other index DDL holds the lock.
+
+        Under the lock: ``ANALYZE`` waits for a ``CREATE INDEX
+        CONCURRENTLY``'s table lock with a snapshot the build waits for.
+        Returns whether it ran (a role that does not own the tables gets a
+        warning from PostgreSQL, no error).
+        """
+        async with self._ddl(wait=0.0) as ddl:
+            if ddl is None:
+                return False
+            await ddl.execute(q.analyze_tables(self._schema))
+        return True
+
     async def collect(self) -> int:
         """gc: drop indexes of emptied namespaces and invalid ones, record unlisted ones.
 

@@ -32,6 +32,9 @@ DISTANCE = {"cosine": "<=>", "l2": "<->", "ip": "<#>"}
 # Namespaces with at most this many vectors are searched exactly (see search_items).
 EXACT_UP_TO = 500
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+# For one transaction: the only plan of an ORDER BY ... LIMIT walk without a
+# sort is the HNSW index (the other sorts of a search have no alternative).
+PLAN_WITHOUT_SORTS = "SET LOCAL enable_sort = off"
 
 
 def namespace_condition(prefix: str | None, params: Params, alias: str = "i") -> str:
@@ -313,6 +316,18 @@ SELECT own.usable,
           AND left(c.relname, {len(NAMESPACE_INDEX_PREFIX)}) = '{NAMESPACE_INDEX_PREFIX}'
        ) AS namespace_indexes
 FROM own"""
+
+
+def namespace_estimate(schema: str, namespace_sql: str) -> str:
+    """The planner's plan for tenant ``$1``'s vectors of a namespace (JSON): its row estimate.
+
+    ``namespace_sql`` is a :func:`namespace_literal_condition` on ``v``, as
+    searches write it.
+    """
+    return (
+        f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.langgraph_store_vectors AS v "
+        f"WHERE v.tenant_id = $1 AND {namespace_sql}"
+    )
 
 
 def search_items_quantized(

@@ -47,6 +47,7 @@ async def store(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> Mems
     ops += [PutOp(("big-x",), f"x{i}", {"text": f"d{i + 7000}", "i": i}) for i in range(20)]
     ops += [PutOp(("rest",), f"r{i}", {"text": f"d{i + 6000}"}) for i in range(3 * BIG)]
     await store.abatch(ops)
+    await store.await_index_builds()  # the counts its writes started
     async with service.pool.acquire() as conn:
         await conn.execute(f"ANALYZE {service.settings.db_schema}.langgraph_store_vectors")
         await conn.execute(f"ANALYZE {service.settings.db_schema}.langgraph_store_items")

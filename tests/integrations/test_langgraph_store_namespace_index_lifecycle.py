@@ -12,6 +12,7 @@ does, and check that no page comes back short because of it.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -59,6 +60,9 @@ async def fill(store: MemsvcStore, namespace: tuple[str, ...], texts: list[str])
     ]
     for start in range(0, len(ops), 500):
         await store.abatch(ops[start : start + 500])
+    # The counts its writes started (and a build they started: an ANALYZE
+    # while a build runs would end one of them as a deadlock).
+    await store.await_index_builds()
 
 
 async def analyze(service: MemoryService) -> None:
@@ -99,11 +103,11 @@ async def crowded(
     async with MemoryService.open(tight) as service:
         # Filled with no namespace index built on the way (the tests build them).
         monkeypatch.setattr(langgraph_store, "NAMESPACE_INDEX_FROM", 10 * CROWD)
-        acme = store_of(service, "acme")
+        acme, docs, globex = (store_of(service, t) for t in ("acme", "default", "globex"))
         await fill(acme, ("crowd",), [f"d{20 * i}" for i in range(CROWD)])
         await fill(acme, ("mine",), [off_topic(i) for i in range(SIZE)])
-        await fill(store_of(service, "default"), ("docs",), [off_topic(i) for i in range(SIZE)])
-        await fill(store_of(service, "globex"), ("own",), [off_topic(i) for i in range(SIZE)])
+        await fill(docs, ("docs",), [off_topic(i) for i in range(SIZE)])
+        await fill(globex, ("own",), [off_topic(i) for i in range(SIZE)])
         await analyze(service)
         monkeypatch.setattr(langgraph_store, "NAMESPACE_INDEX_FROM", SIZE - 50)
         yield service
@@ -256,15 +260,16 @@ async def test_a_build_decided_before_an_erasure_never_lands_after_it(
 
 
 async def test_erasure_waits_for_builds_other_stores_started_and_neither_fails(
-    service: MemoryService,
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A build of the erased tenant and one of another tenant, both in other store instances."""
     acme, globex = store_of(service, "acme"), store_of(service, "globex")
     other = store_of(service, "default")
+    monkeypatch.setattr(langgraph_store, "NAMESPACE_INDEX_FROM", 10 * SIZE)  # searches build
     for store in (acme, globex, other):
         await fill(store, ("big",), [off_topic(i) for i in range(SIZE)])
-    await fill(other, ("rest",), [f"d{i}" for i in range(3 * SIZE)])
     await analyze(service)
+    monkeypatch.setattr(langgraph_store, "NAMESPACE_INDEX_FROM", SIZE - 50)
     await other.asearch(("big",), query="q1", limit=1)
     await other.await_index_builds()
 
@@ -405,3 +410,47 @@ def test_a_predicate_reads_back_as_the_values_it_was_written_from(
     assert iq.read_predicate(predicate, conforming) == ("a\\b'c", "p'q\\")
     assert iq.read_predicate(predicate.replace("p''q", "p''x", 1), conforming) is None
     assert iq.read_predicate("(tenant_id = 'a'::text)", True) is None
+
+
+async def test_right_after_an_import_searches_walk_and_the_statistics_are_gathered(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner's statistics predate a namespace just put: it would read it whole.
+
+    The search that counts it walks the graph (planned without sorts) and
+    has the statistics gathered; later searches plan as usual.
+    """
+    monkeypatch.setattr(langgraph_store, "NAMESPACE_INDEX_FROM", 10 * SIZE)  # no index
+    store = store_of(service, "default")
+    await fill(store, ("rest",), [f"d{i}" for i in range(3 * SIZE)])
+    await analyze(service)
+    monkeypatch.setattr(langgraph_store, "WRITES_PER_COUNT", 10**9)  # the writes count nothing
+    monkeypatch.setattr(langgraph_store, "ANALYZE_SECONDS", 0.0)  # (the fill's counts ran one)
+    await fill(store, ("big",), [off_topic(i) for i in range(2 * SIZE)])
+    schema = service.settings.db_schema
+    estimate_sql = (
+        f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.langgraph_store_vectors AS v "
+        f"WHERE v.tenant_id = 'default' AND {q.namespace_literal_condition('big', 'v')}"
+    )
+
+    async def estimated_rows() -> float:
+        async with service.pool.acquire() as conn:
+            plan = json.loads(await conn.fetchval(estimate_sql))
+        return float(plan[0]["Plan"]["Plan Rows"])
+
+    assert await estimated_rows() < SIZE  # the statistics do not know it
+    walks: list[str] = []
+    original = LangGraphStoreRepository._scan_walking
+
+    async def recorded(self: Any, sql: str, values: list[object], conn: Any) -> Any:
+        walks.append(sql)
+        return await original(self, sql, values, conn)
+
+    monkeypatch.setattr(LangGraphStoreRepository, "_scan_walking", recorded)
+    # (Unfiltered: 1,200 vectors among 3,000 are too many for the sign bits' plan.)
+    assert len(await store.asearch(("big",), query="q1", limit=10)) == 10
+    assert len(walks) == 1
+    await store.await_index_builds()
+    assert await estimated_rows() >= SIZE
+    assert len(await store.asearch(("big",), query="q2", limit=10)) == 10
+    assert len(walks) == 1
