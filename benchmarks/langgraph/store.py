@@ -354,7 +354,11 @@ def report_round(results: Results) -> None:
 
 
 def report_medians(runs: list[list[tuple[str, Results]]]) -> None:
-    """The median over runs of each phase's figures (a phase's first round per run)."""
+    """The median over runs of each phase's figures (a phase's first round per run).
+
+    Each side's p50s and the ratios are medians on their own: the median
+    ratio is not the ratio of the median times.
+    """
     print(f"\nmedians of {len(runs)} runs")
     for phase in ("after the load", "after the build"):
         firsts = [next(results for name, results in run if name == phase) for run in runs]
@@ -369,8 +373,9 @@ def report_medians(runs: list[list[tuple[str, Results]]]) -> None:
         report_round(merged)
         for name in FIGURES:
             if name in merged["memsvc"]:
-                ratios = [f"{f['memsvc'][name] / f['langgraph'][name]:.2f}x" for f in firsts]
-                print(f"  {name} ratio per run: {', '.join(ratios)}")
+                ratios = [f["memsvc"][name] / f["langgraph"][name] for f in firsts]
+                shown = ", ".join(f"{ratio:.2f}x" for ratio in ratios)
+                print(f"  {name} ratio per run: {shown}; median {statistics.median(ratios):.2f}x")
 
 
 def main() -> None:
