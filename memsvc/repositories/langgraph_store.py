@@ -69,9 +69,11 @@ QUANTIZED_DISTANCES = frozenset({"cosine", "ip"})
 # table's, where the walk steps over every other namespace's vectors. At
 # most NAMESPACE_INDEXES_MAX per table: every index costs each write of the
 # table a predicate check, and each of the namespace's writes a second HNSW
-# insert. Figures: the store's benchmark docs.
+# insert: a namespace holding more of the table than NAMESPACE_INDEX_SHARE
+# is walked in the table's graph instead, where most steps find its vectors.
+# Figures: the store's benchmark docs.
 NAMESPACE_INDEX_FROM = 2_000
-NAMESPACE_INDEX_SHARE = 0.5
+NAMESPACE_INDEX_SHARE = 0.25
 NAMESPACE_INDEXES_MAX = 32
 # The walk of a namespace's own index keeps OWN_INDEX_EF_FACTOR candidates per
 # vector it must find (at least OWN_INDEX_EF_MIN), not the connection's

@@ -31,7 +31,7 @@ BIG = 700
 
 @pytest.fixture
 async def store(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> MemsvcStore:
-    """A store whose namespace ``("big",)`` holds BIG items among four times as many.
+    """A store whose namespace ``("big",)`` holds BIG items among five times as many.
 
     Filled with the threshold above BIG (no build starts from the writes),
     then lowered: the tests here start builds by searching.
@@ -45,7 +45,7 @@ async def store(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> Mems
     ops += [PutOp(("big", "sub"), f"s{i}", {"text": f"d{i + 5000}", "i": i}) for i in range(20)]
     # Inside the index's key range, outside the namespace: the search's recheck drops them.
     ops += [PutOp(("big-x",), f"x{i}", {"text": f"d{i + 7000}", "i": i}) for i in range(20)]
-    ops += [PutOp(("rest",), f"r{i}", {"text": f"d{i + 6000}"}) for i in range(3 * BIG)]
+    ops += [PutOp(("rest",), f"r{i}", {"text": f"d{i + 6000}"}) for i in range(4 * BIG)]
     await store.abatch(ops)
     await store.await_index_builds()  # the counts its writes started
     async with service.pool.acquire() as conn:

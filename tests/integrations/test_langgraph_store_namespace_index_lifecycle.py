@@ -186,7 +186,7 @@ async def test_erasing_a_tenant_whose_id_has_a_backslash_drops_its_namespace_ind
     tenant = "it's a\\b"
     odd, other = store_of(service, tenant), store_of(service, "default")
     await fill(odd, ("big", "it's\\"), [off_topic(i) for i in range(SIZE)])
-    await fill(other, ("rest",), [f"d{i}" for i in range(3 * SIZE)])
+    await fill(other, ("rest",), [f"d{i}" for i in range(5 * SIZE)])
     await analyze(service)
     await odd.asearch(("big", "it's\\"), query="q1", limit=1)
     await odd.await_index_builds()
@@ -202,7 +202,7 @@ async def test_deleting_every_item_of_an_indexed_namespace_drops_its_index(
 ) -> None:
     store = store_of(service, "default")
     await fill(store, ("big",), [off_topic(i) for i in range(SIZE)])
-    await fill(store, ("rest",), [f"d{i}" for i in range(3 * SIZE)])
+    await fill(store, ("rest",), [f"d{i}" for i in range(5 * SIZE)])
     await analyze(service)
     await store.asearch(("big",), query="q1", limit=1)
     await store.await_index_builds()
@@ -224,7 +224,7 @@ async def test_gc_drops_the_indexes_of_namespaces_that_emptied(service: MemorySe
         for i in range(SIZE)
     ]
     await store.abatch(ops)
-    await fill(store, ("rest",), [f"d{i}" for i in range(3 * SIZE)])
+    await fill(store, ("rest",), [f"d{i}" for i in range(5 * SIZE)])
     await analyze(service)
     await store.asearch(("big",), query="q1", limit=1)
     await store.await_index_builds()
@@ -241,7 +241,7 @@ async def test_a_build_decided_before_an_erasure_never_lands_after_it(
 ) -> None:
     acme = store_of(service, "acme")
     await fill(acme, ("big",), [off_topic(i) for i in range(SIZE)])
-    await fill(store_of(service, "default"), ("rest",), [f"d{i}" for i in range(3 * SIZE)])
+    await fill(store_of(service, "default"), ("rest",), [f"d{i}" for i in range(5 * SIZE)])
     await analyze(service)
     gate = asyncio.Event()
     original = LangGraphStoreRepository._build_index
@@ -268,6 +268,7 @@ async def test_erasure_waits_for_builds_other_stores_started_and_neither_fails(
     monkeypatch.setattr(langgraph_store, "NAMESPACE_INDEX_FROM", 10 * SIZE)  # searches build
     for store in (acme, globex, other):
         await fill(store, ("big",), [off_topic(i) for i in range(SIZE)])
+    await fill(other, ("rest",), [f"d{i}" for i in range(5 * SIZE)])
     await analyze(service)
     monkeypatch.setattr(langgraph_store, "NAMESPACE_INDEX_FROM", SIZE - 50)
     await other.asearch(("big",), query="q1", limit=1)
@@ -304,7 +305,7 @@ async def test_a_namespace_that_crosses_the_threshold_gets_its_index_from_the_wr
     service: MemoryService,
 ) -> None:
     store = store_of(service, "default")
-    await fill(store, ("rest",), [f"d{i}" for i in range(3 * SIZE)])
+    await fill(store, ("rest",), [f"d{i}" for i in range(5 * SIZE)])
     await analyze(service)
     await fill(store, ("big",), [off_topic(i) for i in range(SIZE)])  # no search at all
     await store.await_index_builds()
@@ -372,7 +373,7 @@ async def test_the_receipt_reads_index_definitions_and_a_second_erasure_finishes
 ) -> None:
     store = store_of(service, "acme")
     await fill(store, ("big",), [off_topic(i) for i in range(SIZE)])
-    await fill(store_of(service, "default"), ("rest",), [f"d{i}" for i in range(3 * SIZE)])
+    await fill(store_of(service, "default"), ("rest",), [f"d{i}" for i in range(5 * SIZE)])
     await analyze(service)
     await store.asearch(("big",), query="q1", limit=1)
     await store.await_index_builds()

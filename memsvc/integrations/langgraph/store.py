@@ -358,8 +358,8 @@ class MemsvcStore(BaseStore):
     async def await_index_builds(self) -> None:
         """Wait for this store's background namespace index work, if any.
 
-        A namespace of 2,000 vectors or more holding at most half the store's
-        gets an HNSW index of its own, built in the background (without
+        A namespace of 2,000 vectors or more holding at most a quarter of the
+        store's gets an HNSW index of its own, built in the background (without
         blocking writers) as soon as this store's writes take it past that
         size or a search counts it; searches use it once built. Deleting a
         namespace's last item drops its index (also in the background).
