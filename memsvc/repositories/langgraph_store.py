@@ -84,11 +84,6 @@ NAMESPACE_INDEXES_MAX = 32
 # 0.38-0.42x LangGraph's time (recall@10 0.973-0.986); 30 fell to 0.956.
 OWN_INDEX_EF_FACTOR = 2
 OWN_INDEX_EF_MIN = 40
-# Each put of a new vector into such a namespace inserts it into both graphs;
-# an insert searches ef_construction candidates, so the namespace's small
-# graph is built with at most OWN_INDEX_EF_CONSTRUCTION (its walks keep
-# their recall: the graph holds only the namespace's vectors).
-OWN_INDEX_EF_CONSTRUCTION = 32
 # A walk of the table's graph for a namespace holding a share s of it keeps
 # TABLE_EF_FACTOR * scan / s candidates (at least OWN_INDEX_EF_MIN, at most
 # hnsw_ef_search): about as many of the namespace's own vectors as a walk of
@@ -451,7 +446,7 @@ class LangGraphStoreRepository(Repository):
             store_vector_index_expression(settings),
             OPCLASSES[("halfvec", settings.distance)],
             settings.hnsw_m,
-            min(settings.hnsw_ef_construction, OWN_INDEX_EF_CONSTRUCTION),
+            settings.hnsw_ef_construction,
         )
         try:
             await self._indexes.build(
