@@ -45,7 +45,11 @@ from memsvc.ops import (
     stats_queries,
 )
 from memsvc.ops.citus import ANCHOR, citus_sql
-from memsvc.repositories import change_queries, langgraph_store_queries
+from memsvc.repositories import (
+    change_queries,
+    langgraph_store_index_queries,
+    langgraph_store_queries,
+)
 from memsvc.service import TENANT_TABLES
 from memsvc.testing.postgres import run_in_own_loop, settings_for_tests, with_database
 from tests.changes.helpers import take
@@ -86,6 +90,8 @@ def _cross_tenant() -> dict[str, str]:
         "straight in without checking each batch's ids first)",
         langgraph_store_queries.sweep_expired(s, None): "gc: expired LangGraph store items "
         "of every tenant",
+        langgraph_store_index_queries.every_claim(s): "gc: the LangGraph store's namespace "
+        "index catalog, every tenant's (to drop indexes of emptied namespaces)",
         doctor_queries.assembly_mismatches(s): "doctor: assembly counters of every tenant",
         doctor_queries.orphaned_history(s): "doctor: history rows without a memory",
         doctor_queries.memories_without_history(s): "doctor: memories without history",

@@ -56,7 +56,7 @@ from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.repositories.assemblies import AssemblyRepository
 from memsvc.repositories.base import Repository
 from memsvc.repositories.langgraph_checkpoints import LangGraphCheckpointRepository
-from memsvc.repositories.langgraph_store import LangGraphStoreRepository
+from memsvc.repositories.langgraph_store_indexes import NamespaceIndexes
 from memsvc.repositories.scope_sql import Params
 from memsvc.repositories.tenancy import tenant_scoped
 from memsvc.scope import Include, Scope, validate_include
@@ -96,6 +96,9 @@ class ErasureReceipt:
             (with their full history); erase again to remove them.
         langgraph: Whether LangGraph checkpoints and store items were erased
             (only for a whole tenant: their rows carry no narrower scope).
+            The store's namespace indexes go with them (counted under
+            ``removed["namespace_indexes"]``); the check reads index
+            definitions too (``remaining["namespace_indexes"]``).
         working_memory: Where working memory was erased (and checked).
         checked: What the check looked at, one sentence each.
         kept: What still identifies the erased scope, per column, and why.
@@ -138,7 +141,7 @@ class Erasure(Repository):
         self._assemblies = assemblies
         self._working_store = working_store
         self._langgraph = LangGraphCheckpointRepository(pool, settings)
-        self._store = LangGraphStoreRepository(pool, settings)
+        self._store_indexes = NamespaceIndexes(pool, settings)
         self._check = ErasureCheck(pool, settings, working_store=working_store)
 
     async def erase(
@@ -190,6 +193,8 @@ class Erasure(Repository):
             await self._erase(plan, receipt, progress)
             progress.start("verifying", total=None)
             await self._check.verify(plan, receipt)
+            if plan.whole_tenant:
+                await self._check_namespace_indexes(plan.scope.tenant, receipt)
         if vacuum:
             progress.start("vacuuming", total=None)
             receipt.vacuum = await self._vacuum(plan.whole_tenant, full=vacuum == "full")
@@ -395,8 +400,16 @@ class Erasure(Repository):
 
         await self._batches(run, receipt, NO_PROGRESS)
         # The store's namespace indexes name the tenant and its namespaces in
-        # their predicates (the catalog): they go with the rows.
-        await self._store.drop_namespace_indexes(tenant)
+        # their predicates: they go with the rows (a build still running
+        # anywhere is waited for; one starting later finds no rows).
+        receipt.add("namespace_indexes", await self._store_indexes.drop_tenant(tenant))
+
+    async def _check_namespace_indexes(self, tenant: str, receipt: ErasureReceipt) -> None:
+        """Index definitions hold the tenant and namespace labels too: none may be left."""
+        left = len(await self._store_indexes.of_tenant(tenant))
+        if left:
+            receipt.remaining["namespace_indexes"] = left
+            receipt.verified = False
 
     async def _erase_ledger(
         self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter
