@@ -54,6 +54,7 @@ TENANT_TABLES = (
     "langgraph_checkpoint_writes",
     "langgraph_store_items",
     "langgraph_store_vectors",
+    "langgraph_store_namespace_indexes",
 )
 
 

@@ -36,6 +36,7 @@ from memsvc.db.embedded import EmbeddedPostgres, pgdata_path
 from memsvc.db.tables import build_metadata
 from memsvc.db.time_checks import TIME_COLUMNS
 from memsvc.embedding import HashingEmbedder
+from memsvc.langgraph_db import store_index_queries as langgraph_store_index_queries
 from memsvc.langgraph_db import store_queries as langgraph_store_queries
 from memsvc.ops import doctor_queries, gc_queries, recall_audit_queries, stats_queries
 from memsvc.ops.citus import ANCHOR, citus_sql
@@ -80,6 +81,8 @@ def _cross_tenant() -> dict[str, str]:
         "straight in without checking each batch's ids first)",
         langgraph_store_queries.sweep_expired(s, None): "gc: expired LangGraph store items "
         "of every tenant",
+        langgraph_store_index_queries.every_claim(s): "gc: the LangGraph store's namespace "
+        "index catalog, every tenant's (to drop indexes of emptied namespaces)",
         doctor_queries.assembly_mismatches(s): "doctor: assembly counters of every tenant",
         doctor_queries.orphaned_history(s): "doctor: history rows without a memory",
         doctor_queries.memories_without_history(s): "doctor: memories without history",

@@ -22,7 +22,7 @@ async def main() -> None:
     parser.add_argument("--store-total", type=int, default=TOTAL, help="items in the store")
     parser.add_argument("--store-big", type=int, default=BIG, help="items of the big namespace")
     parser.add_argument("--part", choices=["all", "saver", "store"], default="all")
-    parser.add_argument("--store-rounds", type=int, default=1, help="store measurement rounds")
+    parser.add_argument("--store-rounds", type=int, default=1, help="store rounds after the build")
     args = parser.parse_args()
     embedded = None
     directory = None

@@ -1,18 +1,39 @@
 """MemsvcStore against LangGraph's AsyncPostgresStore, same server, same index, one run.
 
     python -m benchmarks.langgraph.store                    # the issue's size: a few minutes
+    python -m benchmarks.langgraph.store --total 30000 --big 10000 --repeat 3
     python -m benchmarks.langgraph.store --total 20000 --big 2000 --ops 50   # quick
+    python -m benchmarks.langgraph.store --index-from 1000000000  # no namespace index
     python -m benchmarks.langgraph.store --database-url postgresql://...
 
-Reports ``aput``/``aget`` p50 and ``asearch`` (with a query) p50 in a
-namespace of 10,000 items among 100,000 and in a 200-item one, recall@10
-against exact ground truth, and short pages under a filter. The big and the
-small namespace hold real sentence embeddings of the shared embeddings-small
-set (``--data``); that set has 20,000, so the rest of the store is filled
-with perturbed copies of real vectors (gaussian noise, re-normalised): they
-crowd the shared HNSW graph like other users' items would, and the ground
-truth (over the big namespace's real vectors) stays exact. Ratios are
-memsvc / LangGraph.
+Both stores are filled alike: first everything but the big namespace (the
+other namespaces of an app's store, then vacuumed and analyzed), then the
+big namespace, as an app that just imported would put it. Two phases are
+measured, every call on both stores in turn (who goes first alternates), so
+both see the same load:
+
+- **after the load**: searches start as soon as the big namespace's last
+  put returned, with no warm-up, while the tables' statistics predate the
+  namespace: whatever memsvc's namespace index is doing then (built while
+  the namespace was filled, or still building) is measured, as an app's
+  first searches would see it;
+  then single ``aput`` of new items (new vectors) into the big namespace;
+- **after the build**: once memsvc's namespace index is built (the time is
+  printed) and both stores' tables are vacuumed and analyzed, per round:
+  ``aput`` (re-puts of unchanged items: memsvc writes no vector), ``aput``
+  of new items, ``aget``, and ``asearch`` in the big namespace and in a
+  200-item one, after untimed warm-up searches.
+
+Each phase reports p50 per call, the ratio memsvc / LangGraph (lower is
+faster), recall@10 against exact ground truth and short pages under a 10%
+filter. The vectors are the shared embeddings-small set's (``--data``):
+when its corpus file is there, the big and small namespaces hold real
+sentence embeddings and the rest perturbed copies of them (gaussian noise,
+re-normalised); without it, every vector is a perturbed copy of one of its
+500 real query embeddings (noise of length 0.5: clusters around real
+directions), and the queries are other such copies. With ``--repeat`` the
+whole run (a fresh embedded server each time) repeats, and the medians of
+the runs' figures are printed last.
 """
 
 from __future__ import annotations
@@ -33,6 +54,7 @@ from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Settings
 from memsvc.db.embedded import EmbeddedPostgres
 from memsvc.integrations.langgraph import MemsvcStore
+from memsvc.langgraph_db import store as langgraph_store
 
 SMALL = 200
 K = 10
@@ -42,24 +64,36 @@ TOTAL = 100_000
 BIG = 10_000
 # Real vectors in the shared set; the big and small namespaces hold only these.
 REAL = 20_000
+# Vectors kept for the new items the aput_new calls put.
+SPARE = 2_000
 
 
 # Standard deviation of the noise per dimension of a perturbed copy: a noise
 # vector of length about 0.3 against a unit vector (cosine to its origin ~0.96).
 NOISE = 0.3 / np.sqrt(384)
+# Without the corpus file: copies of the real queries, noise of length about 0.5.
+SPREAD = 0.5 / np.sqrt(384)
+
+Results = dict[str, dict[str, Any]]
 
 
-def load(path: Path, total: int) -> tuple[np.ndarray, np.ndarray]:
-    """``total`` unit vectors (the real ones first, then perturbed copies) and the queries."""
+def load(path: Path, total: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``total`` unit vectors, the queries, and how many leading vectors are real."""
+    real_queries = unit(np.load(path / "queries.f16.npy").astype(np.float32))
+    rng = np.random.default_rng(11)
+    if not (path / "vectors.f16.npy").exists():
+        origins = real_queries[rng.integers(0, len(real_queries), total)]
+        corpus = unit(origins + rng.normal(0.0, SPREAD, origins.shape).astype(np.float32))
+        picked = real_queries[rng.integers(0, len(real_queries), len(real_queries))]
+        queries = unit(picked + rng.normal(0.0, SPREAD, picked.shape).astype(np.float32))
+        return corpus, queries, total
     real = unit(np.load(path / "vectors.f16.npy")[:total].astype(np.float32))
-    queries = unit(np.load(path / "queries.f16.npy").astype(np.float32))
     missing = total - len(real)
     if missing <= 0:
-        return real, queries
-    rng = np.random.default_rng(11)
+        return real, real_queries, len(real)
     origins = real[rng.integers(0, len(real), missing)]
     noise = rng.normal(0.0, NOISE, origins.shape).astype(np.float32)
-    return np.concatenate([real, unit(origins + noise)]), queries
+    return np.concatenate([real, unit(origins + noise)]), real_queries, len(real)
 
 
 def embedder(vectors: np.ndarray, queries: np.ndarray) -> Callable[[Sequence[str]], list[Any]]:
@@ -79,14 +113,14 @@ def namespace_of(i: int, big: int) -> tuple[str, ...]:
     return ("bench", f"other{i % 50}")
 
 
-async def fill(store: Any, total: int, big: int) -> None:
+async def fill(store: Any, rows: range, big: int) -> None:
     from langgraph.store.base import PutOp
 
-    for start in range(0, total, 500):
+    for start in range(rows.start, rows.stop, 500):
         await store.abatch(
             [
                 PutOp(namespace_of(i, big), f"k{i}", {"text": f"d{i}", "bucket": i % 10})
-                for i in range(start, min(start + 500, total))
+                for i in range(start, min(start + 500, rows.stop))
             ]
         )
 
@@ -103,19 +137,6 @@ async def analyze(dsn: str) -> None:
         await conn.execute("CHECKPOINT")
     finally:
         await conn.close()
-
-
-async def index_namespaces(store: MemsvcStore) -> None:
-    """Let memsvc build the big namespace's own index, as a running app's first search would.
-
-    The build runs in the background after the search that counts the
-    namespace; the timed searches measure the store once it is there.
-    """
-    started = time.perf_counter()
-    for namespace in (("bench", "big"), ("bench", "small")):
-        await store.asearch(namespace, query="q0", limit=1)
-        await store.await_index_builds()
-    print(f"memsvc namespace index build: {time.perf_counter() - started:.1f} s")
 
 
 async def timed(
@@ -137,61 +158,51 @@ async def timed(
     return {name: (statistics.median(times[name]), results[name]) for name in names}
 
 
-async def measure(
-    stores: dict[str, Any],
-    vectors: np.ndarray,
-    queries: np.ndarray,
-    big: int,
-    ops: int,
-    seed: int = 7,
-) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {name: {} for name in stores}
+class Bench:
+    """Both stores, the vectors, and which rows each namespace holds."""
 
-    def record(key: str, timings: dict[str, tuple[float, list[Any]]]) -> None:
-        for name, (p50, _) in timings.items():
-            out[name][key] = p50
+    def __init__(self, stores: dict[str, Any], vectors: np.ndarray, queries: np.ndarray,
+                 big: int, total: int, ops: int) -> None:
+        self.stores = stores
+        self.vectors = vectors
+        self.queries = queries
+        self.big_rows = list(range(big))
+        self.small_rows = list(range(big, big + SMALL))
+        self.next_new = total  # rows total.. are spare vectors for new items
+        self.ops = ops
 
-    rng = np.random.default_rng(seed)
-    put_rows = rng.integers(0, big, ops)
-    record(
-        "aput",
-        await timed(
-            stores,
-            [
-                lambda s, i=int(i): s.aput(
-                    ("bench", "big"), f"k{i}", {"text": f"d{i}", "bucket": i % 10}
-                )
-                for i in put_rows
-            ],
-        ),
-    )
-    record(
-        "aget",
-        await timed(
-            stores, [lambda s, i=int(i): s.aget(("bench", "big"), f"k{i}") for i in put_rows]
-        ),
-    )
-    for name, namespace, rows in (
-        ("big", ("bench", "big"), np.arange(big)),
-        ("small", ("bench", "small"), np.arange(big, big + SMALL)),
-    ):
-        # Untimed searches first: connections and statement caches are warm.
-        for j in rng.integers(0, len(queries), WARM_UP):
-            for store in stores.values():
-                await store.asearch(namespace, query=f"q{j}", limit=K)
-        chosen = rng.integers(0, len(queries), min(ops, len(queries)))
+    async def put_new(self, out: Results, rng: np.random.Generator) -> None:
+        """``aput_new``: single puts of new items (a vector each) into the big namespace."""
+        rows = list(range(self.next_new, self.next_new + self.ops))
+        self.next_new += self.ops
+        self.big_rows += rows
+        record(out, "aput_new", await timed(self.stores, [put(i) for i in rows]))
+
+    async def search(
+        self, out: Results, rng: np.random.Generator, name: str, *, warm_up: bool
+    ) -> None:
+        """``search_<name>``: p50, recall@10, short pages of filtered searches."""
+        namespace = ("bench", name)
+        rows = self.big_rows if name == "big" else self.small_rows
+        if warm_up:
+            # Untimed searches first: connections and statement caches are warm.
+            for j in rng.integers(0, len(self.queries), WARM_UP):
+                for store in self.stores.values():
+                    await store.asearch(namespace, query=f"q{j}", limit=K)
+        chosen = rng.integers(0, len(self.queries), min(self.ops, len(self.queries)))
         searched = await timed(
-            stores,
+            self.stores,
             [
                 lambda s, j=int(j), ns=namespace: s.asearch(ns, query=f"q{j}", limit=K)
                 for j in chosen
             ],
         )
-        record(f"search_{name}", searched)
-        sims = vectors[rows] @ queries[chosen].T
-        truths = [{f"k{rows[r]}" for r in np.argsort(-sims[:, c])[:K]} for c in range(len(chosen))]
+        record(out, f"search_{name}", searched)
+        held = np.array(rows)
+        sims = self.vectors[held] @ self.queries[chosen].T
+        truths = [{f"k{held[r]}" for r in np.argsort(-sims[:, c])[:K]} for c in range(len(chosen))]
         filtered = await timed(
-            stores,
+            self.stores,
             [
                 lambda s, j=int(j), ns=namespace: s.asearch(
                     ns, query=f"q{j}", filter={"bucket": {"$lt": 1}}, limit=K
@@ -199,7 +210,7 @@ async def measure(
                 for j in chosen[:50]
             ],
         )
-        for store_name in stores:
+        for store_name in self.stores:
             pages = searched[store_name][1]
             recall = [
                 len(truth & {item.key for item in page}) / K
@@ -209,7 +220,38 @@ async def measure(
             out[store_name][f"short_{name}"] = sum(
                 len(page) < K for page in filtered[store_name][1]
             )
-    return out
+
+    async def after_load(self) -> Results:
+        """The first searches after the load, then new items put."""
+        out: Results = {name: {} for name in self.stores}
+        rng = np.random.default_rng(5)
+        await self.search(out, rng, "big", warm_up=False)
+        await self.put_new(out, rng)
+        return out
+
+    async def after_build(self, seed: int) -> Results:
+        out: Results = {name: {} for name in self.stores}
+        rng = np.random.default_rng(seed)
+        put_rows = rng.integers(0, len(self.big_rows) - 1, self.ops)
+        keys = [self.big_rows[int(i)] for i in put_rows]
+        record(out, "aput", await timed(self.stores, [put(i) for i in keys]))
+        await self.put_new(out, rng)
+        record(out, "aget", await timed(
+            self.stores, [lambda s, i=i: s.aget(("bench", "big"), f"k{i}") for i in keys]
+        ))
+        for name in ("big", "small"):
+            await self.search(out, rng, name, warm_up=True)
+        return out
+
+
+def put(i: int) -> Callable[[Any], Awaitable[Any]]:
+    """A put of corpus row ``i`` as item ``k<i>`` of the big namespace."""
+    return lambda store: store.aput(("bench", "big"), f"k{i}", {"text": f"d{i}", "bucket": i % 10})
+
+
+def record(out: Results, key: str, timings: dict[str, tuple[float, list[Any]]]) -> None:
+    for name, (p50, _) in timings.items():
+        out[name][key] = p50
 
 
 async def run_store(
@@ -219,21 +261,22 @@ async def run_store(
     big: int = BIG,
     ops: int = 100,
     rounds: int = 1,
-) -> list[dict[str, dict[str, Any]]]:
-    """Measure both stores on ``dsn``: per round, their figures (seconds, recall, short pages).
+) -> list[tuple[str, Results]]:
+    """Measure both stores on ``dsn``: the phases' figures (seconds, recall, short pages).
 
-    The stores are filled once; each round draws other calls and queries, and
-    every call runs on both stores in turn (who goes first alternates).
+    The stores are filled once; each round after the build draws other
+    calls and queries.
     """
     from langgraph.store.postgres.aio import AsyncPostgresStore
 
-    vectors, queries = load(data, total)
-    if big + SMALL > min(total, REAL):
+    new_items = ops * (rounds + 1)
+    vectors, queries, real = load(data, total + max(new_items, SPARE))
+    if big + SMALL > min(total, real):
         raise SystemExit(f"--big must leave {SMALL} real vectors for the small namespace")
     embed = embedder(vectors, queries)
     settings = Settings(database_url=dsn, db_schema="memsvc_bench_lg", auto_migrate=True)
     index = {"dims": vectors.shape[1], "embed": embed, "fields": ["text"]}
-    results: list[dict[str, dict[str, Any]]] = []
+    results: list[tuple[str, Results]] = []
     async with (
         MemoryService.open(settings) as svc,
         AsyncPostgresStore.from_conn_string(dsn, index=index) as peer,  # type: ignore[arg-type]
@@ -241,35 +284,65 @@ async def run_store(
         await peer.setup()
         store = MemsvcStore(svc, index=index)  # type: ignore[arg-type]
         # Both stores fill at once (each on its own connection; inserting into
-        # HNSW is most of a run's time), then both are measured call by call in turn.
-        await asyncio.gather(fill(store, total, big), fill(peer, total, big))
+        # HNSW is most of a run's time): the rest of the store, then the big
+        # namespace, the import an app searches right after.
+        others = range(big, total)
+        await asyncio.gather(fill(store, others, big), fill(peer, others, big))
+        # The store as an app had it before the import: vacuumed, with statistics.
+        await store.await_index_builds()
         await analyze(dsn)
-        await index_namespaces(store)
+        await asyncio.gather(fill(store, range(big), big), fill(peer, range(big), big))
+        loaded = time.perf_counter()
+        bench = Bench({"memsvc": store, "langgraph": peer}, vectors, queries, big, total, ops)
+        results.append(("after the load", await bench.after_load()))
+        # An ANALYZE while a namespace index is built ends one of them (deadlock).
+        await store.await_index_builds()
+        waited = time.perf_counter() - loaded
+        # Any build still to start (the searches counted the namespace) runs now.
+        await store.asearch(("bench", "big"), query="q0", limit=1)
+        await store.await_index_builds()
+        print(f"memsvc's namespace index work ended {waited:.1f} s after the load; "
+              f"namespace indexes: {await namespace_indexes(svc)}")
+        await analyze(dsn)
         for round_ in range(rounds):
-            stores = {"memsvc": store, "langgraph": peer}
             if round_ % 2:
-                stores = {"langgraph": peer, "memsvc": store}
-            results.append(await measure(stores, vectors, queries, big, ops, 7 + round_))
+                bench.stores = {"langgraph": peer, "memsvc": store}
+            else:
+                bench.stores = {"memsvc": store, "langgraph": peer}
+            results.append(("after the build", await bench.after_build(7 + round_)))
     return results
 
 
-def report(rounds: list[dict[str, dict[str, Any]]]) -> None:
-    for number, results in enumerate(rounds, 1):
-        if len(rounds) > 1:
-            print(f"round {number} of {len(rounds)}")
+async def namespace_indexes(svc: MemoryService) -> int:
+    """How many namespace indexes memsvc's catalog lists."""
+    async with svc.pool.acquire() as conn:
+        found: int = await conn.fetchval(
+            f"SELECT count(*) FROM {svc.settings.db_schema}.langgraph_store_namespace_indexes"
+        )
+    return found
+
+
+FIGURES = ("search_big", "aput_new", "aput", "aget", "search_small")
+
+
+def report(rounds: list[tuple[str, Results]]) -> None:
+    for phase, results in rounds:
+        print(f"\n{phase}")
         report_round(results)
 
 
-def report_round(results: dict[str, dict[str, Any]]) -> None:
+def report_round(results: Results) -> None:
     ours, theirs = results["memsvc"], results["langgraph"]
-    for name in ("aput", "aget", "search_big", "search_small"):
-        speed = theirs[name] / ours[name]
+    for name in FIGURES:
+        if name not in ours:
+            continue
         print(
             f"{name:14} p50 memsvc {ours[name] * 1e3:7.2f} ms  langgraph "
             f"{theirs[name] * 1e3:7.2f} ms  memsvc/langgraph time {ours[name] / theirs[name]:.2f}x"
-            f"  (speed {speed:.2f}x)"
         )
     for name in ("big", "small"):
+        if "recall_" + name not in ours:
+            continue
         print(
             f"recall@10 {name:6} memsvc {ours['recall_' + name]:.3f}  "
             f"langgraph {theirs['recall_' + name]:.3f}"
@@ -280,6 +353,31 @@ def report_round(results: dict[str, dict[str, Any]]) -> None:
         )
 
 
+def report_medians(runs: list[list[tuple[str, Results]]]) -> None:
+    """The median over runs of each phase's figures (a phase's first round per run).
+
+    Each side's p50s and the ratios are medians on their own: the median
+    ratio is not the ratio of the median times.
+    """
+    print(f"\nmedians of {len(runs)} runs")
+    for phase in ("after the load", "after the build"):
+        firsts = [next(results for name, results in run if name == phase) for run in runs]
+        merged: Results = {
+            store: {
+                key: statistics.median(first[store][key] for first in firsts)
+                for key in firsts[0][store]
+            }
+            for store in ("memsvc", "langgraph")
+        }
+        print(f"\n{phase}")
+        report_round(merged)
+        for name in FIGURES:
+            if name in merged["memsvc"]:
+                ratios = [f["memsvc"][name] / f["langgraph"][name] for f in firsts]
+                shown = ", ".join(f"{ratio:.2f}x" for ratio in ratios)
+                print(f"  {name} ratio per run: {shown}; median {statistics.median(ratios):.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--database-url", help="PostgreSQL with pgvector (default: embedded)")
@@ -287,18 +385,38 @@ def main() -> None:
     parser.add_argument("--total", type=int, default=TOTAL, help="items in the store")
     parser.add_argument("--big", type=int, default=BIG, help="items of the big namespace")
     parser.add_argument("--ops", type=int, default=100, help="timed calls per operation")
-    parser.add_argument("--rounds", type=int, default=1, help="measurements of the one fill")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds after the build")
+    parser.add_argument("--repeat", type=int, default=1, help="whole runs (embedded only)")
+    parser.add_argument(
+        "--index-from",
+        type=int,
+        help="memsvc's namespace index threshold (vectors; a huge one: no namespace index)",
+    )
     args = parser.parse_args()
-    embedded = None
-    dsn = args.database_url
-    if dsn is None:
-        embedded = EmbeddedPostgres(scratch_dir("memsvc-bench-lg-"))
-        dsn = embedded.start()
-    try:
-        report(asyncio.run(run_store(dsn, args.data, args.total, args.big, args.ops, args.rounds)))
-    finally:
-        if embedded is not None:
-            embedded.close()
+    if args.index_from is not None:
+        langgraph_store.NAMESPACE_INDEX_FROM = args.index_from
+    if args.repeat > 1 and args.database_url:
+        raise SystemExit("--repeat needs a fresh server per run: leave out --database-url")
+    runs = []
+    for number in range(args.repeat):
+        if args.repeat > 1:
+            print(f"\n=== run {number + 1} of {args.repeat}")
+        embedded = None
+        dsn = args.database_url
+        if dsn is None:
+            embedded = EmbeddedPostgres(scratch_dir("memsvc-bench-lg-"))
+            dsn = embedded.start()
+        try:
+            run = asyncio.run(
+                run_store(dsn, args.data, args.total, args.big, args.ops, args.rounds)
+            )
+        finally:
+            if embedded is not None:
+                embedded.close()
+        report(run)
+        runs.append(run)
+    if len(runs) > 1:
+        report_medians(runs)
 
 
 if __name__ == "__main__":

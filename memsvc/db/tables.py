@@ -824,3 +824,37 @@ def _add_langgraph_store_tables(
         vectors.c.prefix,
         postgresql_include=["key", "field", "embedding_bits"],
     )
+    Table(
+        "langgraph_store_namespace_indexes",
+        metadata,
+        Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
+        Column(
+            "prefix",
+            Text(collation="C"),
+            nullable=False,
+            comment="The namespace the index holds the vectors of (and those under it).",
+        ),
+        Column(
+            "index_name",
+            Text,
+            nullable=False,
+            comment="The partial HNSW index of langgraph_store_vectors, in this schema.",
+        ),
+        Column(
+            "state",
+            Text,
+            nullable=False,
+            comment="'building' (claimed by a build, or one that stopped) or 'ready'.",
+        ),
+        Column(
+            "updated_at",
+            DateTime(timezone=True),
+            nullable=False,
+            server_default=text("now()"),
+            comment="When the state was last set.",
+        ),
+        PrimaryKeyConstraint("tenant_id", "prefix"),
+        CheckConstraint("state IN ('building', 'ready')", name="state"),
+        comment="Namespace indexes of LangGraph stores: one partial HNSW index of "
+        "langgraph_store_vectors per row.",
+    )

@@ -60,7 +60,7 @@ from memsvc.erasure.plan import ErasurePlan
 from memsvc.erasure.receipt import ErasureReceipt
 from memsvc.erasure.texts import ErasedTexts
 from memsvc.langgraph_db.checkpoints import LangGraphCheckpointRepository
-from memsvc.langgraph_db.store import LangGraphStoreRepository
+from memsvc.langgraph_db.store_indexes import NamespaceIndexes
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.working import WorkingStore
 
@@ -88,7 +88,7 @@ class Erasure(Repository):
         self._assemblies = assemblies
         self._working_store = working_store
         self._langgraph = LangGraphCheckpointRepository(pool, settings)
-        self._store = LangGraphStoreRepository(pool, settings)
+        self._store_indexes = NamespaceIndexes(pool, settings)
         self._check = ErasureCheck(pool, settings, working_store=working_store)
 
     async def erase(
@@ -140,6 +140,8 @@ class Erasure(Repository):
             await self._erase(plan, receipt, progress)
             progress.start("verifying", total=None)
             await self._check.verify(plan, receipt)
+            if plan.whole_tenant:
+                await self._check_namespace_indexes(plan.scope.tenant, receipt)
         if vacuum:
             progress.start("vacuuming", total=None)
             receipt.vacuum = await self._vacuum(plan.whole_tenant, full=vacuum == "full")
@@ -347,8 +349,16 @@ class Erasure(Repository):
 
         await self._batches(run, receipt, NO_PROGRESS, tenant=tenant)
         # The store's namespace indexes name the tenant and its namespaces in
-        # their predicates (the catalog): they go with the rows.
-        await self._store.drop_namespace_indexes(tenant)
+        # their predicates: they go with the rows (a build still running
+        # anywhere is waited for; one starting later finds no rows).
+        receipt.add("namespace_indexes", await self._store_indexes.drop_tenant(tenant))
+
+    async def _check_namespace_indexes(self, tenant: str, receipt: ErasureReceipt) -> None:
+        """Index definitions hold the tenant and namespace labels too: none may be left."""
+        left = len(await self._store_indexes.of_tenant(tenant))
+        if left:
+            receipt.remaining["namespace_indexes"] = left
+            receipt.verified = False
 
     async def _erase_ledger(
         self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter

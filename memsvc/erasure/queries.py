@@ -475,6 +475,7 @@ LANGGRAPH_TABLES = (
     "langgraph_checkpoint_writes",
     "langgraph_store_items",
     "langgraph_store_vectors",
+    "langgraph_store_namespace_indexes",
 )
 
 # Which of the tables ``$2`` of schema ``$1`` this role may vacuum: their owner

@@ -32,6 +32,9 @@ class ErasureReceipt:
             (with their full history); erase again to remove them.
         langgraph: Whether LangGraph checkpoints and store items were erased
             (only for a whole tenant: their rows carry no narrower scope).
+            The store's namespace indexes go with them (counted under
+            ``removed["namespace_indexes"]``); the check reads index
+            definitions too (``remaining["namespace_indexes"]``).
         working_memory: Where working memory was erased (and checked).
         checked: What the check looked at, one sentence each.
         kept: What still identifies the erased scope, per column, and why.

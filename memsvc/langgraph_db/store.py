@@ -15,23 +15,28 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import functools
+import json
 import logging
+import math
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
+from memsvc.core.errors import ConcurrencyError, MemsvcError
 from memsvc.core.settings import Settings
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params
 from memsvc.db.tables import OPCLASSES, store_vector_index_expression
+from memsvc.langgraph_db import store_index_queries as iq
 from memsvc.langgraph_db import store_queries as q
+from memsvc.langgraph_db.store_indexes import NamespaceIndexes
 
 # How many vectors a query search reads per wanted item at first (an item has
 # one vector per indexed field); it reads further when fields crowd the scan.
@@ -57,15 +62,17 @@ RERANK_MIN = 200
 QUANTIZED_DISTANCES = frozenset({"cosine", "ip"})
 # A namespace of at least NAMESPACE_INDEX_FROM vectors holding at most
 # NAMESPACE_INDEX_SHARE of the table gets an HNSW index of its own (a partial
-# index, built in the background by the first search that finds it so): its
-# searches walk a graph of its own vectors, small enough to stay in the
-# server's buffers, instead of the table's. In a 10,000-item namespace among
-# 100,000 that took a search from 0.82-1.00x to 0.41-0.47x LangGraph's time
-# (recall@10 0.95-0.97 to 0.99); figures in the README. At most NAMESPACE_INDEXES_MAX per
-# table: every index costs each write of the table a predicate check, and
-# each of the namespace's writes a second HNSW insert.
+# index, built in the background as soon as a search or this store's writes
+# find it so; see langgraph_store_indexes): its searches walk a graph of its
+# own vectors, small enough to stay in the server's buffers, instead of the
+# table's, where the walk steps over every other namespace's vectors. At
+# most NAMESPACE_INDEXES_MAX per table: every index costs each write of the
+# table a predicate check, and each of the namespace's writes a second HNSW
+# insert: a namespace holding more of the table than NAMESPACE_INDEX_SHARE
+# is walked in the table's graph instead, where most steps find its vectors.
+# Figures: the store's benchmark docs.
 NAMESPACE_INDEX_FROM = 2_000
-NAMESPACE_INDEX_SHARE = 0.5
+NAMESPACE_INDEX_SHARE = 0.25
 NAMESPACE_INDEXES_MAX = 32
 # The walk of a namespace's own index keeps OWN_INDEX_EF_FACTOR candidates per
 # vector it must find (at least OWN_INDEX_EF_MIN), not the connection's
@@ -76,10 +83,28 @@ NAMESPACE_INDEXES_MAX = 32
 # 0.38-0.42x LangGraph's time (recall@10 0.973-0.986); 30 fell to 0.956.
 OWN_INDEX_EF_FACTOR = 2
 OWN_INDEX_EF_MIN = 40
+# A walk of the table's graph for a namespace holding a share s of it keeps
+# TABLE_EF_FACTOR * scan / s candidates (at least OWN_INDEX_EF_MIN, at most
+# hnsw_ef_search): about as many of the namespace's own vectors as a walk of
+# its own index keeps, rather than a fixed number sized for the smallest
+# shares (iterative scans read further when those are too few).
+TABLE_EF_FACTOR = 2
 # A namespace's size is counted again after this many seconds (a stale size
-# only picks the slower of two correct plans), and at most this many are kept.
+# only picks the slower of two correct plans: a walk that comes up short is
+# checked exactly), and at most this many are kept.
 SIZE_SECONDS = 30.0
 SIZES_KEPT = 4096
+# A namespace counted above EXACT_UP_TO vectors that the planner estimates at
+# less than half that is unknown to the table's statistics (an app just
+# imported it): the planner would read it whole and sort it rather than walk
+# the graph. The store then gathers them (ANALYZE, in the background), at
+# most every ANALYZE_SECONDS.
+ANALYZE_SECONDS = 5.0
+# This store counts a namespace again once its writes added WRITES_PER_COUNT
+# vectors, or would take it past NAMESPACE_INDEX_FROM: a namespace an app
+# fills gets its index (and the table its statistics) while it is filled,
+# before the first search.
+WRITES_PER_COUNT = 500
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +114,9 @@ class NamespaceSize:
     """What a search plan is chosen from: a namespace's size as counted at ``when``."""
 
     when: float
-    vectors: int
+    vectors: int | None  # None: not counted (its own index serves it)
     table: float
-    indexed: bool | None  # its own index: None none, False a failed build's, True built or building
+    estimated: float | None  # the planner's estimate of its vectors (None: not asked)
     usable: bool  # its own index is built
     indexes: int  # namespace indexes of the table
 
@@ -150,10 +175,17 @@ class LangGraphStoreRepository(Repository):
     def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         super().__init__(pool, settings)
         self._sizes: dict[tuple[str, str], NamespaceSize] = {}
+        self._indexes = NamespaceIndexes(pool, settings)
         # The namespace index being built (one at a time), and whether builds
-        # are off (one failed: e.g. the role does not own the table).
+        # are off (one failed: e.g. the role does not own the table; behind
+        # pgbouncer no session lock can guard them).
         self._building: asyncio.Task[None] | None = None
-        self._indexing_off = False
+        self._indexing_off = settings.pgbouncer
+        # Background work: builds, counts after writes, drops of emptied namespaces.
+        self._background: set[asyncio.Task[Any]] = set()
+        # Per namespace written: (vectors as last counted or estimated, vectors written since).
+        self._written: dict[tuple[str, str], tuple[int, int]] = {}
+        self._analyzed = -ANALYZE_SECONDS  # when this store last gathered statistics
 
     async def write(
         self,
@@ -190,9 +222,11 @@ class LangGraphStoreRepository(Repository):
                     await active.execute(put_sql, *put_args)
 
             await self._retrying(put_only, owns_transaction=True)
+            self._count_writes(tenant, vectors)
             return
 
-        async def attempt() -> None:
+        async def attempt() -> builtins.list[str]:
+            emptied: builtins.list[str] = []
             async with self._transaction(conn, tenant=tenant) as active:
                 if deletes:
                     await active.execute(
@@ -203,8 +237,49 @@ class LangGraphStoreRepository(Repository):
                     )
                 if puts:
                     await active.execute(put_sql, *put_args)
+                if deletes and conn is None:
+                    # (In a caller's transaction, which may still roll back, gc drops them.)
+                    emptied = await self._indexes.emptied(
+                        tenant, _with_ancestors(w.prefix for w in deletes), active
+                    )
+            return emptied
 
-        await self._retrying(attempt, owns_transaction=conn is None)
+        emptied = await self._retrying(attempt, owns_transaction=conn is None)
+        self._count_writes(tenant, vectors)
+        if emptied:
+            for prefix in emptied:
+                self._sizes.pop((tenant, prefix), None)
+            self._start(self._indexes.drop_emptied(tenant, emptied))
+
+    def _count_writes(self, tenant: str, vectors: Sequence[FieldVector]) -> None:
+        """Count a namespace again when this store's writes may have taken it past the mark."""
+        if not vectors:
+            return
+        step = WRITES_PER_COUNT
+        if len(self._written) >= SIZES_KEPT:
+            self._written.clear()
+        for prefix, added in Counter(v.prefix for v in vectors).items():
+            where = (tenant, prefix)
+            counted, since = self._written.get(where, (0, 0))
+            since += added
+            if since >= step or counted < NAMESPACE_INDEX_FROM <= counted + since:
+                self._written[where] = (counted + since, 0)
+                self._start(self._count(tenant, prefix, None))
+            else:
+                self._written[where] = (counted, since)
+
+    def _start(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` in the background; failures are logged (searches keep their plans)."""
+
+        async def logged() -> None:
+            try:
+                await work
+            except MemsvcError as exc:
+                log.warning("LangGraph store namespace index work failed: %s", exc)
+
+        task = asyncio.create_task(logged())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def get(
         self,
@@ -274,14 +349,12 @@ class LangGraphStoreRepository(Repository):
         distance = self._settings.distance
         vector = vector_bytes(query, self._settings.vector_type)
         size = None if prefix is None else await self._size(tenant, prefix, conn)
-        if size is not None and size.usable:
-            rows = await self._search_graph(
-                tenant, prefix, conditions, vector, limit, offset, conn, own_index=True
-            )
-        elif not conditions and size is not None and self._quantized_fits(size):
+        if not conditions and size is not None and self._quantized_fits(size):
             rows = await self._search_quantized(tenant, prefix, vector, limit, offset, conn)
         else:
-            rows = await self._search_graph(tenant, prefix, conditions, vector, limit, offset, conn)
+            rows = await self._search_graph(
+                tenant, prefix, conditions, vector, limit, offset, conn, size
+            )
         found = [_row(row, _score(distance, row["distance"])) for row in rows if row["key"]]
         await self._refresh_found(tenant, found, refresh, conn)
         return found
@@ -289,37 +362,71 @@ class LangGraphStoreRepository(Repository):
     async def _size(
         self, tenant: str, prefix: str, conn: asyncpg.Connection | None
     ) -> NamespaceSize:
-        """The namespace's size as counted lately; starts building its own index when it fits."""
+        """The namespace's size as counted lately (see :meth:`_count`)."""
         where = (tenant, prefix)
-        now = time.monotonic()
         known = self._sizes.get(where)
-        if known is None or now - known.when > SIZE_SECONDS:
-            name = q.namespace_index_name(tenant, prefix)
-            sql = q.namespace_size(
-                self._schema, q.namespace_range_condition(prefix), QUANTIZED_UP_TO + 1, name
-            )
-            row = await self._read(conn, lambda active: active.fetchrow(sql, tenant), tenant=tenant)
+        if known is None or time.monotonic() - known.when > SIZE_SECONDS:
             if len(self._sizes) >= SIZES_KEPT:
                 self._sizes.clear()
-            known = self._sizes[where] = NamespaceSize(
-                now,
-                int(row["vectors"]),
-                float(row["table_vectors"]),
-                row["indexed"],
-                bool(row["usable"]),
-                int(row["namespace_indexes"]),
-            )
-            if self._wants_index(known):
-                self._building = asyncio.create_task(
-                    self._build_index(tenant, prefix, name, rebuild=known.indexed is False)
-                )
+            known = self._sizes[where] = await self._count(tenant, prefix, conn)
         return known
+
+    async def _count(
+        self, tenant: str, prefix: str, conn: asyncpg.Connection | None
+    ) -> NamespaceSize:
+        """The namespace's size now; starts building its own index when it fits."""
+        name = iq.namespace_index_name(tenant, prefix)
+        sql = q.namespace_size(
+            self._schema, q.namespace_range_condition(prefix), QUANTIZED_UP_TO + 1, name
+        )
+        row = await self._read(
+            conn, lambda active: active.fetchrow(sql, tenant), tenant=tenant
+        )
+        vectors = row["vectors"]
+        estimated = None
+        if vectors is not None and vectors > q.EXACT_UP_TO:
+            estimate_sql = q.namespace_estimate(
+                self._schema, q.namespace_literal_condition(prefix, "v")
+            )
+            plan = await self._read(
+                conn, lambda active: active.fetchval(estimate_sql, tenant), tenant=tenant
+            )
+            estimated = float(json.loads(plan)[0]["Plan"]["Plan Rows"])
+        size = NamespaceSize(
+            time.monotonic(),
+            None if vectors is None else int(vectors),
+            float(row["table_vectors"]),
+            estimated,
+            bool(row["usable"]),
+            int(row["namespace_indexes"]),
+        )
+        if vectors is not None and (tenant, prefix) in self._written:
+            self._written[(tenant, prefix)] = (int(vectors), 0)
+        if self._statistics_may_miss(size) and size.when - self._analyzed >= ANALYZE_SECONDS:
+            self._analyzed = size.when
+            self._start(self._gather_statistics())
+        if self._wants_index(size):
+            self._building = asyncio.create_task(self._build_index(tenant, prefix))
+            self._background.add(self._building)
+            self._building.add_done_callback(self._background.discard)
+        return size
+
+    async def _gather_statistics(self) -> None:
+        if await self._indexes.analyze():
+            self._sizes.clear()  # counted again: searches plan as usual
+
+    @staticmethod
+    def _statistics_may_miss(size: NamespaceSize) -> bool:
+        """Whether the table's statistics may predate most of the namespace (ANALYZE_SECONDS)."""
+        vectors, estimated = size.vectors, size.estimated
+        return vectors is not None and estimated is not None and estimated * 2 < vectors
 
     def _wants_index(self, size: NamespaceSize) -> bool:
         # The count stops at QUANTIZED_UP_TO + 1: a namespace beyond it is big
         # enough; whether it is a small enough share is the table's estimate's say.
         return (
-            not size.indexed
+            not size.usable
+            and size.vectors is not None
             and not self._indexing_off
             and self._building is None
             and size.indexes < NAMESPACE_INDEXES_MAX
@@ -327,19 +434,19 @@ class LangGraphStoreRepository(Repository):
             and size.vectors <= NAMESPACE_INDEX_SHARE * max(size.table, size.vectors)
         )
 
-    async def _build_index(self, tenant: str, prefix: str, name: str, *, rebuild: bool) -> None:
+    async def _build_index(self, tenant: str, prefix: str) -> None:
         """Build the namespace's own HNSW index without blocking writers (minutes when large).
 
-        On a pooled connection of its own session: the statement timeout is
-        lifted for it, and the pool resets the session on release. A failure
-        (the role may not own the table, or ``rebuild`` finds another
-        process still building) turns builds off for this store; searches
+        See :meth:`NamespaceIndexes.build`: under the schema's index lock,
+        and only if the namespace still holds enough vectors. A failure (the
+        role may not own the table) turns builds off for this store, except
+        a deadlock (another session's DDL or ANALYZE of the table): searches
         keep their other plans.
         """
         settings = self._settings
-        sql = q.create_namespace_index(
+        sql = iq.create_index(
             self._schema,
-            name,
+            iq.namespace_index_name(tenant, prefix),
             tenant,
             prefix,
             store_vector_index_expression(settings),
@@ -348,17 +455,13 @@ class LangGraphStoreRepository(Repository):
             settings.hnsw_ef_construction,
         )
         try:
-            async with self._pool.acquire() as conn:
-                if not settings.pgbouncer:
-                    # The startup settings' timeouts would cut a long build, or
-                    # its wait for older transactions; RESET ALL on release
-                    # restores them.
-                    await conn.execute("SET statement_timeout = 0; SET lock_timeout = 0")
-                if rebuild:
-                    # A failed concurrent build leaves an invalid index behind.
-                    await conn.execute(q.drop_namespace_index(self._schema, name))
-                await conn.execute(sql)
-        except (asyncpg.PostgresError, OSError) as exc:
+            await self._indexes.build(
+                tenant, prefix, sql, minimum=NAMESPACE_INDEX_FROM, most=NAMESPACE_INDEXES_MAX
+            )
+        except ConcurrencyError as exc:
+            # E.g. a manual ANALYZE of the table while it ran: the next count tries again.
+            log.warning("namespace index for a LangGraph store namespace not built: %s", exc)
+        except MemsvcError as exc:
             self._indexing_off = True
             log.warning("namespace index for a LangGraph store namespace not built: %s", exc)
         finally:
@@ -367,24 +470,29 @@ class LangGraphStoreRepository(Repository):
             self._sizes.pop((tenant, prefix), None)
 
     async def wait_for_index_builds(self) -> None:
-        """Wait until the namespace index being built (if any) is done."""
-        building = self._building
-        if building is not None:
-            await asyncio.shield(building)
+        """Wait until this store's background index work (builds, counts, drops) is done."""
+        while self._background:
+            await asyncio.gather(*(asyncio.shield(task) for task in list(self._background)))
 
     async def cancel_index_build(self) -> None:
-        """Cancel the namespace index being built (if any) and wait until it stopped."""
-        building = self._building
-        if building is not None:
-            building.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await building
+        """Cancel this store's background index work and wait until it stopped.
+
+        A cancelled build leaves an invalid index (and its claim) that the
+        next build of the namespace, or gc, replaces.
+        """
+        while self._background:
+            tasks = list(self._background)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _quantized_fits(self, size: NamespaceSize) -> bool:
         """Whether the namespace's size (as counted lately) suits a search by sign bits."""
         if self._settings.distance not in QUANTIZED_DISTANCES:
             return False
         vectors = size.vectors
+        if size.usable or vectors is None:
+            return False  # its own index serves it
         if not q.EXACT_UP_TO < vectors <= QUANTIZED_UP_TO:
             return False
         # The table's estimate can lag behind a namespace that grew since.
@@ -432,22 +540,55 @@ class LangGraphStoreRepository(Repository):
         limit: int,
         offset: int,
         conn: asyncpg.Connection | None,
+        size: NamespaceSize | None,
+    ) -> Any:
+        """A walk of the namespace's own graph (if usable) or the table's; exact if it fell short.
+
+        A walk gives up after ``hnsw_max_scan_tuples`` tuples (and returns
+        what it saw on the way): in a big table, or under a filter that
+        rejects most candidates, or when the namespace's own index was
+        dropped since its size was counted, that can be fewer items than the
+        namespace holds. Then the search runs again exactly, so a page is
+        never short because of an index.
+        """
+        rows = await self._walk(tenant, prefix, conditions, vector, limit, offset, conn, size)
+        head = rows[0]
+        walked_all = (
+            size is not None
+            and size.vectors is not None
+            and not conditions
+            and head["scanned"] >= size.vectors
+        )
+        if head["exact"] or head["found"] >= offset + limit or walked_all:
+            return rows
+        if head["scanned"] >= MAX_SCAN:
+            return rows  # fields of the same items filled the longest scan
+        return await self._walk(
+            tenant, prefix, conditions, vector, limit, offset, conn, size, exact=True
+        )
+
+    async def _walk(
+        self,
+        tenant: str,
+        prefix: str | None,
+        conditions: Sequence[Condition],
+        vector: bytes,
+        limit: int,
+        offset: int,
+        conn: asyncpg.Connection | None,
+        size: NamespaceSize | None,
         *,
-        own_index: bool = False,
+        exact: bool = False,
     ) -> Any:
         distance = self._settings.distance
         # The index holds half-precision copies of full-precision vectors.
         half_dims = self._settings.embedding_dim if self._settings.vector_type == "vector" else None
+        own_index = size is not None and size.usable and not exact
         wanted = offset + limit
         scan = max(int(wanted * SCAN_FACTOR), 10)
         while True:
-            ef_search = None
-            if own_index and conn is None:
-                # Set by the statement, for its own transaction (see search_items).
-                ef_search = min(
-                    self._settings.hnsw_ef_search,
-                    max(OWN_INDEX_EF_MIN, scan * OWN_INDEX_EF_FACTOR),
-                )
+            # Set by the statement, for its own transaction (see search_items).
+            ef_search = None if conn is not None or exact else self._ef_search(size, scan)
             params = Params(tenant)
             namespace_sql = q.namespace_literal_condition(prefix)
             filter_sql = q.filter_condition(list(conditions), params)
@@ -464,15 +605,52 @@ class LangGraphStoreRepository(Repository):
                 # The namespace's own index: the tenant written in, as its predicate has it.
                 tenant=tenant if own_index else None,
                 ef_search=ef_search,
+                exact=exact,
             )
+            scan_rows = self._scan_walking if self._forces_walk(size, conn, exact) else self._scan
             rows = await self._read(
-                conn, functools.partial(self._scan, sql, params.values), tenant=tenant
+                conn, functools.partial(scan_rows, sql, params.values), tenant=tenant
             )
             head = rows[0]
             # Fields of the same items filled the scan: read further.
             if head["scanned"] < scan or head["found"] >= wanted or scan >= MAX_SCAN:
                 return rows
             scan = min(scan * 4, MAX_SCAN)
+
+    @staticmethod
+    def _forces_walk(
+        size: NamespaceSize | None, conn: asyncpg.Connection | None, exact: bool
+    ) -> bool:
+        """Whether the table walk is planned without sorts, in a transaction of its own.
+
+        While the statistics may not know the namespace (until the ANALYZE
+        its count started ends), the planner estimates it at a few rows and
+        reads it whole to sort it; when it is big enough that walking beats
+        reading it whole (the sign bits' balance: an exact read costs more
+        per vector than their index-only scan), the walk is forced. Three
+        more round trips, for the searches of that moment only.
+        """
+        if conn is not None or exact or size is None or size.usable or size.vectors is None:
+            return False
+        vectors = size.vectors
+        return LangGraphStoreRepository._statistics_may_miss(size) and (
+            vectors * vectors > QUANTIZED_BALANCE * max(size.table, vectors)
+        )
+
+    def _ef_search(self, size: NamespaceSize | None, scan: int) -> int | None:
+        """Candidates a walk keeps, when fewer than the connection's ``hnsw_ef_search``."""
+        configured = self._settings.hnsw_ef_search
+        if size is None:
+            return None
+        if size.usable:
+            wanted = scan * OWN_INDEX_EF_FACTOR
+        elif size.vectors:
+            share = size.vectors / max(size.table, size.vectors)
+            wanted = math.ceil(TABLE_EF_FACTOR * scan / share)
+        else:
+            return None
+        ef_search = min(configured, max(OWN_INDEX_EF_MIN, wanted))
+        return ef_search if ef_search < configured else None
 
     async def _refresh_found(
         self,
@@ -491,6 +669,16 @@ class LangGraphStoreRepository(Repository):
 
     async def _scan(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
         return await self._run_search(conn, sql, values)
+
+    async def _scan_walking(self, sql: str, values: builtins.list[object], conn: Any) -> Any:
+        """:meth:`_scan`, planned without sorts: the walk, whatever the statistics say.
+
+        For a transaction memsvc owns (see :meth:`_forces_walk`): the setting
+        lasts until it ends.
+        """
+        async with conn.transaction():
+            await conn.execute(q.PLAN_WITHOUT_SORTS)
+            return await self._run_search(conn, sql, values)
 
     async def refresh(
         self,
@@ -553,22 +741,9 @@ class LangGraphStoreRepository(Repository):
         if conn is None:
             # Their predicates name the tenant and its namespaces: they go too
             # (concurrently, so outside any transaction: not with a caller's).
-            await self.drop_namespace_indexes(tenant)
+            await self._indexes.drop_tenant(tenant)
+            self._sizes = {where: size for where, size in self._sizes.items() if where[0] != tenant}
         return deleted
-
-    async def drop_namespace_indexes(self, tenant: str) -> int:
-        """Drop the namespace indexes of ``tenant`` (built by searches); returns how many."""
-        await self.wait_for_index_builds()
-        async with self._connection(writes=False, tenant=tenant) as active:
-            names = [
-                row["name"]
-                for row in await active.fetch(q.namespace_indexes_of_tenant(self._schema), tenant)
-            ]
-        async with self._pool.acquire() as active:
-            for name in names:
-                await active.execute(q.drop_namespace_index(self._schema, name))
-        self._sizes = {where: size for where, size in self._sizes.items() if where[0] != tenant}
-        return len(names)
 
     async def sweep_expired(self, *, tenant: str | None = None, batch_size: int = 1000) -> int:
         """Delete expired items (of ``tenant``, or of all) in batches; returns how many."""
@@ -586,6 +761,15 @@ class LangGraphStoreRepository(Repository):
             total += deleted
             if deleted < batch_size:
                 return total
+
+
+def _with_ancestors(prefixes: Iterable[str]) -> builtins.list[str]:
+    """These namespaces and every namespace above them (an index may serve any of them)."""
+    found: set[str] = set()
+    for prefix in prefixes:
+        labels = prefix.split(".")
+        found.update(".".join(labels[:depth]) for depth in range(1, len(labels) + 1))
+    return sorted(found)
 
 
 def _score(distance: str, value: float) -> float:

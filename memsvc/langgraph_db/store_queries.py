@@ -9,10 +9,20 @@ the items of a namespace prefix ``p`` are ``prefix = p`` plus the range
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
-from memsvc.db.sql import Params
+from memsvc.db.sql import Params, quote_literal
+from memsvc.langgraph_db.store_index_queries import (
+    NAMESPACE_INDEX_PREFIX,
+    namespace_index_name,
+    namespace_literal_condition,
+)
+
+__all__ = [
+    "NAMESPACE_INDEX_PREFIX",
+    "namespace_index_name",
+    "namespace_literal_condition",
+]
 
 LIVE = "(i.expires_at IS NULL OR i.expires_at > now())"
 ITEM_COLUMNS = "i.prefix, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
@@ -20,8 +30,9 @@ DISTANCE = {"cosine": "<=>", "l2": "<->", "ip": "<#>"}
 # Namespaces with at most this many vectors are searched exactly (see search_items).
 EXACT_UP_TO = 500
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
-# Names of the partial HNSW indexes of single namespaces (see create_namespace_index).
-NAMESPACE_INDEX_PREFIX = "ix_langgraph_store_ns_"
+# For one transaction: the only plan of an ORDER BY ... LIMIT walk without a
+# sort is the HNSW index (the other sorts of a search have no alternative).
+PLAN_WITHOUT_SORTS = "SET LOCAL enable_sort = off"
 
 
 def namespace_condition(prefix: str | None, params: Params, alias: str = "i") -> str:
@@ -30,27 +41,6 @@ def namespace_condition(prefix: str | None, params: Params, alias: str = "i") ->
         return "true"
     exact = params.add(prefix)
     low, high = params.add(prefix + "."), params.add(prefix + "/")
-    return f"({alias}.prefix = {exact} OR ({alias}.prefix >= {low} AND {alias}.prefix < {high}))"
-
-
-def literal(text: str) -> str:
-    """``text`` as an SQL string literal (as PostgreSQL's quote_literal writes it)."""
-    quoted = text.replace("'", "''")
-    if "\\" in text:
-        return "E'" + quoted.replace("\\", "\\\\") + "'"
-    return "'" + quoted + "'"
-
-
-def namespace_literal_condition(prefix: str | None, alias: str = "i") -> str:
-    """:func:`namespace_condition` with the bounds written into the text.
-
-    For searches: the planner then knows how many rows the namespace holds
-    even in a prepared statement's generic plan, and picks the HNSW index or
-    an exact scan by the namespace's real size.
-    """
-    if prefix is None:
-        return "true"
-    exact, low, high = literal(prefix), literal(prefix + "."), literal(prefix + "/")
     return f"({alias}.prefix = {exact} OR ({alias}.prefix >= {low} AND {alias}.prefix < {high}))"
 
 
@@ -147,6 +137,7 @@ def search_items(
     half_dims: int | None = None,
     tenant: str | None = None,
     ef_search: int | None = None,
+    exact: bool = False,
 ) -> str:
     """A page of live items nearest a query vector, by their best-matching field.
 
@@ -154,8 +145,9 @@ def search_items(
     candidates makes it read further instead of returning a short list) for
     the ``scan`` nearest vectors of matching items; an item is ranked by its
     nearest field. The first row also reports how many vectors and distinct
-    items the scan found, so the caller can scan further when fields of one
-    item filled the scan (the page columns are NULL when the page is empty).
+    items the scan found, and whether it was exact, so the caller can scan
+    further when fields of one item filled the scan, or exactly when the
+    walk gave up early (the page columns are NULL when the page is empty).
     ``scan`` is written into the text, not bound: with it a prepared
     statement's generic plan still sees a small LIMIT and walks the HNSW
     index instead of sorting every vector of the namespace.
@@ -165,7 +157,8 @@ def search_items(
     primary key beats walking a graph of the whole table for the few that
     match. Each branch runs only when its one-time condition holds. The exact
     branch repeats the namespace condition on the items so the planner reads
-    only the namespace's items, whichever join it picks.
+    only the namespace's items, whichever join it picks. ``exact`` makes the
+    whole search exact, whatever the namespace's size.
 
     With ``half_dims`` (full-precision vectors of that many dimensions), the
     index holds half-precision copies (migration 0010): the walk orders by
@@ -173,15 +166,16 @@ def search_items(
 
     With ``tenant`` (and ``namespace_sql`` a :func:`namespace_literal_condition`)
     the tenant is written into the text too, so the planner can prove the
-    predicate of the namespace's own index (:func:`create_namespace_index`)
+    predicate of the namespace's own index
+    (:func:`~memsvc.langgraph_db.store_index_queries.create_index`)
     and walk that small graph instead of the table's.
 
-    With ``ef_search`` (only with ``tenant``), the walk keeps that many
-    candidates instead of the connection's ``hnsw.ef_search``: the setting is
-    made by the subquery that yields the query vector, which the executor
-    runs before the index scan starts (the index needs the vector first),
-    and lasts until the transaction ends: only for a transaction memsvc owns
-    (in a caller's it would outlive the search).
+    With ``ef_search``, the walk keeps that many candidates instead of the
+    connection's ``hnsw.ef_search``: the setting is made by the subquery that
+    yields the query vector, which the executor runs before the index scan
+    starts (the index needs the vector first), and lasts until the
+    transaction ends: only for a transaction memsvc owns (in a caller's it
+    would outlive the search).
     """
     operator = DISTANCE[distance]
     target = query
@@ -196,21 +190,29 @@ def search_items(
         half = f"halfvec({int(half_dims)})"
         walk = f"(v.embedding::{half}) {operator} ({target}::vector::{half})"
     vector_namespace = namespace_sql.replace("i.prefix", "v.prefix")
-    tenant_sql = "$1" if tenant is None else literal(tenant)
+    tenant_sql = "$1" if tenant is None else quote_literal(tenant)
     candidates = f"""
     FROM {schema}.langgraph_store_vectors AS v
     JOIN {schema}.langgraph_store_items AS i
       ON i.tenant_id = v.tenant_id AND i.prefix = v.prefix AND i.key = v.key
     WHERE v.tenant_id = {tenant_sql} AND {vector_namespace} AND {LIVE} AND {filter_sql}"""
+    nearest = f"SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance"
+    if exact:
+        return f"""
+WITH hits AS (
+    {nearest} {candidates} AND {namespace_sql}
+    ORDER BY (v.embedding {operator} {query}) + 0
+    LIMIT {int(scan)}
+){_ranked_page(schema, "hits", limit, offset, "true")}"""
     if tenant is not None:
         # The namespace's own index exists only for namespaces far above
         # EXACT_UP_TO: no count, no exact branch, the walk alone.
         return f"""
 WITH hits AS (
-    SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
+    {nearest} {candidates}
     ORDER BY {walk}
     LIMIT {int(scan)}
-){_ranked_page(schema, "hits", limit, offset)}"""
+){_ranked_page(schema, "hits", limit, offset, "false")}"""
     return f"""
 WITH counted AS (
     SELECT count(*) AS vectors FROM (
@@ -219,24 +221,27 @@ WITH counted AS (
         LIMIT {EXACT_UP_TO + 1}
     ) AS c
 ), hits AS (
-    (SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
+    ({nearest} {candidates}
        AND {namespace_sql} AND (SELECT vectors FROM counted) <= {EXACT_UP_TO}
      ORDER BY (v.embedding {operator} {query}) + 0
      LIMIT {int(scan)})
     UNION ALL
-    (SELECT v.prefix, v.key, v.embedding {operator} {query} AS distance {candidates}
+    ({nearest} {candidates}
        AND (SELECT vectors FROM counted) > {EXACT_UP_TO}
      ORDER BY {walk}
      LIMIT {int(scan)})
-){_ranked_page(schema, "hits", limit, offset)}"""
+){_ranked_page(schema, "hits", limit, offset, f"(SELECT vectors FROM counted) <= {EXACT_UP_TO}")}"""
 
 
-def _ranked_page(schema: str, scanned: str, limit: str, offset: str) -> str:
+def _ranked_page(
+    schema: str, scanned: str, limit: str, offset: str, exact: str = "false"
+) -> str:
     """The end of a query search: ``hits`` (prefix, key, distance) ranked into a page.
 
     Each item counts once, by its nearest field. The first row also reports
-    how many rows ``scanned`` holds and how many distinct items ``hits``
-    found (the page columns are NULL when the page is empty).
+    how many rows ``scanned`` holds, how many distinct items ``hits``
+    found, and ``exact`` (an SQL boolean: whether ``hits`` is exact) (the
+    page columns are NULL when the page is empty).
     """
     return f"""
 , best AS (
@@ -250,7 +255,8 @@ def _ranked_page(schema: str, scanned: str, limit: str, offset: str) -> str:
     JOIN {schema}.langgraph_store_items AS i
       ON i.tenant_id = $1 AND i.prefix = b.prefix AND i.key = b.key
 )
-SELECT (SELECT count(*) FROM {scanned}) AS scanned, (SELECT count(*) FROM best) AS found, page.*
+SELECT (SELECT count(*) FROM {scanned}) AS scanned, (SELECT count(*) FROM best) AS found,
+       {exact} AS exact, page.*
 FROM (SELECT 1) AS one LEFT JOIN page ON true
 ORDER BY page.distance, page.prefix, page.key"""
 
@@ -266,7 +272,8 @@ def namespace_range_condition(prefix: str | None, alias: str = "v") -> str:
     """
     if prefix is None:
         return "true"
-    exact, under, high = literal(prefix), literal(prefix + "."), literal(prefix + "/")
+    exact = quote_literal(prefix)
+    under, high = quote_literal(prefix + "."), quote_literal(prefix + "/")
     head = f"substr({alias}.prefix, 1, {len(prefix) + 1})"
     return (
         f"({alias}.prefix >= {exact} AND {alias}.prefix < {high} "
@@ -274,90 +281,52 @@ def namespace_range_condition(prefix: str | None, alias: str = "v") -> str:
     )
 
 
-def namespace_size(schema: str, namespace_sql: str, cap: int, index_name: str = "") -> str:
-    """How many vectors the namespace holds (counted up to ``cap``), and the table's estimate.
+def namespace_size(schema: str, namespace_sql: str, cap: int, index_name: str) -> str:
+    """Whether the namespace's own index ``index_name`` serves it; else its size in vectors.
 
-    ``namespace_sql`` is a :func:`namespace_range_condition` on ``v``. The
-    table's count is the planner's estimate (``reltuples``): free to read,
-    and close enough to weigh a namespace's share of the HNSW graph. Also
-    whether the namespace has its own index ``index_name`` (``indexed``:
-    NULL none, false one a failed build left, true built or being built by
-    any session; ``usable``: built) and how many namespace indexes the
-    table has.
+    ``usable``: that index is built (valid). ``vectors``: the namespace's
+    vectors counted up to ``cap`` (``namespace_sql`` is a
+    :func:`namespace_range_condition` on ``v``), only when it is not (NULL
+    otherwise: the count is an index scan of up to ``cap`` entries). The
+    table's size is the larger of the planner's estimate (``reltuples``,
+    set by the last vacuum or analyze) and the statistics' live rows (which
+    follow writes within a second): free to read, and close enough to weigh
+    a namespace's share of the HNSW graph. Also how many namespace indexes
+    the table has (valid or not).
     """
+    table = f"'{schema}.langgraph_store_vectors'::regclass"
     return f"""
-SELECT (SELECT count(*) FROM (
+WITH own AS (
+    SELECT coalesce((
+        SELECT x.indisvalid FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+        WHERE x.indrelid = {table} AND c.relname = {quote_literal(index_name)}
+    ), false) AS usable
+)
+SELECT own.usable,
+       CASE WHEN own.usable THEN NULL ELSE (SELECT count(*) FROM (
             SELECT 1 FROM {schema}.langgraph_store_vectors AS v
             WHERE v.tenant_id = $1 AND {namespace_sql}
             LIMIT {int(cap)}
-        ) AS c) AS vectors,
-       (SELECT greatest(c.reltuples, 0)::float8 FROM pg_class AS c
-        WHERE c.oid = '{schema}.langgraph_store_vectors'::regclass) AS table_vectors,
-       own.indisvalid OR own.building AS indexed,
-       own.indisvalid AS usable,
+        ) AS c) END AS vectors,
+       (SELECT greatest(c.reltuples, pg_stat_get_live_tuples(c.oid), 0)::float8
+        FROM pg_class AS c WHERE c.oid = {table}) AS table_vectors,
        (SELECT count(*) FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
-        WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
+        WHERE x.indrelid = {table}
           AND left(c.relname, {len(NAMESPACE_INDEX_PREFIX)}) = '{NAMESPACE_INDEX_PREFIX}'
        ) AS namespace_indexes
-FROM (SELECT 1) AS one
-LEFT JOIN (
-    SELECT x.indisvalid, EXISTS (
-               SELECT 1 FROM pg_stat_progress_create_index AS p
-               WHERE p.index_relid = x.indexrelid) AS building
-    FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
-    WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
-      AND c.relname = {literal(index_name)}
-) AS own ON true"""
+FROM own"""
 
 
-def namespace_index_name(tenant: str, prefix: str) -> str:
-    """The name of the namespace's own index: a digest, so any tenant and labels fit."""
-    digest = hashlib.sha256(f"{tenant}\x00{prefix}".encode()).hexdigest()[:32]
-    return NAMESPACE_INDEX_PREFIX + digest
+def namespace_estimate(schema: str, namespace_sql: str) -> str:
+    """The planner's plan for tenant ``$1``'s vectors of a namespace (JSON): its row estimate.
 
-
-def create_namespace_index(
-    schema: str,
-    name: str,
-    tenant: str,
-    prefix: str,
-    expression: str,
-    opclass: str,
-    m: int,
-    ef_construction: int,
-) -> str:
-    """A partial HNSW index of one namespace's vectors (and those under it), built concurrently.
-
-    Its predicate is :func:`namespace_literal_condition` for one tenant: a
-    search of that namespace written with the same literals (the planner
-    proves the predicate from the identical condition, and estimates its rows
-    from the column's statistics) walks a graph of the namespace's vectors
-    only, instead of stepping over every other namespace's in the table's
-    graph. Writers are not blocked.
+    ``namespace_sql`` is a :func:`namespace_literal_condition` on ``v``, as
+    searches write it.
     """
     return (
-        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {schema}.langgraph_store_vectors "
-        f"USING hnsw (({expression}) {opclass}) "
-        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)}) "
-        f"WHERE tenant_id = {literal(tenant)} "
-        f"AND {namespace_literal_condition(prefix, 'langgraph_store_vectors')}"
+        f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {schema}.langgraph_store_vectors AS v "
+        f"WHERE v.tenant_id = $1 AND {namespace_sql}"
     )
-
-
-def drop_namespace_index(schema: str, name: str) -> str:
-    """Drop a namespace index (one a failed concurrent build left invalid) without blocking."""
-    return f"DROP INDEX CONCURRENTLY IF EXISTS {schema}.{name}"
-
-
-def namespace_indexes_of_tenant(schema: str) -> str:
-    """Names of the namespace indexes whose predicate names tenant ``$1``."""
-    return f"""
-SELECT c.relname AS name
-FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
-WHERE x.indrelid = '{schema}.langgraph_store_vectors'::regclass
-  AND left(c.relname, {len(NAMESPACE_INDEX_PREFIX)}) = '{NAMESPACE_INDEX_PREFIX}'
-  AND position('(tenant_id = ' || quote_literal($1) || '::text)'
-               IN pg_get_expr(x.indpred, x.indrelid)) > 0"""
 
 
 def search_items_quantized(

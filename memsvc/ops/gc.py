@@ -42,6 +42,7 @@ from memsvc.core.time_limits import validate_duration
 from memsvc.db.errors import translate_errors
 from memsvc.db.sql import Params, scope_condition
 from memsvc.langgraph_db import store_queries as store_q
+from memsvc.langgraph_db.store_indexes import NamespaceIndexes
 from memsvc.memories.asof_queries import SHOW_TRACKING
 from memsvc.memories.repository import MemoryRepository
 from memsvc.ops import gc_queries as q
@@ -62,6 +63,7 @@ class GcReport:
 
     expired_deleted: int = 0
     store_items_expired: int = 0
+    namespace_indexes_dropped: int = 0
     checkpoints_pruned: int = 0
     idle_sessions: int = 0
     idle_memories_deleted: int = 0
@@ -102,6 +104,7 @@ class GarbageCollector:
         self._schema = settings.db_schema
         self._memories = memories
         self._checkpoints = checkpoints
+        self._store_indexes = NamespaceIndexes(pool, settings)
 
     async def run(
         self,
@@ -146,6 +149,9 @@ class GarbageCollector:
             progress.advance(deleted)
             if deleted < batch_size:
                 break
+        # Namespaces that emptied (expired, deleted) leave their indexes to gc.
+        progress.start("gc: dropping namespace indexes of emptied store namespaces")
+        report.namespace_indexes_dropped = await self._store_indexes.collect()
         report.checkpoints_pruned = await self._prune_checkpoints(progress)
         await self._persist_commit_times(batch_size, report, progress)
         if idle_session_days is not None:

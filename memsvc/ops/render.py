@@ -130,6 +130,10 @@ def gc_lines(report: GcReport) -> list[str]:
         ]
     if report.change_events_removed:
         lines.append(f"change events removed past retention: {report.change_events_removed}")
+    if report.namespace_indexes_dropped:
+        lines.append(
+            f"LangGraph store namespace indexes dropped: {report.namespace_indexes_dropped}"
+        )
     lines.append(f"{report.batches} batches in {report.seconds:.1f} s")
     return lines
 

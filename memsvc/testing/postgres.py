@@ -60,6 +60,7 @@ TABLES = (
     "langgraph_checkpoint_writes",
     "langgraph_store_vectors",
     "langgraph_store_items",
+    "langgraph_store_namespace_indexes",
 )
 
 

@@ -31,8 +31,12 @@ BIG = 700
 
 @pytest.fixture
 async def store(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> MemsvcStore:
-    """A store whose namespace ``("big",)`` holds BIG items among four times as many."""
-    monkeypatch.setattr(langgraph_store, "NAMESPACE_INDEX_FROM", BIG - 50)
+    """A store whose namespace ``("big",)`` holds BIG items among five times as many.
+
+    Filled with the threshold above BIG (no build starts from the writes),
+    then lowered: the tests here start builds by searching.
+    """
+    monkeypatch.setattr(langgraph_store, "NAMESPACE_INDEX_FROM", 10 * BIG)
     dims = service.settings.embedding_dim
     store = MemsvcStore(
         service, index={"dims": dims, "embed": embed_function(dims), "fields": ["text"]}
@@ -41,11 +45,13 @@ async def store(service: MemoryService, monkeypatch: pytest.MonkeyPatch) -> Mems
     ops += [PutOp(("big", "sub"), f"s{i}", {"text": f"d{i + 5000}", "i": i}) for i in range(20)]
     # Inside the index's key range, outside the namespace: the search's recheck drops them.
     ops += [PutOp(("big-x",), f"x{i}", {"text": f"d{i + 7000}", "i": i}) for i in range(20)]
-    ops += [PutOp(("rest",), f"r{i}", {"text": f"d{i + 6000}"}) for i in range(3 * BIG)]
+    ops += [PutOp(("rest",), f"r{i}", {"text": f"d{i + 6000}"}) for i in range(4 * BIG)]
     await store.abatch(ops)
+    await store.await_index_builds()  # the counts its writes started
     async with service.pool.acquire() as conn:
         await conn.execute(f"ANALYZE {service.settings.db_schema}.langgraph_store_vectors")
         await conn.execute(f"ANALYZE {service.settings.db_schema}.langgraph_store_items")
+    monkeypatch.setattr(langgraph_store, "NAMESPACE_INDEX_FROM", BIG - 50)
     return store
 
 
@@ -145,6 +151,8 @@ async def test_erasing_a_tenant_drops_its_namespace_indexes_only(
         tenant="acme",
     )
     await other.abatch([PutOp(("big",), f"a{i}", {"text": f"d{i}"}) for i in range(BIG)])
+    # Its writes started its build: an ANALYZE while a build runs ends one of them.
+    await other.await_index_builds()
     async with service.pool.acquire() as conn:
         await conn.execute(f"ANALYZE {service.settings.db_schema}.langgraph_store_vectors")
         await conn.execute(f"ANALYZE {service.settings.db_schema}.langgraph_store_items")

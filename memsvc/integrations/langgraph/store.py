@@ -363,12 +363,13 @@ class MemsvcStore(BaseStore):
     # -------------------------------------------------------------------- TTL
 
     async def await_index_builds(self) -> None:
-        """Wait for the namespace index a search started building, if any.
+        """Wait for this store's background namespace index work, if any.
 
-        A namespace of 2,000 vectors or more holding at most half the store's
-        gets an HNSW index of its own, built in the background (without
-        blocking writers) after the first search that counts it; searches use
-        it once built.
+        A namespace of 2,000 vectors or more holding at most a quarter of the
+        store's gets an HNSW index of its own, built in the background (without
+        blocking writers) as soon as this store's writes take it past that
+        size or a search counts it; searches use it once built. Deleting a
+        namespace's last item drops its index (also in the background).
         """
         await self._repository.wait_for_index_builds()
 
@@ -413,10 +414,10 @@ class MemsvcStore(BaseStore):
         return self._sweeper
 
     async def stop_background_work(self) -> None:
-        """Stop the sweeper and cancel an index build (the service calls this when it closes).
+        """Stop the sweeper and cancel index work (the service calls this when it closes).
 
-        A cancelled build leaves an invalid index that the next build
-        replaces: closing never waits minutes for one.
+        A cancelled build leaves an invalid index that the next build of the
+        namespace, or gc, replaces: closing never waits minutes for one.
         """
         await self.stop_ttl_sweeper()
         await self._repository.cancel_index_build()
