@@ -30,6 +30,8 @@ from memsvc.embedding import Embedder
 from memsvc.erasure.eraser import DEFAULT_BATCH as ERASE_BATCH
 from memsvc.erasure.eraser import Erasure, Vacuum
 from memsvc.erasure.receipt import ErasureReceipt
+from memsvc.langgraph_db.checkpoints import LangGraphCheckpointRepository
+from memsvc.langgraph_db.store_indexes import NamespaceIndexes
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.ranking import Reranker
 from memsvc.memories.repository import MemoryRepository
@@ -137,10 +139,14 @@ class MemoryService:
             memories=self.memories,
             reads=self._reads,
         )
+        # Erasure gets its repositories from the service, routed and tracked
+        # like every other (the integrations make their own per store or saver).
         self._erasure = Erasure(
             pool,
             settings,
             assemblies=self.assemblies,
+            langgraph_threads=LangGraphCheckpointRepository(pool, settings, reads=self._reads),
+            namespace_indexes=NamespaceIndexes(pool, settings),
             working_store=working_store,
             reads=self._reads,
         )

@@ -81,14 +81,16 @@ class Erasure(Repository):
         settings: Settings,
         *,
         assemblies: AssemblyRepository,
+        langgraph_threads: LangGraphCheckpointRepository,
+        namespace_indexes: NamespaceIndexes,
         working_store: WorkingStore,
         reads: ReadRouter | None = None,
     ) -> None:
         super().__init__(pool, settings, reads=reads)
         self._assemblies = assemblies
         self._working_store = working_store
-        self._langgraph = LangGraphCheckpointRepository(pool, settings)
-        self._store_indexes = NamespaceIndexes(pool, settings)
+        self._langgraph = langgraph_threads
+        self._store_indexes = namespace_indexes
         self._check = ErasureCheck(pool, settings, working_store=working_store)
 
     async def erase(
