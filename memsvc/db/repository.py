@@ -133,9 +133,13 @@ class Repository:
     async def _acquire(self) -> Any:
         """A pooled connection, waited for at most ``command_timeout_s``.
 
-        ``asyncio.timeout`` rather than ``acquire(timeout=)``: the latter wraps
-        every acquire in ``wait_for``, a new task per call.
+        With a connection idle the pool hands it over at once: the deadline
+        and the count of waiting operations are for a busy pool. There
+        ``asyncio.timeout`` rather than ``acquire(timeout=)``: the latter
+        wraps every acquire in ``wait_for``, a new task per call.
         """
+        if self._pool.get_idle_size():
+            return await self._pool.acquire()
         with waiting_for_connection(self._pool):
             async with asyncio.timeout(self._settings.command_timeout_s):
                 return await self._pool.acquire()
