@@ -82,8 +82,7 @@ def _positive(value: object, field: str, *, integer: bool = False) -> Any:
     kinds: tuple[type, ...] = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
         raise ValidationError(field, f"must be a positive {'integer' if integer else 'number'}")
-    number = float(value)  # type: ignore[arg-type]  # an int or a float, checked above
-    if not math.isfinite(number) or number <= 0:
+    if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:  # type: ignore[operator]
         raise ValidationError(field, "must be positive and finite")
     return value
 

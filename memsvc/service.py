@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections.abc import AsyncIterator, Generator
@@ -352,15 +353,18 @@ class MemoryService:
             return
         self._closed = True
         unwatch(self)
-        for attached in list(self._attached):
-            await attached.stop_background_work()
-        await self._notifier.close()
-        await self.maintenance.close()
-        await self.working_store.close()
-        await self._reads.close()
-        await self._pool.close()
-        if self._embedded is not None:
-            await asyncio.to_thread(self._embedded.close)
+        # Every step runs even when one before it failed (the first failure is
+        # raised at the end): the pool and the embedded server always close.
+        async with contextlib.AsyncExitStack() as steps:
+            if self._embedded is not None:
+                steps.push_async_callback(asyncio.to_thread, self._embedded.close)
+            steps.push_async_callback(self._pool.close)
+            steps.push_async_callback(self._reads.close)
+            steps.push_async_callback(self.working_store.close)
+            steps.push_async_callback(self.maintenance.close)
+            steps.push_async_callback(self._notifier.close)
+            for attached in list(self._attached):
+                steps.push_async_callback(attached.stop_background_work)
 
     async def __aenter__(self) -> MemoryService:
         return self

@@ -274,13 +274,13 @@ def _scope_attributes(scope: object, attributes: dict[str, AttributeValue]) -> N
         return  # a bad argument: the operation reports it
     attributes["memsvc.tenant"] = scope.tenant
     if scope.session is not None:
-        attributes["memsvc.core.scope.level"] = "session"
+        attributes["memsvc.scope.level"] = "session"
     elif scope.agent is not None:
-        attributes["memsvc.core.scope.level"] = "agent"
+        attributes["memsvc.scope.level"] = "agent"
     elif scope.project is not None:
-        attributes["memsvc.core.scope.level"] = "project"
+        attributes["memsvc.scope.level"] = "project"
     else:
-        attributes["memsvc.core.scope.level"] = "tenant"
+        attributes["memsvc.scope.level"] = "tenant"
 
 
 # A tuple, not ``list | tuple | dict``: that union would be built on every call.

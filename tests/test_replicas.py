@@ -435,6 +435,32 @@ async def test_a_replica_whose_wal_receiver_stopped_is_not_read_and_doctor_says_
         assert svc.reads.status()[0].state == "ok"
 
 
+async def test_wal_without_commits_does_not_make_a_replica_look_behind(pair: Pair) -> None:
+    # A quiet system still writes WAL (checkpoints, vacuum, messages) with no
+    # commit in it. A replica not yet past such WAL has every committed row:
+    # it is not lagging, however old its last replayed commit is.
+    settings = pair.settings(read_your_writes=False, replica_max_lag_s=0.5,
+                             replica_check_interval_s=0.01)
+    async with opened(settings) as svc:
+        memory = await svc.memories.add(SCOPE, "the last commit for a while")
+        await caught_up(pair)
+        await asyncio.sleep(1.0)  # longer than replica_max_lag_s since that commit
+        await set_replay(pair, paused=True)
+        try:
+            primary = await asyncpg.connect(pair.servers.primary_dsn)
+            try:  # WAL that commits nothing, flushed
+                await primary.execute("SELECT pg_logical_emit_message(false, 'memsvc', 'x')")
+                await primary.execute("CHECKPOINT")
+            finally:
+                await primary.close()
+            await received(pair)
+            assert (await svc.memories.get(memory.id)).id == memory.id
+            assert svc.reads.status()[0].state == "ok"
+            assert replica_reads(svc) == 1
+        finally:
+            await set_replay(pair, paused=False)
+
+
 # ----------------------------------------------------------------- failures
 
 

@@ -117,10 +117,10 @@ async def test_operation_spans_nest_under_the_application_span(
         assert span.context.trace_id == parent.trace_id
     add = spans[0].attributes or {}
     assert add["memsvc.tenant"] == "acme"
-    assert add["memsvc.core.scope.level"] == "session"
+    assert add["memsvc.scope.level"] == "session"
     search = recorded.span("memsvc.memories.search").attributes or {}
     assert search["memsvc.tenant"] == "acme"
-    assert search["memsvc.core.scope.level"] == "project"
+    assert search["memsvc.scope.level"] == "project"
     assert search["memsvc.k"] == 7
     assert search["memsvc.include"] == "descendants"
     assert search["memsvc.plan"] == "auto"
@@ -141,7 +141,7 @@ async def test_an_operation_inside_another_is_its_child(
     assert outer.parent is None  # no application span here: memsvc's is the root
     attributes = recorded.span("memsvc.working.set").attributes or {}
     assert attributes["memsvc.tenant"] == "acme"
-    assert attributes["memsvc.core.scope.level"] == "session"
+    assert attributes["memsvc.scope.level"] == "session"
 
     assert len(await working.list_checkpoints(limit=5)) == 1
     assert (recorded.span("memsvc.working.list_checkpoints").attributes or {})["memsvc.limit"] == 5
@@ -436,7 +436,7 @@ async def test_arguments_are_recorded_however_they_are_passed(recorded: Recorded
     assert [dict(s.attributes or {}) for s in spans] == [
         {
             "memsvc.tenant": "acme",
-            "memsvc.core.scope.level": "agent",
+            "memsvc.scope.level": "agent",
             "memsvc.k": 4,
             "memsvc.limit": 2,
             "memsvc.include": "ancestors",
@@ -446,7 +446,7 @@ async def test_arguments_are_recorded_however_they_are_passed(recorded: Recorded
         },
         {
             "memsvc.tenant": "acme",
-            "memsvc.core.scope.level": "agent",
+            "memsvc.scope.level": "agent",
             "memsvc.k": 5,
             "memsvc.include": "exact",
             "memsvc.plan": "auto",
@@ -454,7 +454,7 @@ async def test_arguments_are_recorded_however_they_are_passed(recorded: Recorded
         },
         {
             "memsvc.tenant": "acme",
-            "memsvc.core.scope.level": "agent",
+            "memsvc.scope.level": "agent",
             "memsvc.k": 10,
             "memsvc.include": "exact",
             "memsvc.plan": "auto",
@@ -462,7 +462,7 @@ async def test_arguments_are_recorded_however_they_are_passed(recorded: Recorded
         },
         # A bool is no count, and a value that is not a documented choice is
         # never echoed (it could be anything the caller passed).
-        {"memsvc.tenant": "acme", "memsvc.core.scope.level": "agent", "memsvc.rows": 3},
+        {"memsvc.tenant": "acme", "memsvc.scope.level": "agent", "memsvc.rows": 3},
     ]
     # Success leaves the status unset, as OpenTelemetry's instrumentations do.
     assert {s.status.status_code for s in spans} == {StatusCode.UNSET}

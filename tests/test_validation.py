@@ -239,3 +239,19 @@ async def test_a_text_query_past_the_limit_is_refused_up_front(
     # Searched by its embedding alone, a long text is fine.
     hits = await service.memories.search(scope, huge, mode="vector")
     assert [h.memory.content for h in hits] == ["word 7 is here"]
+
+
+async def test_integers_too_large_for_a_float_are_refused_by_name(
+    service: MemoryService, scope: Scope
+) -> None:
+    # Python ints have no limit; converting one past a float's range to check
+    # it raised OverflowError instead of naming the argument.
+    huge = 10**400
+    for field, arguments in (("ttl", {"ttl": huge}), ("importance", {"importance": huge})):
+        with pytest.raises(ValidationError) as refused:
+            await service.memories.add(scope, "too much", **arguments)
+        assert refused.value.field == field
+    with pytest.raises(ValidationError) as refused:
+        await service.working(scope.with_session("s")).set("k", 1, ttl_seconds=huge)
+    assert refused.value.field == "ttl_seconds"
+    assert await service.memories.count(scope) == 0

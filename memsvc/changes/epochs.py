@@ -109,13 +109,14 @@ def check_cursor_epoch(cursor: str, cursor_epoch: str | None, epoch: FeedEpoch) 
     """Raise FeedEpochError unless a cursor of ``cursor_epoch`` may resume in ``epoch``."""
     if cursor_epoch == epoch.id or (cursor_epoch is None and epoch.legacy_cursors):
         return
-    raise epoch_error(cursor, cursor_epoch or "from before feed epochs", epoch)
+    raise epoch_error(cursor, cursor_epoch, epoch)
 
 
-def epoch_error(cursor: str, cursor_epoch: str, epoch: FeedEpoch) -> FeedEpochError:
-    """The error for a position of ``cursor_epoch`` now that the feed is in ``epoch``."""
+def epoch_error(cursor: str, cursor_epoch: str | None, epoch: FeedEpoch) -> FeedEpochError:
+    """The error for a position of ``cursor_epoch`` (None: from before epochs) in ``epoch``."""
+    named = "from before feed epochs" if cursor_epoch is None else f"epoch {cursor_epoch}"
     return FeedEpochError(
-        f"change feed cursor {cursor} belongs to feed epoch {cursor_epoch}, but the database "
+        f"change feed cursor {cursor} belongs to feed {named}, but the database "
         f"has been in {epoch.describe()}, id {epoch.id}: it was restored into another "
         "PostgreSQL cluster, whose transaction ids, which order the feed, count afresh, and "
         f"positions of one epoch mean nothing in another. To not miss a change, {RESUME_ADVICE}",

@@ -346,9 +346,14 @@ class ChangeFeed(Repository):
 
         try:
             conn = await connect(dsn, self._settings)
+        except MemsvcError as exc:
+            log.warning("change feed: cannot LISTEN (%s); polling instead", exc)
+            return None
+        try:
             with translate_errors():
                 await conn.add_listener(CHANNEL, notified)
         except MemsvcError as exc:
+            await _close_quietly(conn)
             log.warning("change feed: cannot LISTEN (%s); polling instead", exc)
             return None
         return conn

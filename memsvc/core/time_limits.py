@@ -66,7 +66,8 @@ def validate_duration(value: object, field: str, unit: str = "seconds", hint: st
         value = value.total_seconds() / scale
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationError(field, f"must be a number of {unit} or a timedelta")
-    if not math.isfinite(value) or value <= 0:
+    # An int is finite however large; math.isfinite would overflow on it.
+    if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
         raise ValidationError(field, f"must be a positive number of {unit}")
     limit = MAX_DURATION_SECONDS / scale
     if value > limit:

@@ -240,7 +240,7 @@ def validate_importance(value: object, field: str = "importance") -> float:
     """Check an importance score in [0, 1]."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationError(field, "must be a number")
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+    if (isinstance(value, float) and not math.isfinite(value)) or not 0.0 <= value <= 1.0:
         raise ValidationError(field, "must be between 0 and 1")
     return float(value)
 

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -102,10 +102,18 @@ def freshness(row: Any, max_lag_s: float) -> str:
     return "ok"
 
 
-async def primary_state(conn: asyncpg.Connection) -> tuple[datetime, int]:
-    """The primary's clock and flushed WAL position: the arguments of REPLICA_STATE."""
+class PrimaryState(NamedTuple):
+    """The primary's clock, flushed WAL position and newest commit: REPLICA_STATE's arguments."""
+
+    now: datetime
+    flushed: int
+    last_commit: datetime | None
+
+
+async def primary_state(conn: asyncpg.Connection) -> PrimaryState:
+    """The primary's state a replica's freshness is measured against."""
     row = await conn.fetchrow(q.PRIMARY_STATE)
-    return row["now"], int(row["flushed"])
+    return PrimaryState(row["now"], int(row["flushed"]), row["last_commit"])
 
 
 class _Replica:
@@ -345,8 +353,7 @@ class ReadRouter:
         interval = self._settings.replica_check_interval_s
         if now - replica.checked_at < interval:
             return
-        clock, flushed = await self._primary_state()
-        row = await conn.fetchrow(q.REPLICA_STATE, clock, flushed)
+        row = await conn.fetchrow(q.REPLICA_STATE, *await self._primary_state())
         replica.checked_at = now
         if row["standby"]:
             replica.replayed = max(replica.replayed, _position(row["replayed"]))
@@ -357,8 +364,8 @@ class ReadRouter:
             raise _Unusable
         replica.state = "ok"
 
-    async def _primary_state(self) -> tuple[datetime, int]:
-        """The primary's clock and flushed position; _Unusable when it cannot say.
+    async def _primary_state(self) -> PrimaryState:
+        """The primary's clock, flushed position and newest commit; _Unusable when it cannot say.
 
         A read then goes to the primary, which reports its own failure.
         """

@@ -365,8 +365,9 @@ WITH gone AS (
     WHERE (tenant_id, id) IN (
         SELECT tenant_id, id FROM {schema}.session_checkpoints
         WHERE {scope_sql} AND {committed_before("created_xid", snapshot)}
+        ORDER BY tenant_id, id
         LIMIT {limit}
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE
     )
     RETURNING tenant_id, id, description, data
 ), ledger AS (
@@ -406,7 +407,7 @@ WITH doomed AS (
       AND {entity_gone(schema, 'e')}
     ORDER BY e.tenant_id, e.event_id
     LIMIT {limit}
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE
 )
 DELETE FROM {schema}.entity_events AS x USING doomed AS d
 WHERE x.tenant_id = d.tenant_id AND x.event_id = d.event_id
@@ -430,7 +431,7 @@ WITH doomed AS (
       AND {names_below(depth, "e.")}
     ORDER BY e.tenant_id, e.event_id
     LIMIT {limit}
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE
 )
 UPDATE {schema}.{table} AS x
 SET project_id = {project}, agent_id = {agent}, session_id = {session}

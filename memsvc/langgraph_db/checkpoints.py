@@ -246,6 +246,7 @@ class LangGraphCheckpointRepository(Repository):
                 conn,
                 lambda active: active.fetch(q.tenant_threads(self._schema), tenant, batch_size),
                 tenant=tenant,
+                routed=False,  # the threads a delete acts on: never a replica's stale list
             )
             if not threads:
                 return removed

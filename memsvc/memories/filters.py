@@ -32,7 +32,10 @@ def _json(value: Any, field: str) -> str:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool):
+        return False
+    # An int is finite however large (math.isfinite would overflow on it).
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 def _equals(column: str, key: str, value: Any, params: Params, field: str) -> str:

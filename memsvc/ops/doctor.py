@@ -220,8 +220,9 @@ class Doctor:
             return
         try:
             with translate_errors():
-                clock, flushed = await primary_state(primary)
-                state = await conn.fetchrow(replica_queries.REPLICA_STATE, clock, flushed)
+                state = await conn.fetchrow(
+                    replica_queries.REPLICA_STATE, *await primary_state(primary)
+                )
                 revision = await migrate.current_revision(conn, self._schema)
         finally:
             await conn.close()

@@ -20,6 +20,7 @@ from memsvc.changes.epochs import FeedEpoch, current_epoch
 from memsvc.changes.stalls import find_holder
 from memsvc.core.errors import MemsvcError
 from memsvc.core.settings import Settings
+from memsvc.db.errors import translate_errors
 from memsvc.ops.doctor_report import DoctorReport
 
 
@@ -56,7 +57,8 @@ async def check_feed_epoch(
     if not repair:
         return
     try:
-        started = await current_epoch(conn, schema)
+        with translate_errors():
+            started = await current_epoch(conn, schema)
     except MemsvcError as exc:
         check.fixes.append(f"starting the new epoch failed: {exc}")
         check.status = "problem"

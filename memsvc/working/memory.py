@@ -296,9 +296,9 @@ class WorkingMemory:
     def _check_progress(value: object, field: str) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValidationError(field, "must be a number")
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             raise ValidationError(field, "must be finite")
-        return min(100.0, max(0.0, float(value)))
+        return float(min(100, max(0, value)))
 
     async def update_task_progress(
         self,

@@ -7,10 +7,12 @@ now refuses such values before writing; these constraints refuse them from
 anywhere else too (imports, scripts, psql). The LangGraph store's
 ``ttl_minutes`` is bounded to 365,000 days, as memsvc's TTLs are.
 
-Each constraint is added ``NOT VALID`` (no scan under a lock that blocks
-writes), then validated; where older rows break it, it stays ``NOT VALID``
-(new rows are still checked) and ``memsvc doctor --repair`` brings those
-rows into range and validates it.
+Each constraint is added ``NOT VALID`` (no scan under the exclusive lock
+the migration's transaction holds to its end) and validated at once on an
+empty table. On a table with rows it stays ``NOT VALID`` (new rows are
+checked all the same): ``memsvc doctor`` reports it as a warning, and
+``memsvc doctor --repair`` brings rows out of range into range and validates
+it without blocking writes.
 
 Revision ID: 0024
 Revises: 0023
@@ -62,14 +64,16 @@ def upgrade() -> None:
         op.execute(
             f"ALTER TABLE {schema}.{table} ADD CONSTRAINT {name} CHECK ({condition}) NOT VALID"
         )
-        # Validating takes a lock that lets writes go on; a row out of range
-        # leaves the constraint NOT VALID for `memsvc doctor --repair`.
+        # The migration's transaction holds ADD CONSTRAINT's exclusive lock to
+        # its end: scanning a populated table here would block its readers
+        # and writers meanwhile. An empty table is validated at once; any
+        # other stays NOT VALID (new rows are checked all the same) until
+        # `memsvc doctor --repair` validates it online.
         op.execute(
             f"""DO $$ BEGIN
-    ALTER TABLE {schema}.{table} VALIDATE CONSTRAINT {name};
-EXCEPTION WHEN check_violation THEN
-    RAISE WARNING 'memsvc: rows of {schema}.{table} hold times out of range; '
-        'run `memsvc doctor --repair`';
+    IF NOT EXISTS (SELECT 1 FROM {schema}.{table}) THEN
+        ALTER TABLE {schema}.{table} VALIDATE CONSTRAINT {name};
+    END IF;
 END $$"""
         )
 
