@@ -172,7 +172,7 @@ class MemoryService:
         ``next_embedder`` is the model an embedding-model migration (``memsvc
         reembed``) moves to: while one runs, writes are embedded with both,
         and after its switch the service embeds with this one (see the
-        README's "Changing the embedding model").
+        docs/how-to/reembedding.md).
 
         An index of memsvc's that an interrupted build left invalid (or a
         vector index a stopped bulk load left missing) is rebuilt before the
@@ -277,7 +277,7 @@ class MemoryService:
         ``"descendants"`` (default), ``"exact"`` or ``"ancestors"``. Raises
         CursorExpiredError when gc removed changes after ``since``, and its
         subclass FeedEpochError for a cursor from before the database was
-        restored into another cluster. See the README section "Change feed".
+        restored into another cluster. See docs/how-to/change-feed.md.
         """
         return self._feed.changes(scope, include=include, since=since, with_values=with_values)
 

@@ -68,7 +68,7 @@ MIN_READ_INTERVAL_S = 0.01
 # Starting an epoch locks the keyed tables; a writer locking them in another
 # order may deadlock with it (PostgreSQL then cancels one of the two).
 EPOCH_ATTEMPTS = 3
-# Positions as gc's horizon records them (cursors add the epoch: change_epochs).
+# Positions as gc's horizon records them (cursors add the epoch: memsvc.changes.epochs).
 _POSITION = re.compile(r"^c1\.(\d{1,20})\.(-1|0|1)\.(\d{1,19})$")
 _BIGINT_MAX = 2**63 - 1
 _FEED_IDS = itertools.count(1)
@@ -370,7 +370,7 @@ def read_statement(
 ) -> tuple[str, list[Any]]:
     """The feed's read of the next batch, and its arguments (see :func:`read_arguments`).
 
-    ``refined``: below the refined watermark (see :mod:`.change_stalls`).
+    ``refined``: below the refined watermark (see :mod:`memsvc.changes.stalls`).
     """
     params = Params("0", -1, -1)
     scope_sql = "true" if scope is None else scope_condition(scope, include, params, "e")

@@ -8,7 +8,7 @@ notifying transactions behind one lock held across their WAL flush, which
 would throttle every writer.
 
 Wake-ups are also spaced at least ``NOTIFY_INTERVAL_S`` apart: consumers
-read at most that often anyway (``changes.MIN_READ_INTERVAL_S``), and each
+read at most that often anyway (``memsvc.changes.feed.MIN_READ_INTERVAL_S``), and each
 NOTIFY is a commit on the server plus a signal to every listening backend
 and a message to every consumer: spacing them keeps that cost off writers
 for a little delivery latency. The first write after a quiet spell is

@@ -80,7 +80,7 @@ class MemsvcGroup(click.Group):
 def main() -> None:
     """memsvc: PostgreSQL + pgvector memory for AI agents.
 
-    Settings come from MEMSVC_* environment variables (see the README). With
+    Settings come from MEMSVC_* environment variables (see docs/reference/settings.md). With
     no MEMSVC_DATABASE_URL, commands use the embedded PostgreSQL in
     MEMSVC_DATA_DIR (default ~/.memsvc).
     """

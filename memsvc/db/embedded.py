@@ -19,9 +19,9 @@ the pid of a process that exits without its ``atexit`` hook (``exec``,
 SIGKILL) for ever, and then the server is never stopped again.
 
 memsvc starts ``postgres`` itself, each path its own argument: the wheel
-starts it through ``pg_ctl -o``, whose options pass through a shell, so a
-data directory with a space ("John Smith"), a quote or a ``$`` did not
-start. The wheel still runs ``initdb`` (arguments, no shell) and stops it.
+starts it through ``pg_ctl -o``, whose options pass through a shell, which
+would split or expand a data directory with a space ("John Smith"), a quote
+or a ``$``. The wheel still runs ``initdb`` (arguments, no shell) and stops it.
 
 Run as root, the server runs as the OS user ``pgserver`` (PostgreSQL refuses
 root); memsvc creates that user first, as a system user with no login shell,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 
-# The tables partitioned when Settings.partitions > 1 (see README, Tenant
-# partitioning, for why the others are not).
+# The tables partitioned when Settings.partitions > 1 (see
+# docs/how-to/partitioning.md for why the others are not).
 PARTITIONED_TABLES = ("memories",)
 
 # Names of partitions (excluded from alembic's comparison with the metadata,

@@ -113,7 +113,7 @@ class Erasure(Repository):
             progress: Told each pass as a step and each batch's rows.
             vacuum: ``True``: ``VACUUM`` the tables the erasure changed
                 afterwards; ``"full"``: ``VACUUM FULL`` them (rewrites each
-                table under an exclusive lock). See the README on what
+                table under an exclusive lock). See docs/how-to/erasure.md on what
                 PostgreSQL keeps either way.
 
         Raises:

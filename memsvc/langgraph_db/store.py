@@ -41,8 +41,7 @@ from memsvc.langgraph_db.store_indexes import NamespaceIndexes
 # How many vectors a query search reads per wanted item at first (an item has
 # one vector per indexed field); it reads further when fields crowd the scan.
 # Every further candidate the HNSW walk must find in a namespace costs pages
-# read: 1.5 rather than 2 (in a 10,000-item namespace among 100,000, recall@10
-# 0.97 vs 0.978 for ~1.3x less time; 1 fell to 0.947-0.954).
+# read: 1.5 keeps recall where 2 had it for less time, and 1 cost recall.
 SCAN_FACTOR = 1.5
 MAX_SCAN = 100_000
 # Unfiltered searches in a namespace of more than EXACT_UP_TO vectors may rank
@@ -52,8 +51,8 @@ MAX_SCAN = 100_000
 # ~N / n; on 384-d real embeddings both took the same time at n = 10,000 of
 # N = 100,000, so bits are ranked when n * n / N <= QUANTIZED_BALANCE (and n
 # <= QUANTIZED_UP_TO). The nearest RERANK_FACTOR vectors per wanted item (at
-# least RERANK_MIN) are then ranked exactly: 200 for a page of 10 found
-# recall@10 0.98 there (the walk 0.97). Figures: the README's store section.
+# least RERANK_MIN) are then ranked exactly: at that size they find as many of
+# the true neighbours as the walk does.
 QUANTIZED_BALANCE = 250.0
 QUANTIZED_UP_TO = 50_000
 RERANK_FACTOR = 20
@@ -63,7 +62,7 @@ QUANTIZED_DISTANCES = frozenset({"cosine", "ip"})
 # A namespace of at least NAMESPACE_INDEX_FROM vectors holding at most
 # NAMESPACE_INDEX_SHARE of the table gets an HNSW index of its own (a partial
 # index, built in the background as soon as a search or this store's writes
-# find it so; see langgraph_store_indexes): its searches walk a graph of its
+# find it so; see memsvc.langgraph_db.store_indexes): its searches walk a graph of its
 # own vectors, small enough to stay in the server's buffers, instead of the
 # table's, where the walk steps over every other namespace's vectors. At
 # most NAMESPACE_INDEXES_MAX per table: every index costs each write of the
@@ -78,9 +77,8 @@ NAMESPACE_INDEXES_MAX = 32
 # vector it must find (at least OWN_INDEX_EF_MIN), not the connection's
 # hnsw.ef_search (sized for the table's graph, where a filter or other
 # namespaces' vectors reject candidates): that graph holds only the
-# namespace's vectors, so ~every candidate counts. In a 10,000-item namespace
-# among 100,000, 40 rather than 100 took a search from 0.47-0.51x to
-# 0.38-0.42x LangGraph's time (recall@10 0.973-0.986); 30 fell to 0.956.
+# namespace's vectors, so ~every candidate counts: fewer than the minimum
+# cost recall, more cost time for no recall.
 OWN_INDEX_EF_FACTOR = 2
 OWN_INDEX_EF_MIN = 40
 # A walk of the table's graph for a namespace holding a share s of it keeps

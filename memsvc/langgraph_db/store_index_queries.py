@@ -18,7 +18,7 @@ NAMESPACE_INDEX_PREFIX = "ix_langgraph_store_ns_"
 CATALOG = "langgraph_store_namespace_indexes"
 
 # Namespace index DDL of a schema runs under this session advisory lock (the
-# key text is ``$1``: see the module docstring of langgraph_store_indexes).
+# key text is ``$1``: see the module docstring of memsvc.langgraph_db.store_indexes).
 TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
 UNLOCK = "SELECT pg_advisory_unlock(hashtextextended($1, 0))"
 # A build or a drop waits for older transactions: minutes, never cut short.

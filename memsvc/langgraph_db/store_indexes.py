@@ -14,8 +14,7 @@ One DDL at a time per schema. ``CREATE INDEX CONCURRENTLY`` waits for every
 transaction older than its snapshot; a second build, or a ``DROP INDEX
 CONCURRENTLY``, on the same table waits for the first's table lock inside a
 statement (with a snapshot), and PostgreSQL ends one of the two as a
-deadlock: a build lost that way used to turn a store's builds off for good,
-and an erasure failed with it. So every build and drop holds a session
+deadlock. So every build and drop holds a session
 advisory lock of the schema, taken by polling ``pg_try_advisory_lock`` (a
 statement waiting for it would hold a snapshot a running build waits for).
 

@@ -104,7 +104,7 @@ class MemoryReads(Repository):
         at that moment, rebuilt from its history: a memory deleted since
         reappears as it was, later updates are not shown, one created later
         or expired by then is not found. Exact to the commit (see the
-        README's "As-of reads"); ``embedding`` is None unless the memory
+        docs/how-to/as-of.md); ``embedding`` is None unless the memory
         still has the version it had then, access statistics are 0/None. A
         moment in the future or before the history horizon is a
         ValidationError.

@@ -586,7 +586,7 @@ class MemoryRepository(MemoryReads):
     ) -> builtins.list[SearchHit]:
         """The ``k`` memories that best match ``query`` within the scope.
 
-        Three modes (see the README's "Search modes"): ``vector`` (nearest
+        Three modes (see docs/how-to/hybrid-search.md): ``vector`` (nearest
         embeddings), ``text`` (PostgreSQL full-text search over content,
         ``websearch_to_tsquery`` syntax) and ``hybrid`` (both arms in one
         statement, fused by reciprocal rank; a memory holding every

@@ -227,7 +227,7 @@ class Maintenance:
         once and share the rows; a crashed run resumes where it stopped),
         builds its HNSW index concurrently, then switches searches to it in
         one transaction and drops the old column. Runs DDL: the database role
-        must own the memsvc tables. See the README's "Changing the embedding model".
+        must own the memsvc tables. See docs/how-to/reembedding.md.
 
         Args:
             embedder: The new model: an :class:`~memsvc.embedding.Embedder`, or

@@ -1,7 +1,7 @@
 """The in-process store that stands in for a Redis that was unreachable at start-up.
 
 It keeps working memory in this process (a
-:class:`~memsvc.working.local_store.LocalStore`), as before. What it must not
+:class:`~memsvc.working.local_store.LocalStore`). What it must not
 do is *remove* things only here: Redis, which other processes read, may hold
 the same sessions from before the outage, and a ``clear`` or an erasure that
 reported success while Redis kept them would be a lie. So every removal
@@ -13,7 +13,7 @@ here; if Redis does not answer it raises
 Results are this process's view (what the in-process store held), like
 every other call on the fallback; erasing sessions counts both stores. The
 store never switches to Redis for reads and writes (see
-:func:`~memsvc.working.store.open_working_store`).
+:func:`~memsvc.working.opening.open_working_store`).
 """
 
 from __future__ import annotations

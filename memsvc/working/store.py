@@ -1,4 +1,4 @@
-"""The storage interface behind :class:`~memsvc.working.WorkingMemory`, and its factory.
+"""The storage interface behind :class:`~memsvc.working.WorkingMemory`.
 
 A :class:`WorkingStore` holds many sessions, each addressed by its
 :class:`~memsvc.core.scope.Scope`. Every method is one atomic operation on one
@@ -7,8 +7,8 @@ session: a single Lua script or MULTI on Redis, a single lock hold in
 JSON text that :class:`WorkingMemory` has already validated; the stores never
 parse user data.
 
-Backends are imported lazily (the saq ``from_url`` pattern), so the in-process
-store does not import redis-py.
+:mod:`memsvc.working.opening` chooses a backend; it imports Redis's lazily,
+so the in-process store does not load redis-py.
 """
 
 from __future__ import annotations
