@@ -174,7 +174,8 @@ class Settings(BaseSettings):
     text_search_config: str = Field(
         default="english",
         description="PostgreSQL text search configuration of the memories' text search column "
-        "(fixed at migration; changing it means migrating the column again, see docs/how-to/hybrid-search.md).",
+        "(fixed at migration; changing it means migrating the column again, see "
+        "docs/how-to/hybrid-search.md).",
     )
     exact_search_threshold: int = Field(
         default=2_000,
