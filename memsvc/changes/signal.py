@@ -78,7 +78,10 @@ class ChangeNotifier:
                 if self._conn is None or self._conn.is_closed():
                     self._conn = await connect(self._dsn, self._settings)
                 await self._conn.execute(
-                    "SELECT pg_notify($1, $2)", CHANNEL, self._settings.db_schema
+                    "SELECT pg_notify($1, $2)",
+                    CHANNEL,
+                    self._settings.db_schema,
+                    timeout=self._settings.command_timeout_s,
                 )
             except (MemsvcError, asyncpg.PostgresError, OSError) as exc:
                 # Consumers still poll; try again with the next write.

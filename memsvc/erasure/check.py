@@ -81,8 +81,9 @@ class ErasureCheck(Repository):
             ]
             found.update(await self._structure_left(conn, plan, relations, receipt))
             found.update(await self._texts_left(conn, plan, relations, receipt))
-            found.update(await self._working_memory_left(plan, receipt))
             receipt.finished = await conn.fetchval(q.NOW)
+        # Working memory last, outside the database check's transaction.
+        found.update(await self._working_memory_left(plan, receipt))
         receipt.remaining = found
         receipt.verified = not found
 

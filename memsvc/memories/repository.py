@@ -661,7 +661,7 @@ class MemoryRepository(MemoryReads):
         scope = validate_scope(arguments[0])
 
         async def held() -> tuple[PlannedSearch, tuple[builtins.list[Any], int | None]]:
-            async with self._transaction(conn, tenant=scope.tenant) as active:
+            async with self._transaction(conn, tenant=scope.tenant, writes=False) as active:
                 await self._space.hold(active)
                 self._space.check()
                 planned = await self._planner.plan(*arguments)
@@ -691,7 +691,8 @@ class MemoryRepository(MemoryReads):
             query_embedding, None, plan, True,
         )  # fmt: skip
         tenant = planned.scope.tenant
-        async with self._connection(conn, tenant=tenant) as active, active.transaction():
+        reading = self._connection(conn, tenant=tenant, writes=False)
+        async with reading as active, active.transaction():
             if not self._settings.pgbouncer:
                 sql = "EXPLAIN ANALYZE " + planned.statement.sql
                 rows = await active.fetch(sql, *planned.values)

@@ -18,6 +18,7 @@ memsvc's (an interrupted build) is rebuilt, see :mod:`memsvc.transfer.index_repa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -237,7 +238,10 @@ async def import_jsonl(
             ``allow_truncated``); or the header says the file was written
             for other vector settings. Nothing is written then.
     """
-    check = check_import_file(path, settings, allow_truncated=allow_truncated)
+    # Reading the whole file to check its trailer: off the event loop.
+    check = await asyncio.to_thread(
+        check_import_file, path, settings, allow_truncated=allow_truncated
+    )
     report = LoadReport()
     if not check.complete:
         report.warn(path.name, "file", f"{check.problem}; loaded as it is (allow_truncated)")
