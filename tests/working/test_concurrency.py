@@ -11,6 +11,11 @@ from memsvc.working import LocalStore, WorkingMemory
 
 from .conftest import SESSION, MemoryFactory
 
+# Fifty calls at once open as many Redis connections; on a loaded machine
+# connecting takes longer than the default second (a dead Redis is not
+# what these tests are about: tests/working/test_failures.py is).
+BUSY_TIMEOUT_S = 10.0
+
 
 async def naive_append(memory: WorkingMemory, entry: str) -> None:
     """The seed's bug: read the list, append in Python, write it back."""
@@ -21,7 +26,7 @@ async def naive_append(memory: WorkingMemory, entry: str) -> None:
 
 
 async def test_concurrent_appends_keep_every_entry(make_memory: MemoryFactory) -> None:
-    memory = await make_memory()
+    memory = await make_memory(redis_timeout_s=BUSY_TIMEOUT_S)
     entries = [f"entry {i}" for i in range(50)]
     await asyncio.gather(*(memory.append_scratchpad(entry) for entry in entries))
     stored = await memory.get_scratchpad()
@@ -31,7 +36,7 @@ async def test_concurrent_appends_keep_every_entry(make_memory: MemoryFactory) -
 async def test_naive_read_modify_write_appends_lose_entries(make_memory: MemoryFactory) -> None:
     # Control: the same concurrency against the same backend loses writes when
     # the append is a read-modify-write, so the test above can see loss.
-    memory = await make_memory()
+    memory = await make_memory(redis_timeout_s=BUSY_TIMEOUT_S)
     await asyncio.gather(*(naive_append(memory, f"entry {i}") for i in range(50)))
     assert len(await memory.get("log")) < 50
 
@@ -39,7 +44,7 @@ async def test_naive_read_modify_write_appends_lose_entries(make_memory: MemoryF
 async def test_concurrent_appends_past_the_bound_keep_exactly_the_newest(
     make_memory: MemoryFactory,
 ) -> None:
-    memory = await make_memory(scratchpad_max_entries=20)
+    memory = await make_memory(redis_timeout_s=BUSY_TIMEOUT_S, scratchpad_max_entries=20)
     for i in range(50):
         await memory.append_scratchpad(f"old {i}")
     new = [f"new {i}" for i in range(20)]
