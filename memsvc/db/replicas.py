@@ -323,6 +323,11 @@ class ReadRouter:
 
     async def _ready_connection(self, replica: _Replica, target: int) -> Any:
         """A connection to ``replica`` once it may serve a read that must see ``target``."""
+        pool = replica.pool
+        if not pool.get_idle_size() and pool.get_size() >= pool.get_max_size():
+            # Every connection is in use: the read goes elsewhere at once
+            # rather than waiting for one (busy is not down).
+            raise _Unusable
         try:
             with translate_errors():
                 async with asyncio.timeout(self._settings.connect_timeout_s):
