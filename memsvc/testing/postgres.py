@@ -109,6 +109,7 @@ class TestPostgres:
         directory = Path(tempfile.mkdtemp(prefix="memsvc-test-pg-"))
         embedded = EmbeddedPostgres(directory)
         dsn = embedded.start()
+        run_in_own_loop(_without_flushes(dsn))
         return cls(
             dsn, [embedded.close, lambda: shutil.rmtree(directory, ignore_errors=True)]
         )
@@ -136,6 +137,22 @@ class TestPostgres:
             await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         finally:
             await conn.close()
+
+
+async def _without_flushes(dsn: str) -> None:
+    """A throwaway test server need not flush to disk: ``fsync`` off.
+
+    Commits still wait for their WAL to be written (``synchronous_commit``
+    stays on), so a server killed mid-test keeps every acknowledged write, as
+    the crash tests require; only a crash of the machine itself would lose
+    them, and the server's directory is deleted after the session anyway.
+    """
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("ALTER SYSTEM SET fsync = off")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 def run_in_own_loop(coroutine: Coroutine[Any, Any, T]) -> T:
