@@ -52,7 +52,7 @@ class Limits:
         max_metadata_bytes: Size of an ADD's metadata as JSON.
     """
 
-    max_facts: int = 20
+    max_facts: int = 50
     max_operations: int = 50
     max_content_chars: int = 2000
     max_metadata_bytes: int = 4096

@@ -50,7 +50,7 @@ from memsvc.remember.result import Applied, RememberResult
 
 MAX_K_CANDIDATES = 100
 # One extractor call reads at most this many messages, and about this much text.
-BATCH_MESSAGES = 50
+BATCH_MESSAGES = 20
 BATCH_CHARS = 48_000
 
 
