@@ -360,7 +360,8 @@ class MemoryService:
         its history, for audit), this removes the scope's memories with their
         whole history (one content-free ``erased`` event stays per memory),
         assembly memberships (surviving assemblies recomputed), the scope's
-        assemblies and session checkpoints, LangGraph checkpoints and store
+        assemblies and session checkpoints, the ids of messages ``remember``
+        recorded (they count as new again), LangGraph checkpoints and store
         items when ``scope`` is a whole tenant, and the working memory of every
         session under it. Batched, idempotent, safe to run again after a crash.
         Ids below the scope the caller names become pseudonyms in what stays

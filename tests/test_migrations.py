@@ -59,7 +59,7 @@ async def test_upgrade_downgrade_upgrade_round_trip_matches_the_metadata(
         )
     finally:
         await conn.close()
-    assert tables == 15  # 14 memsvc tables + alembic_version, all inside the schema
+    assert tables == 16  # 15 memsvc tables + alembic_version, all inside the schema
     assert comments == 0
 
 
