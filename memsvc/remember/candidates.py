@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
+
 from memsvc.core.models import Memory
 from memsvc.core.scope import Scope
 from memsvc.extraction.protocols import Candidate, Fact
@@ -71,27 +73,36 @@ def valid_now_options(memories: MemoryRepository) -> dict[str, Any]:
     return {"valid": "now"} if "valid" in parameters else {}
 
 
+async def embed_facts(space: EmbeddingSpace | None, facts: Sequence[str]) -> list[Any]:
+    """The facts' query embeddings in one embedder call (None each: the search embeds)."""
+    if not facts or space is None or space.embedder is None or space.migrating:
+        return [None] * len(facts)
+    return list(await space.embed(list(facts), "facts"))
+
+
 async def find_candidates(
     memories: MemoryRepository,
-    space: EmbeddingSpace | None,
     scope: Scope,
     facts: Sequence[str],
+    vectors: Sequence[Any],
     k: int,
+    conn: asyncpg.Connection,
 ) -> CandidateSet:
-    """The ``k`` memories most related to each fact in the exact scope, under handles."""
+    """The ``k`` memories most related to each fact in the exact scope, under handles.
+
+    ``conn`` is a connection to the primary: the versions read are the ones
+    the batch's transaction will hold the memories to, so no replica's lag
+    may show an older one.
+    """
     if not facts:
         return CandidateSet()
-    vectors: list[Any] = [None] * len(facts)
-    if space is not None and space.embedder is not None and not space.migrating:
-        # One embedder call for every fact (a search would make one each).
-        vectors = list(await space.embed(list(facts), "facts"))
     options = valid_now_options(memories)
     by_id: dict[uuid.UUID, str] = {}
     by_ref: dict[str, Shown] = {}
     related: list[Fact] = []
     for text, vector in zip(facts, vectors, strict=True):
         hits = await memories.search(
-            scope, text, k=k, include="exact", query_embedding=vector, **options
+            scope, text, k=k, include="exact", query_embedding=vector, conn=conn, **options
         )
         refs: list[str] = []
         for hit in hits:

@@ -45,7 +45,7 @@ from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.repository import MemoryRepository
 from memsvc.remember import queries as q
 from memsvc.remember.apply import BatchApplier, Provenance, supported_operations
-from memsvc.remember.candidates import CandidateSet, find_candidates
+from memsvc.remember.candidates import CandidateSet, embed_facts, find_candidates
 from memsvc.remember.result import Applied, RememberResult
 
 MAX_K_CANDIDATES = 100
@@ -194,15 +194,19 @@ class Remembering(Repository):
         out.model_calls += 1
         facts = check_facts(await extractor.facts(pending), self.limits)
         out.skipped.extend(facts.rejected)
-        if facts.unusable:
+        if facts.unusable or (facts.rejected and not facts.facts):
             out.pending.extend(ids)
             return
+        vectors = await embed_facts(self._space, facts.facts)
         allowed = supported_operations(self._memories)
         for asking in range(2):
             shown = CandidateSet()
             answer = CheckedOperations(())
             if facts.facts:
-                shown = await find_candidates(self._memories, self._space, scope, facts.facts, k)
+                async with self._connection(tenant=scope.tenant, writes=False) as conn:
+                    shown = await find_candidates(
+                        self._memories, scope, facts.facts, vectors, k, conn
+                    )
                 request = ExtractionRequest(
                     tuple(pending), shown.facts, shown.candidates,
                     self.limits.max_operations, allowed,

@@ -435,3 +435,13 @@ def test_the_blocking_client_remembers(settings: Settings, chat: FakeChatServer)
         result = svc.remember(SCOPE, said("I like tea."))
         assert result.remembered == ("msg-1",)
         assert svc.remember(SCOPE, said("I like tea.")).already_remembered == ("msg-1",)
+
+
+async def test_facts_all_refused_leave_the_messages_pending(
+    service: MemoryService, extractor: OpenAIChatExtractor, chat: FakeChatServer
+) -> None:
+    chat.then(Reply(answer=facts("", "x" * 3000)))
+    result = await service.remember(SCOPE, said("I like tea."), extractor=extractor)
+    assert result.pending == ("msg-1",) and result.remembered == ()
+    assert [(r.index, r.stage) for r in result.skipped] == [(0, "facts"), (1, "facts")]
+    assert chat.steps() == ["facts"]
