@@ -12,7 +12,7 @@ up front where it does not.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +101,14 @@ class BatchApplier:
         self._shown = shown
         self._provenance = provenance
         self._embeddings = embeddings
+        # SEAM(issue 29): the valid-time methods, where this store has them
+        # (supported_operations() offers their ops only then).
+        self._store_supersede: Callable[..., Awaitable[Any]] | None = getattr(
+            memories, "supersede", None
+        )
+        self._store_invalidate: Callable[..., Awaitable[Any]] | None = getattr(
+            memories, "invalidate", None
+        )
 
     async def apply(
         self, accepted: Sequence[tuple[int, Operation]]
@@ -169,7 +177,9 @@ class BatchApplier:
         # Only its documented arguments are passed, each where it is accepted;
         # the integrator wires the rest (expected version) when the API lands.
         shown = self._shown[operation.ref]
-        supersede = self._memories.supersede  # type: ignore[attr-defined]
+        supersede = self._store_supersede
+        if supersede is None:
+            raise ValidationError("op", "SUPERSEDE is not supported by this memsvc")
         result: Memory = await supersede(
             shown.memory_id,
             operation.content,
@@ -188,7 +198,9 @@ class BatchApplier:
     async def _invalidate(self, operation: INVALIDATE) -> Memory | None:
         # SEAM(issue 29): svc.memories.invalidate(id, at=t).
         shown = self._shown[operation.ref]
-        invalidate = self._memories.invalidate  # type: ignore[attr-defined]
+        invalidate = self._store_invalidate
+        if invalidate is None:
+            raise ValidationError("op", "INVALIDATE is not supported by this memsvc")
         result = await invalidate(
             shown.memory_id,
             **_keywords(
