@@ -7,6 +7,7 @@ from memsvc.core.errors import (
     ConflictError,
     CursorExpiredError,
     EmbeddingError,
+    ExtractionError,
     FeedEpochError,
     MemsvcError,
     NotFoundError,
@@ -36,6 +37,16 @@ from memsvc.embedding import (
     embedder_from_spec,
 )
 from memsvc.erasure.receipt import ErasureReceipt
+from memsvc.extraction import (
+    ExtractiveSummarizer,
+    Extractor,
+    OpenAIChatExtractor,
+    OpenAIChatSummarizer,
+    Summarizer,
+    extractor_from_spec,
+    summarizer_from_spec,
+)
+from memsvc.remember import RememberResult
 from memsvc.service import MemoryService
 
 __all__ = [
@@ -49,6 +60,9 @@ __all__ = [
     "Embedder",
     "EmbeddingError",
     "ErasureReceipt",
+    "ExtractionError",
+    "ExtractiveSummarizer",
+    "Extractor",
     "FeedEpochError",
     "HashingEmbedder",
     "Memory",
@@ -56,16 +70,22 @@ __all__ = [
     "MemoryService",
     "MemsvcError",
     "NotFoundError",
+    "OpenAIChatExtractor",
+    "OpenAIChatSummarizer",
     "OpenAIEmbedder",
     "RedisUnavailableError",
+    "RememberResult",
     "SchemaError",
     "Scope",
     "SearchHit",
     "SentenceTransformerEmbedder",
     "Settings",
     "StorageError",
+    "Summarizer",
     "TaskState",
     "ValidationError",
     "WorkingMemoryError",
     "embedder_from_spec",
+    "extractor_from_spec",
+    "summarizer_from_spec",
 ]

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -31,6 +31,7 @@ from memsvc.embedding import Embedder
 from memsvc.erasure.eraser import DEFAULT_BATCH as ERASE_BATCH
 from memsvc.erasure.eraser import Erasure, Vacuum
 from memsvc.erasure.receipt import ErasureReceipt
+from memsvc.extraction.protocols import Extractor
 from memsvc.langgraph_db.checkpoints import LangGraphCheckpointRepository
 from memsvc.langgraph_db.store_indexes import NamespaceIndexes
 from memsvc.memories.embedding_space import EmbeddingSpace
@@ -38,6 +39,8 @@ from memsvc.memories.ranking import Reranker
 from memsvc.memories.repository import MemoryRepository
 from memsvc.ops.maintenance import Maintenance
 from memsvc.progress import NO_PROGRESS, ProgressReporter
+from memsvc.remember.pipeline import Remembering
+from memsvc.remember.result import RememberResult
 from memsvc.telemetry import unwatch, watch
 from memsvc.transfer.index_repair import find_broken_indexes, rebuild_broken_indexes
 from memsvc.working import WorkingMemory, WorkingStore, open_working_store
@@ -58,6 +61,7 @@ TENANT_TABLES = (
     "langgraph_store_items",
     "langgraph_store_vectors",
     "langgraph_store_namespace_indexes",
+    "remembered_messages",
 )
 
 
@@ -93,6 +97,7 @@ class MemoryService:
         working_store: WorkingStore,
         reads: ReadRouter | None = None,
         next_embedder: Embedder | None = None,
+        extractor: Extractor | None = None,
     ) -> None:
         self.settings = settings
         self.working_store = working_store
@@ -151,6 +156,14 @@ class MemoryService:
             working_store=working_store,
             reads=self._reads,
         )
+        self._remembering = Remembering(
+            pool,
+            settings,
+            memories=self.memories,
+            space=self.embedding_space,
+            extractor=extractor,
+            reads=self._reads,
+        )
         watch(self, schema=settings.db_schema)
 
     @classmethod
@@ -163,6 +176,7 @@ class MemoryService:
         next_embedder: Embedder | None = None,
         rebuild_invalid_indexes: bool = True,
         progress: ProgressReporter = NO_PROGRESS,
+        extractor: Extractor | None = None,
     ) -> _Opening:
         """Connect (starting the embedded PostgreSQL if no URL is set) and check the schema.
 
@@ -183,6 +197,9 @@ class MemoryService:
         open at once and leave it to ``memsvc migrate`` or ``memsvc doctor
         --repair``. ``progress`` is told the rebuild (see :mod:`memsvc.progress`).
 
+        ``extractor`` is what :meth:`remember` uses when a call names none
+        (default: the one ``MEMSVC_EXTRACTOR`` names, if set).
+
         Use as ``async with MemoryService.open(...) as svc`` or
         ``svc = await MemoryService.open(...)``. Raises SchemaError when the
         database is not migrated (unless ``auto_migrate``) or was created with
@@ -194,6 +211,7 @@ class MemoryService:
             reranker,
             next_embedder,
             _Repairs(rebuild_invalid_indexes, progress),
+            extractor,
         )
 
     @classmethod
@@ -204,6 +222,7 @@ class MemoryService:
         reranker: Reranker | None = None,
         next_embedder: Embedder | None = None,
         repairs: _Repairs | None = None,
+        extractor: Extractor | None = None,
     ) -> MemoryService:
         embedded: EmbeddedPostgres | None = None
         if settings.database_url is None:
@@ -243,6 +262,7 @@ class MemoryService:
             working_store=working_store,
             reads=reads,
             next_embedder=next_embedder,
+            extractor=extractor,
         )
         try:
             with translate_errors():
@@ -281,6 +301,44 @@ class MemoryService:
         """
         return self._feed.changes(scope, include=include, since=since, with_values=with_values)
 
+    async def remember(
+        self,
+        scope: Scope,
+        messages: Sequence[Any],
+        *,
+        extractor: Extractor | None = None,
+        k_candidates: int = 10,
+    ) -> RememberResult:
+        """Remember what a conversation's new messages state, each message exactly once.
+
+        ``messages`` are dicts (``role``, ``content``, ``id``, optional
+        ``at``) or LangChain messages, each with an id unique in the scope.
+        Messages already remembered in this exact scope are skipped. For each
+        batch of the others the extractor lists the facts they state, is
+        shown, under short handles, the ``k_candidates`` memories of the
+        scope most related to each fact (hybrid search), and answers with
+        operations (ADD, UPDATE, SUPERSEDE, INVALIDATE, NOOP), each checked
+        and applied or refused with a reason; a batch's operations and its
+        messages' ledger rows commit in one transaction. Every memory
+        written records its provenance in ``metadata["provenance"]``.
+        See the documentation page "Remembering conversations".
+
+        Raises:
+            ValidationError: A malformed message (naming it), no extractor.
+            ExtractionError: The extractor's endpoint failed (nothing of the
+                batch applied; earlier batches stay applied).
+            ConflictError: The memories shown changed twice while the
+                extractor answered (nothing of the batch applied).
+        """
+        return await self._remembering.remember(
+            scope, messages, extractor=extractor, k_candidates=k_candidates
+        )
+
+    @property
+    def extractor(self) -> Extractor | None:
+        """The extractor :meth:`remember` uses when a call names none."""
+        return self._remembering.default_extractor()
+
     def working(self, scope: Scope) -> WorkingMemory:
         """The working memory of a session (``scope`` must name a session).
 
@@ -303,7 +361,8 @@ class MemoryService:
         its history, for audit), this removes the scope's memories with their
         whole history (one content-free ``erased`` event stays per memory),
         assembly memberships (surviving assemblies recomputed), the scope's
-        assemblies and session checkpoints, LangGraph checkpoints and store
+        assemblies and session checkpoints, the ids of messages ``remember``
+        recorded (they count as new again), LangGraph checkpoints and store
         items when ``scope`` is a whole tenant, and the working memory of every
         session under it. Batched, idempotent, safe to run again after a crash.
         Ids below the scope the caller names become pseudonyms in what stays
@@ -396,22 +455,26 @@ class _Opening:
         reranker: Reranker | None,
         next_embedder: Embedder | None = None,
         repairs: _Repairs | None = None,
+        extractor: Extractor | None = None,
     ) -> None:
         self._settings = settings
         self._embedder = embedder
         self._reranker = reranker
         self._next_embedder = next_embedder
         self._repairs = repairs or _Repairs()
+        self._extractor = extractor
         self._service: MemoryService | None = None
 
     def __await__(self) -> Generator[Any, None, MemoryService]:
         return MemoryService._open(
-            self._settings, self._embedder, self._reranker, self._next_embedder, self._repairs
+            self._settings, self._embedder, self._reranker, self._next_embedder, self._repairs,
+            self._extractor,
         ).__await__()
 
     async def __aenter__(self) -> MemoryService:
         self._service = await MemoryService._open(
-            self._settings, self._embedder, self._reranker, self._next_embedder, self._repairs
+            self._settings, self._embedder, self._reranker, self._next_embedder, self._repairs,
+            self._extractor,
         )
         return self._service
 

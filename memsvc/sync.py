@@ -21,7 +21,7 @@ import asyncio
 import functools
 import inspect
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -32,7 +32,9 @@ from memsvc.core.scope import Include, Scope
 from memsvc.core.settings import Settings
 from memsvc.embedding import Embedder
 from memsvc.erasure.receipt import ErasureReceipt
+from memsvc.extraction.protocols import Extractor
 from memsvc.memories.ranking import Reranker
+from memsvc.remember.result import RememberResult
 from memsvc.service import MemoryService
 
 T = TypeVar("T")
@@ -144,16 +146,21 @@ class SyncMemoryService:
         embedder: Embedder | None = None,
         reranker: Reranker | None = None,
         next_embedder: Embedder | None = None,
+        extractor: Extractor | None = None,
     ) -> SyncMemoryService:
         """Open the service (see :meth:`memsvc.MemoryService.open`) on a background loop.
 
         ``reranker`` is an async callable; it runs on the background loop.
         ``next_embedder``: the model an embedding-model migration moves to.
+        ``extractor``: what :meth:`remember` uses when a call names none.
         """
         runner = _LoopThread()
         try:
             service = runner.run(
-                MemoryService._open(settings or Settings(), embedder, reranker, next_embedder)
+                MemoryService._open(
+                    settings or Settings(), embedder, reranker, next_embedder,
+                    extractor=extractor,
+                )
             )
         except BaseException:
             runner.stop()
@@ -193,6 +200,10 @@ class SyncMemoryService:
     def erase(self, scope: Scope, **options: Any) -> ErasureReceipt:
         """:meth:`memsvc.MemoryService.erase`, blocking (same keyword options)."""
         return self._runner.run(self._service.erase(scope, **options))
+
+    def remember(self, scope: Scope, messages: Sequence[Any], **options: Any) -> RememberResult:
+        """:meth:`memsvc.MemoryService.remember`, blocking (same keyword options)."""
+        return self._runner.run(self._service.remember(scope, messages, **options))
 
     def close(self) -> None:
         """Close the service and stop the background loop."""

@@ -5,7 +5,10 @@ would type them into ``python -m asyncio`` (top-level ``await`` works), against
 this test's fresh database and a private Redis (``MEMSVC_DATABASE_URL`` and
 ``MEMSVC_REDIS_URL`` are set, as a deployment would set them), with
 ``OPENAI_BASE_URL`` pointing at a local server speaking the OpenAI
-embeddings API, from an empty working directory. Blocks without ``await``
+embeddings API and ``MEMSVC_EXTRACTOR_BASE_URL`` at one speaking its chat
+completions API (a scripted extractor: each sentence a user says is a fact,
+added unless a related memory says it already), from an empty working
+directory. Blocks without ``await``
 run in a worker thread, as plain scripts would (the blocking client starts
 its own event loop).
 
@@ -31,6 +34,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from tests.embedders.fake_openai import serving
+from tests.extraction.fake_chat import serving as serving_chat
 
 ROOT = Path(__file__).resolve().parent.parent
 # docs/pending holds notes not yet on the site (mkdocs.yml excludes it too).
@@ -106,9 +110,10 @@ async def test_examples_run_as_written(
     monkeypatch.setenv("MEMSVC_REDIS_URL", redis_url)
     namespace: dict[str, Any] = {"__name__": "__main__"}
     skipped: list[str] = []
-    with serving(dim=384) as openai_compatible:
+    with serving(dim=384) as openai_compatible, serving_chat() as chat_compatible:
         monkeypatch.setenv("OPENAI_BASE_URL", openai_compatible.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-docs")
+        monkeypatch.setenv("MEMSVC_EXTRACTOR_BASE_URL", chat_compatible.base_url)
         for example in examples(page):
             if example.not_run is not None:
                 skipped.append(f"line {example.line}: {example.not_run}")

@@ -909,7 +909,7 @@ async def test_plain_vacuum_is_reported_table_by_table(service: MemoryService) -
     assert receipt.vacuum == {
         table: "vacuumed"
         for table in ("assemblies", "assembly_members", "entity_events", "memories",
-                      "memory_events", "session_checkpoints")
+                      "memory_events", "remembered_messages", "session_checkpoints")
     }
 
 

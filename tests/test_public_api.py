@@ -43,6 +43,19 @@ SURFACE: dict[str, str] = {
     "memsvc.progress.LineProgress": "memsvc.progress:LineProgress",
     "memsvc.progress.RichProgress": "memsvc.progress:RichProgress",
     "memsvc.progress.ProgressReporter": "memsvc.progress:ProgressReporter",
+    "memsvc.extraction.ADD": "memsvc.extraction:ADD",
+    "memsvc.extraction.UPDATE": "memsvc.extraction:UPDATE",
+    "memsvc.extraction.SUPERSEDE": "memsvc.extraction:SUPERSEDE",
+    "memsvc.extraction.INVALIDATE": "memsvc.extraction:INVALIDATE",
+    "memsvc.extraction.NOOP": "memsvc.extraction:NOOP",
+    "memsvc.extraction.Rejected": "memsvc.extraction:Rejected",
+    "memsvc.extraction.Limits": "memsvc.extraction:Limits",
+    "memsvc.extraction.Message": "memsvc.extraction:Message",
+    "memsvc.extraction.Candidate": "memsvc.extraction:Candidate",
+    "memsvc.extraction.Fact": "memsvc.extraction:Fact",
+    "memsvc.extraction.ExtractionRequest": "memsvc.extraction:ExtractionRequest",
+    "memsvc.extraction.SummaryMember": "memsvc.extraction:SummaryMember",
+    "memsvc.remember.Applied": "memsvc.remember:Applied",
 }
 
 

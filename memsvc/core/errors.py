@@ -118,3 +118,21 @@ class EmbeddingError(MemsvcError):
         self.status = status
         self.retryable = retryable
         super().__init__(message)
+
+
+class ExtractionError(MemsvcError):
+    """An extractor or summarizer could not answer (the model's endpoint failed).
+
+    Raised when the endpoint cannot be reached, times out, or answers with
+    an HTTP error after the retries; ``status`` holds the HTTP status when
+    there was one and ``retryable`` says whether calling again may succeed.
+    An answer that arrives but is unusable (not JSON, wrong schema) is no
+    error: ``remember`` rejects it with a reason and applies nothing of it.
+    """
+
+    def __init__(
+        self, message: str | None = None, *, status: int | None = None, retryable: bool = False
+    ) -> None:
+        self.status = status
+        self.retryable = retryable
+        super().__init__(message)

@@ -164,6 +164,17 @@ class Settings(BaseSettings):
         description="Embedder where memsvc picks one (`memsvc mcp`, the demo): `hashing`, "
         "`openai:<model>` or `local:<model or path>` (see memsvc.embedding.embedder_from_spec).",
     )
+    extractor: str | None = Field(
+        default=None,
+        description="Extractor `svc.remember` uses when a call names none: `openai:<model>` "
+        "(see memsvc.extraction.extractor_from_spec; MEMSVC_EXTRACTOR_BASE_URL and "
+        "MEMSVC_EXTRACTOR_API_KEY, else OPENAI_BASE_URL and OPENAI_API_KEY); unset: none.",
+    )
+    summarizer: str = Field(
+        default="extractive",
+        description="Summarizer where memsvc picks one: `extractive` (no model) or "
+        "`openai:<model>` (see memsvc.extraction.summarizer_from_spec).",
+    )
     embedding_state_refresh_s: float = Field(
         default=5.0,
         gt=0,

@@ -458,6 +458,7 @@ def build_metadata(settings: Settings) -> MetaData:
     _add_checkpoint_table(metadata)
     _add_langgraph_tables(metadata)
     _add_langgraph_store_tables(metadata, vector_type, settings, hnsw_with)
+    _add_remembered_messages_table(metadata)
     add_range_checks(metadata)
     return metadata
 
@@ -585,6 +586,47 @@ def _add_assembly_tables(
         comment="Which memories belong to which assembly (one row per membership).",
     )
     Index("ix_assembly_members_memory", members.c.tenant_id, members.c.memory_id)
+
+
+def _add_remembered_messages_table(metadata: MetaData) -> None:
+    """The ledger of ``svc.remember``: which messages a scope has remembered."""
+    remembered = Table(
+        "remembered_messages",
+        metadata,
+        *_scope_columns(),
+        Column("message_id", Text, nullable=False, comment="The app's id of the message."),
+        Column(
+            "batch_id",
+            UUID(as_uuid=True),
+            nullable=False,
+            comment="The remember batch (one transaction) that applied it.",
+        ),
+        Column(
+            "extractor",
+            Text,
+            nullable=False,
+            comment="The extractor that read it: name/version.",
+        ),
+        Column("model", Text, nullable=True, comment="The extractor's model, if any."),
+        Column(
+            "remembered_at",
+            DateTime(timezone=True),
+            nullable=False,
+            server_default=text("now()"),
+            comment="When the batch committed (its transaction's start).",
+        ),
+        created_xid_column(),
+        PrimaryKeyConstraint("tenant_id", "batch_id", "message_id"),
+        comment="Messages svc.remember has applied, one row each: a message id already "
+        "here is never applied again in its scope.",
+    )
+    Index(
+        "uq_remembered_messages_message",
+        *(remembered.c[c] for c in ("tenant_id", "project_id", "agent_id", "session_id")),
+        remembered.c.message_id,
+        unique=True,
+        postgresql_nulls_not_distinct=True,
+    )
 
 
 def _add_checkpoint_table(metadata: MetaData) -> None:

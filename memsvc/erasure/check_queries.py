@@ -55,7 +55,7 @@ NOW = "SELECT clock_timestamp()"
 
 # ------------------------------------------------------------------ structure
 
-WRITTEN_DURING = ("memories", "assemblies", "session_checkpoints")
+WRITTEN_DURING = ("memories", "assemblies", "session_checkpoints", "remembered_messages")
 
 
 def kept_event(schema: str) -> str:

@@ -3,8 +3,9 @@
 ``delete`` and ``delete_scope`` keep each memory's content in its history
 (audit). Erasure removes a scope's memories together with every event of
 their history, memberships (surviving assemblies are recomputed), the
-scope's assemblies and session checkpoints with their ledger events,
-LangGraph rows when the scope is a whole tenant, and working memory; it
+scope's assemblies and session checkpoints with their ledger events, the
+ids of the messages ``svc.remember`` recorded as remembered, LangGraph
+rows when the scope is a whole tenant, and working memory; it
 leaves one content-free ``erased`` event per memory (and the ``deleted``
 ledger event of each assembly and checkpoint), so feeds and audits see that
 something was erased, and when. Those keep the ids the caller named; ids
@@ -161,6 +162,8 @@ class Erasure(Repository):
         await self._erase_histories(plan, receipt, progress)
         progress.start("erasing session checkpoints")
         await self._erase_checkpoints(plan, receipt, progress)
+        progress.start("erasing the ids of remembered messages")
+        await self._erase_remembered(plan, receipt, progress)
         if plan.whole_tenant:
             progress.start("erasing LangGraph checkpoints and store items")
             await self._erase_langgraph(plan.scope.tenant, plan.batch_size, receipt)
@@ -331,6 +334,21 @@ class Erasure(Repository):
             receipt.add("session_checkpoints", row["checkpoints"])
             receipt.add("entity_events", row["entity_events"])
             progress.advance(row["checkpoints"])
+
+    async def _erase_remembered(
+        self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter
+    ) -> None:
+        """The scope's rows of the ``svc.remember`` ledger (message ids, nothing else)."""
+        params = Params()
+        sql = q.delete_remembered_batch(
+            self._schema, plan.scope_sql(params), params.add(plan.snapshot),
+            params.add(plan.batch_size),
+        )
+
+        async def run(conn: asyncpg.Connection) -> dict[str, int]:
+            return {"remembered_messages": await conn.fetchval(sql, *params.values)}
+
+        await self._batches(run, receipt, progress, tenant=plan.scope.tenant)
 
     async def _erase_langgraph(
         self, tenant: str, batch_size: int, receipt: ErasureReceipt

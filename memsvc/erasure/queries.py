@@ -440,6 +440,29 @@ WHERE x.tenant_id = d.tenant_id AND x.event_id = d.event_id
 RETURNING x.event_id"""
 
 
+# ---------------------------------------------------------- remembered messages
+
+
+def delete_remembered_batch(schema: str, scope_sql: str, snapshot: str, limit: str) -> str:
+    """Delete the next batch of the scope's rows of the ``svc.remember`` ledger.
+
+    Only rows committed before the erasure began, as for memories; the
+    count comes back as ``rows``.
+    """
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.remembered_messages
+    WHERE (tenant_id, batch_id, message_id) IN (
+        SELECT tenant_id, batch_id, message_id FROM {schema}.remembered_messages
+        WHERE {scope_sql} AND {committed_before("created_xid", snapshot)}
+        LIMIT {limit}
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING 1
+)
+SELECT count(*) AS rows FROM gone"""
+
+
 # -------------------------------------------------------------------- LangGraph
 
 
@@ -468,7 +491,7 @@ SELECT (SELECT count(*) FROM gone) AS items, (SELECT count(*) FROM vectors) AS v
 # Tables an erasure changes (LangGraph's only for a whole tenant).
 ERASED_TABLES = (
     "assemblies", "assembly_members", "entity_events", "memories", "memory_events",
-    "session_checkpoints",
+    "remembered_messages", "session_checkpoints",
 )
 LANGGRAPH_TABLES = (
     "langgraph_checkpoints",

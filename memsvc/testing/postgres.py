@@ -61,6 +61,7 @@ TABLES = (
     "langgraph_store_vectors",
     "langgraph_store_items",
     "langgraph_store_namespace_indexes",
+    "remembered_messages",
 )
 
 
