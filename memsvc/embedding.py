@@ -11,7 +11,6 @@ Optional dependencies are imported only when their embedder is built.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import hashlib
 import importlib.util
 import itertools
@@ -20,7 +19,6 @@ import os
 import random
 import re
 import threading
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memsvc import openai_compat
 from memsvc.core.errors import EmbeddingError, ValidationError
 
 if TYPE_CHECKING:
@@ -93,43 +92,6 @@ def _model_name(value: object, field: str) -> str:
     return value.strip()
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """The wait a server asked for (``retry-after-ms``; ``retry-after`` as seconds or a date)."""
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms is not None:
-        try:
-            return max(0.0, float(raw_ms) / 1000.0)
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _server_message(response: httpx.Response) -> str:
-    """The error text a server sent (OpenAI's ``{"error": {"message"}}`` and kin), shortened."""
-    try:
-        body = response.json()
-    except ValueError:
-        text = response.text
-    else:
-        error = body.get("error", body) if isinstance(body, dict) else body
-        if isinstance(error, dict):
-            error = error.get("message", error)
-        text = str(error)
-    text = " ".join(text.split())
-    return text[:200] + ("..." if len(text) > 200 else "")
-
-
 class OpenAIEmbedder:
     """Embeddings from an OpenAI-compatible ``/embeddings`` endpoint, over httpx.
 
@@ -173,22 +135,7 @@ class OpenAIEmbedder:
         if importlib.util.find_spec("httpx") is None:
             raise EmbeddingError("OpenAIEmbedder needs httpx: install memsvc[openai]")
         self.model = _model_name(model, "model")
-        url = base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL")
-        if not url or not url.strip():
-            # memsvc names no endpoint of its own: the deployment says where.
-            raise ValidationError(
-                "base_url", "required: the API root ending in /v1 (or set OPENAI_BASE_URL)"
-            )
-        url = url.strip().rstrip("/")
-        if not re.match(r"https?://[^/\s]+", url):
-            raise ValidationError("base_url", "must be an http:// or https:// URL")
-        import httpx
-
-        try:
-            httpx.URL(url)  # httpx's InvalidURL is no HTTPError: refuse it here
-        except httpx.InvalidURL as exc:
-            raise ValidationError("base_url", f"not a valid URL: {exc}") from exc
-        self.base_url = url
+        self.base_url = openai_compat.base_url(base_url)
         self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.dimensions = (
             None if dimensions is None else _positive(dimensions, "dimensions", integer=True)
@@ -286,7 +233,7 @@ class OpenAIEmbedder:
                 if 200 <= status < 300:
                     return response
                 retryable = status in _RETRYABLE_STATUSES or status >= 500
-                detail = _server_message(response)
+                detail = openai_compat.server_message(response)
                 if status in (401, 403):
                     detail = f"check the API key ({detail})"
                 failure = EmbeddingError(
@@ -294,7 +241,7 @@ class OpenAIEmbedder:
                     status=status,
                     retryable=retryable,
                 )
-                wait = _retry_after(response.headers) if retryable else None
+                wait = openai_compat.retry_after(response.headers) if retryable else None
             if not failure.retryable or attempt >= self.max_retries:
                 raise failure from cause
             if wait is not None and wait > self.max_backoff_s:

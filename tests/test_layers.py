@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "memsvc"
 # layer; packages sharing a layer do not import each other.
 LAYERS: list[set[str]] = [
     {"core"},
+    {"openai_compat"},
     {"telemetry", "progress", "embedding"},
     {"extraction"},
     {"db"},

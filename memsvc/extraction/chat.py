@@ -22,13 +22,12 @@ import json
 import math
 import os
 import random
-import re
 import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from memsvc import openai_compat
 from memsvc.core.errors import ExtractionError, ValidationError
-from memsvc.embedding import _retry_after, _server_message
 
 if TYPE_CHECKING:
     import httpx
@@ -44,27 +43,10 @@ _UNSUPPORTED_STATUSES = frozenset({400, 404, 415, 422, 501})
 def _positive(value: object, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationError(field, "must be a positive number")
-    if not math.isfinite(value) or value <= 0:
+    # An int is finite however large (math.isfinite would overflow on it).
+    if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
         raise ValidationError(field, "must be positive and finite")
     return float(value)
-
-
-def _base_url(value: str | None) -> str:
-    url = value if value is not None else os.environ.get("OPENAI_BASE_URL")
-    if not isinstance(url, str) or not url.strip():
-        raise ValidationError(
-            "base_url", "required: the API root ending in /v1 (or set OPENAI_BASE_URL)"
-        )
-    url = url.strip().rstrip("/")
-    if not re.match(r"https?://[^/\s]+", url):
-        raise ValidationError("base_url", "must be an http:// or https:// URL")
-    import httpx
-
-    try:
-        httpx.URL(url)  # httpx's InvalidURL is no HTTPError: refuse it here
-    except httpx.InvalidURL as exc:
-        raise ValidationError("base_url", f"not a valid URL: {exc}") from exc
-    return url
 
 
 def _parses(text: str | None) -> bool:
@@ -113,7 +95,7 @@ class ChatCompletions:
         if not isinstance(model, str) or not model.strip():
             raise ValidationError("model", "must be a non-empty string")
         self.model = model.strip()
-        self.base_url = _base_url(base_url)
+        self.base_url = openai_compat.base_url(base_url)
         self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.timeout_s = _positive(timeout_s, "timeout_s")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
@@ -277,7 +259,7 @@ class ChatCompletions:
                             f"{self.where()} answered with something not JSON"
                         ) from exc
                 retryable = status in _RETRYABLE_STATUSES or (status >= 500 and status != 501)
-                detail = _server_message(response)
+                detail = openai_compat.server_message(response)
                 if status in (401, 403):
                     detail = f"check the API key ({detail})"
                 failure = ExtractionError(
@@ -285,7 +267,7 @@ class ChatCompletions:
                     status=status,
                     retryable=retryable,
                 )
-                wait = _retry_after(response.headers) if retryable else None
+                wait = openai_compat.retry_after(response.headers) if retryable else None
             if not failure.retryable or attempt >= self.max_retries:
                 raise failure from cause
             if wait is not None and wait > self.max_backoff_s:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from memsvc import EmbeddingError, MemoryService, OpenAIEmbedder, Scope, Settings, ValidationError
-from memsvc.embedding import _retry_after
+from memsvc.openai_compat import retry_after
 from memsvc.sync import SyncMemoryService
 from tests.embedders.fake_openai import FakeEmbeddingsServer, Reply, serving
 
@@ -257,7 +257,7 @@ async def test_a_service_stores_and_searches_with_it(settings: Settings, scope: 
 def test_reads_the_wait_a_server_asks_for(headers: dict[str, str], seconds: float | None) -> None:
     if headers.get("retry-after", "").startswith("<a date"):
         headers = {"retry-after": email.utils.formatdate(time.time() + 60, usegmt=True)}
-    waited = _retry_after(headers)
+    waited = retry_after(headers)
     if seconds is None:
         assert waited is None
     else:
