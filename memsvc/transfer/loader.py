@@ -183,6 +183,10 @@ def _copy_row(record: MemoryRecord, now: datetime) -> tuple[Any, ...]:
         record.expires_at,
         record.access_count,
         record.last_accessed_at,
+        record.valid_from,
+        record.valid_to,
+        record.supersedes,
+        record.superseded_by,
     )
 
 
@@ -443,6 +447,10 @@ class Loader:
                 r.expires_at,
                 r.access_count,
                 r.last_accessed_at,
+                r.valid_from,
+                r.valid_to,
+                r.supersedes,
+                r.superseded_by,
             )
             for i, (r, _) in enumerate(batch)
         ]
