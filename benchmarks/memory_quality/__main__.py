@@ -293,7 +293,8 @@ class QualityBench:
             await conn.execute(f"ANALYZE {self.svc.settings.db_schema}.memories")
         print(
             f"  {stored:,} rows in one scope ({store.name} store), "
-            f"written in {time.perf_counter() - started:.0f}s"
+            f"written in {time.perf_counter() - started:.0f}s; "
+            f"{extractor.refused_supersessions} supersessions refused by the store"
         )
         questions = [q for q in self.data.questions if q.stream == "history"]
         best = Strategy("at scale", store.name, "vector", store.supersession)

@@ -100,6 +100,18 @@ class MemoryResult(BaseModel):
     created_at: datetime
     updated_at: datetime
     expires_at: datetime | None = Field(default=None, description="Null: kept until deleted.")
+    valid_from: datetime | None = Field(
+        default=None, description="When the fact started to hold."
+    )
+    valid_to: datetime | None = Field(
+        default=None, description="When the fact stopped holding; null: it still holds."
+    )
+    supersedes: list[str] = Field(
+        default_factory=list, description="Ids of the memories this one replaced."
+    )
+    superseded_by: str | None = Field(
+        default=None, description="Id of the memory that replaced this one."
+    )
 
     @classmethod
     def of(cls, memory: Memory, *, full: bool = False) -> MemoryResult:
@@ -122,6 +134,10 @@ class MemoryResult(BaseModel):
             created_at=memory.created_at,
             updated_at=memory.updated_at,
             expires_at=memory.expires_at,
+            valid_from=memory.valid_from,
+            valid_to=memory.valid_to,
+            supersedes=[str(i) for i in memory.supersedes],
+            superseded_by=None if memory.superseded_by is None else str(memory.superseded_by),
         )
 
 
@@ -193,6 +209,10 @@ OptionalSession = Annotated[
 ]
 Session = Annotated[str, Field(description="The session (conversation) id.")]
 MemoryId = Annotated[str, Field(description="A memory id (UUID) returned by another tool.")]
+Moment = Annotated[
+    datetime | None,
+    Field(description="An ISO 8601 moment with a timezone, e.g. 2024-06-01T00:00:00Z."),
+]
 
 
 def _is_under(scope: Scope, base: Scope) -> bool:
@@ -407,11 +427,27 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
                 f"{PREVIEW_CHARS} characters; memory_get reads one memory in full)."
             ),
         ] = False,
+        valid: Annotated[
+            Literal["now", "all"],
+            Field(
+                description="now: only facts that hold now (superseded and invalidated "
+                "memories left out); all: whatever their validity."
+            ),
+        ] = "now",
+        valid_at: Annotated[
+            datetime | None,
+            Field(
+                description="Only facts that held at this ISO 8601 moment (with a timezone), "
+                "e.g. to answer where someone lived in April 2024."
+            ),
+        ] = None,
     ) -> SearchResult:
         """Find the memories closest in meaning to a query, best first, with their scores and
-        a preview of each (full_content for all of it)."""
+        a preview of each (full_content for all of it). By default only facts that hold now."""
         target = _scoped(scope, session)
-        hits = await memories.search(target, query, k=k, include=include, where=where)
+        hits = await memories.search(
+            target, query, k=k, include=include, where=where, valid=valid, valid_at=valid_at
+        )
         return SearchResult(
             hits=[
                 SearchResultItem(score=h.score, memory=MemoryResult.of(h.memory, full=full_content))
@@ -444,14 +480,41 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
     )
 
+    async def owned(memory_id: str) -> Memory:
+        memory = await visible(memory_id)
+        if not _is_under(memory.scope, scope):
+            # Readable from here (stored above this scope) but not this server's to change.
+            raise NotFoundError(f"memory {memory_id} not found in this server's scope")
+        return memory
+
     @_tool(tools, deletes)
     async def memory_delete(id: MemoryId) -> DeleteResult:
         """Delete a memory stored in this server's scope or one of its sessions."""
-        memory = await visible(id)
-        if not _is_under(memory.scope, scope):
-            # Readable from here (stored above this scope) but not this server's to delete.
-            raise NotFoundError(f"memory {id} not found in this server's scope")
+        memory = await owned(id)
         return DeleteResult(deleted=await memories.delete(memory.id, tenant=scope.tenant))
+
+    @_tool(tools, writes)
+    async def memory_supersede(
+        id: Annotated[str, Field(description="The id of the memory whose fact changed.")],
+        content: Content,
+        valid_from: Moment = None,
+        metadata: Metadata = None,
+    ) -> MemoryResult:
+        """Record that a fact changed: store its new version and end the old memory's
+        validity at valid_from (default: now), linking the two. Searches then return the new
+        version; the old one stays readable for questions about the past."""
+        memory = await owned(id)
+        new = await memories.supersede(
+            memory.id, content, valid_from=valid_from, metadata=metadata, tenant=scope.tenant
+        )
+        return MemoryResult.of(new)
+
+    @_tool(tools, writes)
+    async def memory_invalidate(id: MemoryId, at: Moment = None) -> MemoryResult:
+        """Record that a fact stopped being true at a moment (default: now), with nothing
+        replacing it. Searches then leave it out; it stays readable for the past."""
+        memory = await owned(id)
+        return MemoryResult.of(await memories.invalidate(memory.id, at=at, tenant=scope.tenant))
 
     @_tool(tools, writes)
     async def working_set(

@@ -38,6 +38,8 @@ TOOLS = {
     "memory_search",
     "memory_get",
     "memory_delete",
+    "memory_supersede",
+    "memory_invalidate",
     "working_set",
     "working_get",
     "scratchpad_append",
@@ -122,6 +124,37 @@ async def test_tools_are_listed_with_descriptions_and_schemas(
 
 
 # --------------------------------------------------------------------- every tool
+
+
+async def test_supersede_invalidate_and_search_by_validity_over_stdio(
+    stdio_server: ServerFactory,
+) -> None:
+    async with Client(stdio_server("--tenant", _tenant(), "--project", "bridge")) as client:
+        paris = await _ok(client, "memory_add", {"content": "Ana lives in Paris"})
+        berlin = await _ok(client, "memory_supersede", {
+            "id": paris["id"], "content": "Ana lives in Berlin",
+            "valid_from": "2099-01-01T00:00:00Z",
+        })
+        assert berlin["supersedes"] == [paris["id"]]
+        assert berlin["valid_from"].startswith("2099-01-01")
+        now = await _ok(client, "memory_search", {"query": "where does Ana live", "k": 5})
+        assert [h["memory"]["id"] for h in now["hits"]] == [paris["id"]]
+        later = await _ok(client, "memory_search", {
+            "query": "where does Ana live", "valid_at": "2099-06-01T00:00:00Z",
+        })
+        assert [h["memory"]["id"] for h in later["hits"]] == [berlin["id"]]
+        old = await _ok(client, "memory_get", {"id": paris["id"]})
+        assert old["superseded_by"] == berlin["id"] and old["valid_to"].startswith("2099")
+        ended = await _ok(client, "memory_invalidate", {
+            "id": berlin["id"], "at": "2099-09-01T00:00:00Z",
+        })
+        assert ended["valid_to"].startswith("2099-09-01")
+        every = await _ok(client, "memory_search", {"query": "Ana", "valid": "all"})
+        assert len(every["hits"]) == 2
+        assert "no longer valid" in await _error(
+            client, "memory_invalidate", {"id": berlin["id"]}
+        )
+
 
 
 async def test_every_tool_over_stdio(
