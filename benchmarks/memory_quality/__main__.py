@@ -294,7 +294,7 @@ class QualityBench:
         print(
             f"  {stored:,} rows in one scope ({store.name} store), "
             f"written in {time.perf_counter() - started:.0f}s; "
-            f"{extractor.refused_supersessions} supersessions refused by the store"
+            f"{extractor.refused_supersessions} supersessions/invalidations refused by the store"
         )
         questions = [q for q in self.data.questions if q.stream == "history"]
         best = Strategy("at scale", store.name, "vector", store.supersession)

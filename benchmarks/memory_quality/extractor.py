@@ -120,8 +120,9 @@ class Extractor:
         # Writes answered with a memory that states another fact (or none):
         # a dedupe that merged what it should have kept apart.
         self.wrong_merges = 0
-        # Supersessions the store refused (a memory already closed, or dated
-        # before the one it would end): written as plain adds instead. Only
+        # Supersessions and invalidations the store refused (a memory already
+        # closed, or dated before the moment it would end): a refused
+        # supersession is written as a plain add instead. Only
         # the latency scope's filler histories make them, where exact dedupe
         # merges one text told of several people at different dates.
         self.refused_supersessions = 0
@@ -213,7 +214,10 @@ class Extractor:
 
     async def end(self, op: Invalidate) -> None:
         for memory_id in self.known(op.memories):
-            await self.memories.invalidate(memory_id, at=_moment(op.at))
+            try:
+                await self.memories.invalidate(memory_id, at=_moment(op.at))
+            except (ConflictError, ValidationError):
+                self.refused_supersessions += 1
 
     def known(self, keys: list[str]) -> list[Any]:
         """The ids of these memory keys, each once (dedupe may have merged some)."""
