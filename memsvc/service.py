@@ -62,6 +62,8 @@ TENANT_TABLES = (
     "langgraph_store_vectors",
     "langgraph_store_namespace_indexes",
     "remembered_messages",
+    "consolidation_clusters",
+    "consolidation_members",
 )
 
 
@@ -144,6 +146,7 @@ class MemoryService:
             checkpoints=self.checkpoints,
             memories=self.memories,
             reads=self._reads,
+            space=self.embedding_space,
         )
         # Erasure gets its repositories from the service, routed and tracked
         # like every other (the integrations make their own per store or saver).
