@@ -52,10 +52,10 @@ from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.repository import MemoryRepository
 from memsvc.ops import consolidation_queries as q
 
-# Cosine similarity at which memories belong together, measured on the
-# memory-quality benchmark's paraphrases with all-MiniLM-L6-v2 (see the
-# consolidation how-to): other embedders may need another.
-CLUSTER_THRESHOLD = 0.8
+# Cosine similarity at which memories belong together: chosen with
+# python -m benchmarks.memory_quality.cluster_sweep (all-MiniLM-L6-v2; the
+# consolidation how-to has the table). Other embedders may need another.
+CLUSTER_THRESHOLD = 0.75
 MAX_MEMBERS = 64  # a cluster's size; a full one takes no more members
 PAGE = 100  # new memories read at once
 ATTEMPTS = 4  # placements or redos of one cluster lost to racing runs
