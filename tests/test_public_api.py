@@ -35,6 +35,9 @@ SURFACE: dict[str, str] = {
     "memsvc.sync.SyncMemoryService": "memsvc.sync:SyncMemoryService",
     "memsvc.integrations.langgraph.MemsvcSaver": "memsvc.integrations.langgraph:MemsvcSaver",
     "memsvc.integrations.langgraph.MemsvcStore": "memsvc.integrations.langgraph:MemsvcStore",
+    "memsvc.integrations.langgraph.remember_node": (
+        "memsvc.integrations.langgraph:remember_node"
+    ),
     "memsvc.integrations.langchain.MemsvcVectorStore": (
         "memsvc.integrations.langchain:MemsvcVectorStore"
     ),
