@@ -186,7 +186,7 @@ class BatchApplier:
             **_keywords(
                 supersede,
                 valid_from=operation.valid_from,
-                metadata=self._metadata({}, operation),
+                metadata=self._metadata(operation.metadata, operation),
                 embedding=self._embeddings.get(operation.content),
                 expected_version=shown.version,
                 tenant=self._scope.tenant,

@@ -77,7 +77,8 @@ async def test_a_store_with_valid_time_gets_supersede_and_invalidate_applied(
         Reply(answer=facts("The user lives in Berlin.", "The user's cat Tom died.")),
         Reply(
             answer=operations(
-                supersede("m1", "The user lives in Berlin.", "2024-06-01"),
+                {**supersede("m1", "The user lives in Berlin.", "2024-06-01"),
+                 "metadata": [{"key": "slot", "value": "home"}]},
                 invalidate("m2", "2024-07-01T00:00:00Z"),
                 add("The user misses Tom."),
             )
@@ -96,6 +97,7 @@ async def test_a_store_with_valid_time_gets_supersede_and_invalidate_applied(
     berlin = result.applied[0].memory
     assert berlin is not None and berlin.content == "The user lives in Berlin."
     assert berlin.metadata["provenance"]["operation"] == "SUPERSEDE"
+    assert berlin.metadata["slot"] == "home"  # a supersede's metadata, as an add's
     old = await service.memories.get(paris.id)
     assert old.metadata == {
         "superseded_by": str(berlin.id), "valid_to": "2024-06-01T00:00:00+00:00"
