@@ -287,22 +287,26 @@ async def run(args: argparse.Namespace, data: Dataset, vectors: dict[str, np.nda
         by_text[question.text] = vectors[question.id]
     embedder = LookupEmbedder(by_text, args.cache_dir)
     async with MemoryService.open(settings, embedder=embedder) as svc:
-        async with svc.pool.acquire() as conn:
-            await conn.execute(
-                f"DELETE FROM {settings.db_schema}.memories WHERE tenant_id = $1", TENANT
-            )
-            await conn.execute(
-                f"DELETE FROM {settings.db_schema}.remembered_messages WHERE tenant_id = $1",
-                TENANT,
-            )
-        runs = [await one_run(svc, data, vectors, n) for n in range(args.pipeline_runs)]
-        first = runs[0]
-        direct, piped = first["scopes"]
-        quality = {
-            "direct": await accuracy(svc, data, vectors, direct, first["store"]),
-            "pipeline": await accuracy(svc, data, vectors, piped, first["store"]),
-        }
-    report(first, runs, quality)
+        runs = []
+        quality: dict[str, Any] = {}
+        for n in range(args.pipeline_runs):
+            # Each run on an empty tenant: searches cost what they cost at this size.
+            await clear(svc)
+            runs.append(await one_run(svc, data, vectors, n))
+            if n == 0:
+                direct, piped = runs[0]["scopes"]
+                quality["direct"] = await accuracy(svc, data, vectors, direct, runs[0]["store"])
+                quality["pipeline"] = await accuracy(svc, data, vectors, piped, runs[0]["store"])
+        await clear(svc)
+    report(runs[0], runs, quality)
+
+
+async def clear(svc: MemoryService) -> None:
+    schema = svc.settings.db_schema
+    async with svc.pool.acquire() as conn:
+        for table in ("memories", "remembered_messages"):
+            await conn.execute(f"DELETE FROM {schema}.{table} WHERE tenant_id = $1", TENANT)
+        await conn.execute(f"VACUUM ANALYZE {schema}.memories")
 
 
 def report(first: dict[str, Any], runs: list[dict[str, Any]], quality: dict[str, Any]) -> None:

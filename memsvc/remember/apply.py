@@ -1,9 +1,11 @@
 """Applying one batch's checked operations inside the batch's transaction.
 
-Each operation runs in a savepoint: one the store refuses (a content the
-scope already holds under another memory, a scope over its size limit) is
-rolled back alone and reported with the store's reason, so no operation is
-ever half-applied. ADD and UPDATE use today's ``svc.memories`` API on the
+The operations run one after the other in the batch's transaction. When the
+store refuses one (a content the scope already holds under another memory,
+a scope over its size limit), the batch starts over with each operation in
+a savepoint: the refused one is rolled back alone and reported with the
+store's reason, so no operation is ever half-applied, and a batch the store
+accepts whole pays no savepoints. ADD and UPDATE use today's ``svc.memories`` API on the
 batch's connection; SUPERSEDE and INVALIDATE call the store's ``supersede``
 and ``invalidate`` where it has them (valid time, issue 29) and are refused
 up front where it does not.
@@ -83,6 +85,10 @@ class Provenance:
         return recorded
 
 
+class StoreRefused(Exception):
+    """The store refused an operation applied without a savepoint: redo the batch isolated."""
+
+
 class BatchApplier:
     """Applies checked operations on one connection (the batch's transaction)."""
 
@@ -111,16 +117,25 @@ class BatchApplier:
         )
 
     async def apply(
-        self, accepted: Sequence[tuple[int, Operation]]
+        self, accepted: Sequence[tuple[int, Operation]], *, isolated: bool = True
     ) -> tuple[list[Applied], list[Rejected]]:
-        """Apply each operation in its own savepoint; the store's refusals are reported."""
+        """Apply the operations; the store's refusals are reported.
+
+        ``isolated``: each in its own savepoint. Otherwise a refusal raises
+        :class:`StoreRefused` (the transaction is then unusable).
+        """
         applied: list[Applied] = []
         refused: list[Rejected] = []
         for index, operation in accepted:
             try:
-                async with self._conn.transaction():
+                if isolated:
+                    async with self._conn.transaction():
+                        memory = await self._one(operation)
+                else:
                     memory = await self._one(operation)
             except (ValidationError, ConflictError, NotFoundError) as exc:
+                if not isolated:
+                    raise StoreRefused from exc
                 refused.append(Rejected(index, f"refused by the store: {exc}", "", "apply"))
                 continue
             applied.append(Applied(operation, memory, index))
