@@ -1,4 +1,4 @@
-"""Operations: gc, stats, doctor, recall audit, re-embedding, roles, Citus.
+"""Operations: gc, stats, doctor, recall audit, re-embedding, roles, Citus, consolidation.
 
 Apps reach them through ``svc.maintenance`` (:class:`Maintenance`); the
 ``memsvc`` command line is a thin layer over the same code. SQL lives in the
