@@ -23,7 +23,9 @@ from memsvc import (
     SummaryMember,
     ValidationError,
 )
+from memsvc.testing.postgres import settings_for_tests
 from tests.extraction.fake_chat import serving
+from tests.test_row_level_security import rls_database  # noqa: F401
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -325,3 +327,27 @@ async def test_bad_arguments_are_refused_naming_the_field(
         await service.maintenance.consolidate(SCOPE, **arguments)
     assert raised.value.field == field
     assert await clusters(service) == {}
+
+
+async def test_consolidation_under_row_level_security_stays_in_its_tenant(
+    rls_database: tuple[str, str],  # noqa: F811
+) -> None:
+    owner_dsn, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    async with MemoryService.open(settings) as svc:
+        for tenant in ("alpha", "beta"):
+            for i, text in enumerate(TOPICS["pets"]):
+                await svc.memories.add(
+                    Scope(tenant, "p"), text, embedding=near(BASES["pets"], i)
+                )
+        report = await svc.maintenance.consolidate(Scope("alpha", "p"))
+        assert (report.made, report.considered) == (1, 4)
+    owner = await asyncpg.connect(owner_dsn)
+    try:
+        rows = await owner.fetch(
+            "SELECT tenant_id, count(*) AS n FROM memsvc.consolidation_members GROUP BY 1"
+        )
+        assert {r["tenant_id"]: r["n"] for r in rows} == {"alpha": 4}
+        assert await owner.fetchval("SELECT count(*) FROM memsvc.consolidation_clusters") == 1
+    finally:
+        await owner.close()
