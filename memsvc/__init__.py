@@ -43,9 +43,11 @@ from memsvc.extraction import (
     OpenAIChatExtractor,
     OpenAIChatSummarizer,
     Summarizer,
+    SummaryMember,
     extractor_from_spec,
     summarizer_from_spec,
 )
+from memsvc.ops.consolidation import ConsolidationReport
 from memsvc.remember import RememberResult
 from memsvc.service import MemoryService
 
@@ -56,6 +58,7 @@ __all__ = [
     "Checkpoint",
     "ConcurrencyError",
     "ConflictError",
+    "ConsolidationReport",
     "CursorExpiredError",
     "Embedder",
     "EmbeddingError",
@@ -82,6 +85,7 @@ __all__ = [
     "Settings",
     "StorageError",
     "Summarizer",
+    "SummaryMember",
     "TaskState",
     "ValidationError",
     "WorkingMemoryError",

@@ -56,6 +56,7 @@ from memsvc.core.scope import Include, Scope
 from memsvc.core.settings import Settings
 from memsvc.embedding import embedder_from_spec
 from memsvc.integrations.loop_bridge import ServiceTypeError
+from memsvc.ops.consolidation import CLUSTER_THRESHOLD, MAX_MEMBERS
 from memsvc.service import MemoryService
 from memsvc.working import WorkingMemory
 
@@ -69,7 +70,9 @@ INSTRUCTIONS = (
     "Long-term memory and per-session working memory for this agent. Store durable facts "
     "with memory_add (or memory_put under a stable key), find them with memory_search; keep "
     "short-lived state of a conversation with working_set/working_get and notes with "
-    "scratchpad_append. Scope (tenant, project, agent) is fixed by the server."
+    "scratchpad_append. memory_remember turns a conversation into memories (when the server "
+    "has an extractor); memory_consolidate groups related memories under summaries. Scope "
+    "(tenant, project, agent) is fixed by the server."
 )
 
 # ----------------------------------------------------------------- tool results
@@ -187,6 +190,58 @@ class ScratchpadResult(BaseModel):
 
     session: str
     entries: list[ScratchpadEntry]
+
+
+class ConversationMessage(BaseModel):
+    """One message of a conversation, as ``memory_remember`` takes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant", "system", "tool"] = Field(description="Who said it.")
+    content: str = Field(description="What was said.")
+    id: str = Field(
+        description="The message's id, unique in the conversation: a message already "
+        "remembered in this scope is skipped."
+    )
+    at: datetime | None = Field(
+        default=None, description="When it was said (ISO 8601 with a time zone), if known."
+    )
+
+
+class AppliedOperation(BaseModel):
+    """An operation the extractor decided and memsvc applied."""
+
+    op: str = Field(description="ADD, UPDATE, SUPERSEDE, INVALIDATE or NOOP.")
+    memory: MemoryResult | None = Field(description="The memory written or changed (NOOP: none).")
+
+
+class SkippedOperation(BaseModel):
+    """An operation (or answer) refused, and why."""
+
+    index: int | None = Field(description="Its position in the answer (null: the whole answer).")
+    reason: str
+
+
+class RememberToolResult(BaseModel):
+    """What ``memory_remember`` did."""
+
+    applied: list[AppliedOperation]
+    skipped: list[SkippedOperation]
+    remembered: list[str] = Field(description="Ids of the messages applied now.")
+    already_remembered: list[str] = Field(description="Ids applied by an earlier call.")
+    pending: list[str] = Field(description="Ids the extractor's answer left unusable: resend.")
+    model_calls: int
+
+
+class ConsolidateResult(BaseModel):
+    """What ``memory_consolidate`` did."""
+
+    made: int = Field(description="Clusters made, each with a summary memory.")
+    joined: int = Field(description="Memories that joined an existing cluster.")
+    redone: int = Field(description="Clusters summarized again: a member changed or left.")
+    dissolved: int = Field(description="Clusters removed: too few members left.")
+    considered: int = Field(description="Memories considered for the first time.")
+    summaries: list[str] = Field(description="Ids of the summary memories written.")
 
 
 # ----------------------------------------------------------------- arguments
@@ -565,6 +620,71 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         """Read a session's scratchpad notes, oldest first, with their timestamps."""
         target = _scoped(scope, session)
         return await _scratchpad(service.working(target), session)
+
+    @_tool(tools, writes)
+    async def memory_remember(
+        messages: Annotated[
+            list[ConversationMessage],
+            Field(min_length=1, description="The conversation's new messages, oldest first."),
+        ],
+        session: OptionalSession = None,
+    ) -> RememberToolResult:
+        """Remember what a conversation's messages state: the server's extractor decides which
+        facts are new, reword or replace a memory, or are noise, and memsvc applies that, each
+        message once (messages already remembered are skipped)."""
+        if service.extractor is None:
+            raise ValidationError(
+                "extractor",
+                "this MCP server has no extractor: start it with MEMSVC_EXTRACTOR set "
+                "(openai:<model>, with MEMSVC_EXTRACTOR_BASE_URL and MEMSVC_EXTRACTOR_API_KEY)",
+            )
+        sent = [m.model_dump(exclude_none=True) for m in messages]
+        result = await service.remember(_scoped(scope, session), sent)
+        return RememberToolResult(
+            applied=[
+                AppliedOperation(
+                    op=a.operation.op,
+                    memory=None if a.memory is None else MemoryResult.of(a.memory),
+                )
+                for a in result.applied
+            ],
+            skipped=[SkippedOperation(index=r.index, reason=r.reason) for r in result.skipped],
+            remembered=list(result.remembered),
+            already_remembered=list(result.already_remembered),
+            pending=list(result.pending),
+            model_calls=result.model_calls,
+        )
+
+    @_tool(tools, writes)
+    async def memory_consolidate(
+        session: OptionalSession = None,
+        min_cluster: Annotated[
+            int,
+            Field(ge=2, le=MAX_MEMBERS, description="Fewest related memories a cluster holds."),
+        ] = 3,
+        threshold: Annotated[
+            float,
+            Field(
+                gt=0, le=1,
+                description="Cosine similarity at which memories belong together "
+                "(for the server's embedder; the default suits all-MiniLM-L6-v2).",
+            ),
+        ] = CLUSTER_THRESHOLD,
+    ) -> ConsolidateResult:
+        """Group related memories of this scope (or one session, exactly that scope) into
+        clusters, each under a summary memory that searches ranked for recall show first;
+        only memories new since the last run are considered. The members are kept."""
+        report = await service.maintenance.consolidate(
+            _scoped(scope, session), min_cluster=min_cluster, threshold=threshold
+        )
+        return ConsolidateResult(
+            made=report.made,
+            joined=report.joined,
+            redone=report.redone,
+            dissolved=report.dissolved,
+            considered=report.considered,
+            summaries=[str(summary) for summary in report.summaries],
+        )
 
     return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, tools=tools)
 
