@@ -7,7 +7,7 @@ import functools
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,8 @@ class Memory:
     expires_at: datetime | None = None
     access_count: int = 0
     last_accessed_at: datetime | None = None
+    pinned: bool = False
+    forgotten_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], scope: Scope | None = None) -> Memory:
@@ -111,10 +113,35 @@ class Memory:
         fields["expires_at"] = row["expires_at"]
         fields["access_count"] = row["access_count"]
         fields["last_accessed_at"] = row["last_accessed_at"]
+        fields["pinned"] = row["pinned"]
+        fields["forgotten_at"] = row["forgotten_at"]
         return memory
 
     def __repr__(self) -> str:
         return _short_repr(self, "embedding")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How fast the memories of a tenant or scope fade (``svc.policies``).
+
+    A memory's strength is ``importance x 0.5 ** (age / half_life)``, its age
+    counted from the latest of its creation, its last tracked access and its
+    restoration; the policy of the most specific scope on its path applies.
+    """
+
+    scope: Scope
+    half_life: timedelta
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Policy:
+        """Build a Policy from a ``memory_policies`` row."""
+        return cls(
+            scope=scope_from_row(row),
+            half_life=timedelta(seconds=row["half_life_s"]),
+            updated_at=row["updated_at"],
+        )
 
 
 @dataclass(frozen=True)

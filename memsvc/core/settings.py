@@ -209,6 +209,20 @@ class Settings(BaseSettings):
         description="Imports store a timestamp further than this in the future as the "
         "time of the import (and report it).",
     )
+    forget_below: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="gc's forget pass (run when a half-life policy is set) forgets the "
+        "memories whose strength is below this.",
+    )
+    forget_grace_days: float = Field(
+        default=30.0,
+        ge=0,
+        le=MAX_DURATION_DAYS,
+        description="A forgotten memory can be restored (svc.memories.restore) this long; "
+        "then gc deletes it.",
+    )
     checkpoint_keep_last: int = Field(default=50, ge=1, le=MAX_INT4)
     langgraph_checkpoint_keep_last: int | None = Field(
         default=None,

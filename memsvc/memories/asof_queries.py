@@ -134,8 +134,13 @@ WITH {_guard(schema, t).strip()}, later AS (
 
 
 def _select(where: str, t: str) -> str:
-    columns = MEMORY_COLUMNS.replace("access_count", "0 AS access_count").replace(
-        "last_accessed_at", "NULL::timestamptz AS last_accessed_at"
+    # Access statistics and forgetting are not history: an as-of read shows
+    # none of them (a forgotten memory as it was stored).
+    columns = (
+        MEMORY_COLUMNS.replace("access_count", "0 AS access_count")
+        .replace("last_accessed_at", "NULL::timestamptz AS last_accessed_at")
+        .replace("pinned", "false AS pinned")
+        .replace("forgotten_at", "NULL::timestamptz AS forgotten_at")
     )
     return f"""
     SELECT {columns} FROM asof

@@ -22,7 +22,7 @@ import asyncpg
 import numpy as np
 
 from memsvc.changes.signal import signals_changes
-from memsvc.core.errors import ConflictError, ValidationError
+from memsvc.core.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.core.ids import new_id, parse_id
 from memsvc.core.models import Memory, SearchHit, real_value
 from memsvc.core.scope import Include, Scope, validate_include
@@ -38,6 +38,7 @@ from memsvc.db.codecs import vector_bytes
 from memsvc.db.replicas import ReadRouter
 from memsvc.db.sql import Params, scope_condition
 from memsvc.embedding import Embedder
+from memsvc.memories import forgetting_queries as forgetting_q
 from memsvc.memories import queries as q
 from memsvc.memories import ranking
 from memsvc.memories.embedding_space import EmbeddingSpace
@@ -48,6 +49,7 @@ from memsvc.memories.inserts import (
     insert_one,
     scope_params,
 )
+from memsvc.memories.policies import PolicyRepository
 from memsvc.memories.reads import KEY_MAX_LENGTH, MAX_PAGE, MemoryReads
 from memsvc.memories.search import SearchRunner
 from memsvc.memories.search_plan import (
@@ -64,6 +66,7 @@ from memsvc.memories.write_inputs import (
     prepare,
     prepare_items,
     prepare_update,
+    validate_pinned,
 )
 from memsvc.telemetry import traced_operations
 
@@ -87,7 +90,8 @@ DeleteHook = Callable[[asyncpg.Connection, list[str], list[uuid.UUID]], Awaitabl
 
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
 @signals_changes(
-    "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked", "delete_scope"
+    "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked",
+    "delete_scope", "restore",
 )
 class MemoryRepository(MemoryReads):
     """Store, fetch, change and search long-term memories.
@@ -110,8 +114,11 @@ class MemoryRepository(MemoryReads):
         embeddings_changed: DeleteHook | None = None,
         reads: ReadRouter | None = None,
         space: EmbeddingSpace | None = None,
+        policies: PolicyRepository | None = None,
     ) -> None:
         super().__init__(pool, settings, reads=reads)
+        # Half-life policies, read by rank="recall" (see memsvc.memories.strength).
+        self._policies = policies
         self._init_reads()
         # The embedder and dimension in use; they change at the switch of an
         # embedding-model migration (see memsvc.memories.embedding_space).
@@ -155,6 +162,7 @@ class MemoryRepository(MemoryReads):
         importance: float = 0.5,
         ttl: float | Any | None = None,
         id: uuid.UUID | str | None = None,
+        pinned: bool = False,
         conn: asyncpg.Connection | None = None,
     ) -> Memory:
         """Store a memory and return it.
@@ -175,10 +183,13 @@ class MemoryRepository(MemoryReads):
             importance: In [0, 1].
             ttl: Seconds (or a timedelta) until the memory expires; None keeps it.
             id: A client-chosen UUID.
+            pinned: Never forget this memory, whatever its strength (see
+                docs/how-to/forgetting.md).
             conn: A connection (and transaction) of your own to run on.
         """
         scope = validate_scope(scope)
         fields = prepare(self._settings, content, metadata, importance, ttl)
+        pinned = validate_pinned(pinned)
         text, digest, meta, weight, ttl_s = fields
         memory_id = new_id() if id is None else parse_id("id", id)
         await self._follow_space()
@@ -197,7 +208,7 @@ class MemoryRepository(MemoryReads):
         generation, (vector, nexts) = await self._space.consistent(
             lambda: self._space.embeddings_for(text, embedding)
         )
-        args = [*scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
+        args = [*scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s, pinned]
 
         async def attempt() -> Memory:
             async with self._writing(scope, conn) as active:
@@ -224,6 +235,7 @@ class MemoryRepository(MemoryReads):
                 created_at=row["created_at"],
                 updated_at=row["updated_at"],
                 expires_at=row["expires_at"],
+                pinned=pinned,
             )
 
         return await self._retrying(attempt, owns_transaction=conn is None)
@@ -318,7 +330,8 @@ class MemoryRepository(MemoryReads):
         """Store many memories in one transaction: all of them, or none.
 
         Each item is a string (the content) or a mapping with ``content`` and
-        optionally ``embedding``, ``metadata``, ``importance``, ``ttl``, ``id``.
+        optionally ``embedding``, ``metadata``, ``importance``, ``ttl``, ``id``,
+        ``pinned``.
         Every item is validated before anything is sent. Duplicates (of stored
         memories or within the batch) come back as the existing memory, so the
         result has one memory per item, in order; an expired memory counts as
@@ -326,7 +339,7 @@ class MemoryRepository(MemoryReads):
         """
         scope = validate_scope(scope)
         batch = validate_sequence(items, "items")
-        ids, texts, digests, metas, vectors, weights, ttls = prepare_items(
+        ids, texts, digests, metas, vectors, weights, ttls, pins = prepare_items(
             self._settings, self._space, batch
         )
         await self._follow_space()
@@ -352,7 +365,7 @@ class MemoryRepository(MemoryReads):
                     vectors[i] = self._space.held_vector(generation, vectors[i], next_vector)
                 wire = [None if v is None else vector_bytes(v, vector_type) for v in vectors]
                 columns: builtins.list[builtins.list[Any]] = [
-                    ids, texts, digests, metas, wire, weights, ttls
+                    ids, texts, digests, metas, wire, weights, ttls, pins
                 ]
                 found = await insert_batch(
                     active, self._schema, self._insert_many_sql, scope, columns, self.delete_locked
@@ -403,6 +416,7 @@ class MemoryRepository(MemoryReads):
         importance: float | None = None,
         embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
         expected_version: int | None = None,
+        pinned: bool | None = None,
         tenant: str | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> Memory:
@@ -412,11 +426,14 @@ class MemoryRepository(MemoryReads):
         memory since you read it; otherwise ConflictError. New content without
         a new embedding is re-embedded when the service has an embedder.
         ``metadata`` replaces the whole object (see :meth:`patch_metadata`).
+        ``pinned`` pins (True) or unpins (False) the memory: a pinned memory
+        is never forgotten (see docs/how-to/forgetting.md).
         """
         memory_id = parse_id("id", id)
         text, digest, meta, weight = prepare_update(
             self._settings, content, metadata, importance, expected_version
         )
+        pin = None if pinned is None else validate_pinned(pinned)
         await self._follow_space()
 
         async def embed() -> tuple[Any, builtins.list[Any] | None]:
@@ -434,6 +451,7 @@ class MemoryRepository(MemoryReads):
             meta is not None, meta,
             weight is not None, weight,
             vector is not None, vector,
+            pin is not None, pin,
         ]  # fmt: skip
 
         async def attempt() -> Any:
@@ -516,6 +534,42 @@ class MemoryRepository(MemoryReads):
                 return await self.delete_locked(active, rows) > 0
 
         return await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def restore(
+        self,
+        id: uuid.UUID | str,
+        *,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Memory:
+        """Bring back a forgotten memory: it is in every read again.
+
+        Within ``Settings.forget_grace_days`` of its forgetting (later:
+        NotFoundError, as gc may have deleted it). Restoring counts as an
+        access (``access_count``, ``last_accessed_at``), which renews the
+        memory's strength. A memory that is not forgotten is returned as it
+        is. See docs/how-to/forgetting.md.
+        """
+        memory_id = parse_id("id", id)
+        sql = forgetting_q.restore(self._schema, tenant is not None)
+        args = [memory_id, tenant, self._settings.forget_grace_days * 86_400.0]
+
+        async def attempt() -> Any:
+            # A transaction: an id found in several tenants restores none of them.
+            async with self._transaction(conn, tenant=tenant) as active:
+                row = await active.fetchrow(sql, *args)
+                self._exactly_one(row["found"], f"memory {memory_id}")
+                return row
+
+        row = await self._retrying(attempt, owns_transaction=conn is None)
+        if row["id"] is not None:
+            return Memory.from_row(row)
+        if row["was_forgotten_at"] is not None:
+            raise NotFoundError(
+                f"memory {memory_id} was forgotten at {row['was_forgotten_at']}, "
+                f"past the grace period of {self._settings.forget_grace_days:g} days"
+            )
+        return await self.get(memory_id, tenant=tenant, conn=conn)
 
     async def delete_locked(self, conn: asyncpg.Connection, rows: Sequence[Any]) -> int:
         """Delete memory rows the caller has locked (``tenant_id``, ``id`` columns).
@@ -609,8 +663,9 @@ class MemoryRepository(MemoryReads):
             created_after: Only memories created after this moment.
             created_before: Only memories created before this moment.
             rank: ``similarity`` (the mode's own order), or ``recall``: 0.7 x
-                relevance + 0.2 x importance + 0.1 x 0.5 ** (age / 30 days),
-                over the 4k best candidates.
+                relevance + 0.3 x strength (importance x 0.5 ** (age /
+                half-life): the scope's policy, else 30 days; see
+                docs/how-to/forgetting.md), over the 4k best candidates.
             mode: ``vector``, ``text`` or ``hybrid``. Default: ``vector`` for an
                 embedding; for text, ``hybrid`` when the service has an embedder
                 (or ``query_embedding`` is given), else ``text``.
@@ -647,7 +702,10 @@ class MemoryRepository(MemoryReads):
             )
         hits = self._runner.hits(planned, rows, terms)
         if planned.reordered:
-            return await self._runner.reorder(planned, hits)
+            half_lives = None
+            if planned.rank == "recall" and self._policies is not None and hits:
+                half_lives = await self._policies.half_lives(planned.scope.tenant, conn)
+            return await self._runner.reorder(planned, hits, half_lives)
         return hits
 
     async def _search_held(

@@ -22,7 +22,8 @@ from memsvc.memories.embedding_space import EmbeddingSpace
 # importance, and TTL in seconds (None: never expires).
 Fields = tuple[str, str, str, float, float | None]
 # A batch's items as parallel lists: ids, contents, fingerprints, metadata,
-# embeddings (None where the embedder computes them), importances, TTLs.
+# embeddings (None where the embedder computes them), importances, TTLs,
+# pinned flags.
 Items = tuple[
     list[uuid.UUID],
     list[str],
@@ -31,9 +32,17 @@ Items = tuple[
     list[Any],
     list[float],
     list[float | None],
+    list[bool],
 ]
 
-ITEM_FIELDS = frozenset({"content", "embedding", "metadata", "importance", "ttl", "id"})
+ITEM_FIELDS = frozenset({"content", "embedding", "metadata", "importance", "ttl", "id", "pinned"})
+
+
+def validate_pinned(value: object, field: str = "pinned") -> bool:
+    """``pinned`` is True or False (never forgotten when True)."""
+    if not isinstance(value, bool):
+        raise ValidationError(field, "must be True or False")
+    return value
 
 
 def content_hash(content: str) -> str:
@@ -85,6 +94,7 @@ def prepare_items(
     vectors: list[Any] = []
     weights: list[float] = []
     ttls: list[float | None] = []
+    pins: list[bool] = []
     for i, item in enumerate(items):
         spec: Mapping[str, Any] = {"content": item} if isinstance(item, str) else item
         if not isinstance(spec, Mapping) or "content" not in spec:
@@ -104,6 +114,7 @@ def prepare_items(
             ids.append(new_id() if raw_id is None else parse_id("id", raw_id))
             embedding = spec.get("embedding")
             vectors.append(None if embedding is None else space.vector(embedding))
+            pins.append(validate_pinned(spec.get("pinned", False)))
         except ValidationError as exc:
             raise ValidationError(f"items[{i}].{exc.field}", exc.reason) from exc
         texts.append(text)
@@ -111,4 +122,4 @@ def prepare_items(
         metas.append(meta)
         weights.append(weight)
         ttls.append(ttl_s)
-    return ids, texts, digests, metas, vectors, weights, ttls
+    return ids, texts, digests, metas, vectors, weights, ttls, pins

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import IO
 
@@ -20,6 +21,8 @@ from memsvc.embedding import Embedder, embedder_from_spec
 from memsvc.memories.repository import MemoryRepository
 from memsvc.ops.doctor import Doctor
 from memsvc.ops.doctor_report import DoctorReport
+from memsvc.ops.forget import DEFAULT_BATCH as DEFAULT_FORGET_BATCH
+from memsvc.ops.forget import ForgetReport, Forgetting
 from memsvc.ops.gc import DEFAULT_BATCH, GarbageCollector, GcReport
 from memsvc.ops.recall_audit import (
     DEFAULT_K,
@@ -56,6 +59,7 @@ def _count_gc(report: GcReport) -> None:
             "idle_assemblies": report.idle_assemblies_deleted,
             "idle_checkpoints": report.idle_checkpoints_deleted,
             "change_events": report.change_events_removed,
+            "forgotten_memories": report.forgotten_deleted,
         }
     )
 
@@ -113,7 +117,14 @@ class Maintenance:
         self._dsn = dsn
         self._assemblies = assemblies
         self._memories = memories
-        self._gc = GarbageCollector(pool, settings, memories=memories, checkpoints=checkpoints)
+        self._forgetting = Forgetting(pool, settings, memories=memories, reads=reads)
+        self._gc = GarbageCollector(
+            pool,
+            settings,
+            memories=memories,
+            checkpoints=checkpoints,
+            forgetting=self._forgetting,
+        )
         self._background: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ gc
@@ -145,6 +156,47 @@ class Maintenance:
                 idle_session_days=idle_session_days,
                 max_batches=max_batches,
                 progress=progress,
+            )
+        finally:
+            self._wrote()
+
+    async def forget(
+        self,
+        scope: Scope | None = None,
+        *,
+        below: float = 0.05,
+        dry_run: bool = False,
+        now: datetime | None = None,
+        assembly_members: bool = False,
+        batch_size: int = DEFAULT_FORGET_BATCH,
+    ) -> ForgetReport:
+        """Forget the memories whose strength is below ``below``: out of every read at once.
+
+        Only memories under a half-life policy (``svc.policies``) decay;
+        keyed (``put``) and pinned memories are never forgotten, nor members
+        of an assembly unless ``assembly_members=True``. A forgotten memory is
+        still returned by ``get`` (with ``forgotten_at``) and comes back with
+        ``svc.memories.restore`` within ``Settings.forget_grace_days``; then
+        gc deletes it. See docs/how-to/forgetting.md.
+
+        Args:
+            scope: This scope and those under it; None: every scope (every
+                tenant: not under row-level security, which needs a scope).
+            below: The strength floor, in [0, 1].
+            dry_run: Only report what would be forgotten.
+            now: The moment strength is reckoned at (and ``forgotten_at``);
+                default the database's ``now()``. For tests and replays.
+            assembly_members: Forget members of assemblies too.
+            batch_size: Memories per transaction.
+        """
+        try:
+            return await self._forgetting.forget(
+                scope,
+                below=below,
+                dry_run=dry_run,
+                now=now,
+                assembly_members=assembly_members,
+                batch_size=batch_size,
             )
         finally:
             self._wrote()

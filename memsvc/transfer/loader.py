@@ -140,7 +140,7 @@ class LoadReport:
 
 # The timestamps of each record kind that an import may carry, and the kind's name.
 _RECORD_TIMES: dict[type, tuple[str, ...]] = {
-    MemoryRecord: ("created_at", "updated_at", "last_accessed_at"),
+    MemoryRecord: ("created_at", "updated_at", "last_accessed_at", "forgotten_at"),
     AssemblyRecord: ("created_at", "updated_at"),
     CheckpointRecord: ("created_at",),
     StoreItemRecord: ("created_at", "updated_at"),
@@ -183,6 +183,8 @@ def _copy_row(record: MemoryRecord, now: datetime) -> tuple[Any, ...]:
         record.expires_at,
         record.access_count,
         record.last_accessed_at,
+        record.pinned,
+        record.forgotten_at,
     )
 
 
@@ -443,6 +445,8 @@ class Loader:
                 r.expires_at,
                 r.access_count,
                 r.last_accessed_at,
+                r.pinned,
+                r.forgotten_at,
             )
             for i, (r, _) in enumerate(batch)
         ]

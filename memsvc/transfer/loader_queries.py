@@ -73,7 +73,8 @@ CREATE TEMP TABLE IF NOT EXISTS {STAGING} (
     embedding {vector_schema}.{vector_type}({dim}),
     importance real, version int,
     created_at timestamptz, updated_at timestamptz, expires_at timestamptz,
-    access_count bigint, last_accessed_at timestamptz
+    access_count bigint, last_accessed_at timestamptz,
+    pinned bool, forgotten_at timestamptz
 ) ON COMMIT DELETE ROWS"""
 
 
@@ -89,7 +90,7 @@ WITH ins AS (
            metadata, embedding,
            importance, version,
            coalesce(created_at, now()), coalesce(updated_at, created_at, now()), expires_at,
-           access_count, last_accessed_at
+           access_count, last_accessed_at, pinned, forgotten_at
     FROM {STAGING}
     ON CONFLICT DO NOTHING
     RETURNING m.tenant_id, m.project_id, m.agent_id, m.session_id, m.id, m.version

@@ -7,7 +7,8 @@ Every line has a ``type``:
 - ``memory``: ``id``, ``tenant``, ``project``, ``agent``, ``session``,
   ``key``, ``content``, ``content_hash``, ``metadata``, ``embedding`` (a
   list of floats, or null), ``importance``, ``version``, ``created_at``,
-  ``updated_at``, ``expires_at``, ``access_count``, ``last_accessed_at``;
+  ``updated_at``, ``expires_at``, ``access_count``, ``last_accessed_at``,
+  and when set ``pinned`` (true) and ``forgotten_at``;
 - ``assembly``: ``id``, the scope, ``name``, ``description``, ``metadata``,
   ``member_ids``, ``version``, ``created_at``, ``updated_at`` (counts and
   centroid are derived from the members on import);
@@ -106,6 +107,8 @@ class MemoryRecord:
     expires_at: datetime | None = None
     access_count: int = 0
     last_accessed_at: datetime | None = None
+    pinned: bool = False
+    forgotten_at: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -331,7 +334,15 @@ def memory_from_json(obj: Mapping[str, Any], settings: Settings) -> MemoryRecord
         expires_at=parse_time("expires_at", obj.get("expires_at")),
         access_count=_int("access_count", obj.get("access_count"), 0, 0),
         last_accessed_at=parse_time("last_accessed_at", obj.get("last_accessed_at")),
+        pinned=_flag("pinned", obj.get("pinned", False)),
+        forgotten_at=parse_time("forgotten_at", obj.get("forgotten_at")),
     )
+
+
+def _flag(field: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(field, "must be true or false")
+    return value
 
 
 def assembly_from_json(obj: Mapping[str, Any], settings: Settings) -> AssemblyRecord:
@@ -543,6 +554,12 @@ def memory_line(row: Mapping[str, Any]) -> str:
         "access_count": row["access_count"],
         "last_accessed_at": _time(row["last_accessed_at"]),
     }
+    # Written only when set, so lines of memories never pinned or forgotten
+    # read as before.
+    if row["pinned"]:
+        obj["pinned"] = True
+    if row["forgotten_at"] is not None:
+        obj["forgotten_at"] = _time(row["forgotten_at"])
     return _dumps(obj, "embedding", row["embedding"])
 
 
