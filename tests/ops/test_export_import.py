@@ -18,7 +18,7 @@ from .conftest import Cli
 MEMORY_ROWS = """
 SELECT tenant_id, project_id, agent_id, session_id, id, key, content, content_hash, metadata,
        embedding::text AS embedding, importance, version, created_at, updated_at, expires_at,
-       access_count, last_accessed_at
+       access_count, last_accessed_at, pinned, forgotten_at
 FROM memsvc.memories ORDER BY tenant_id, id"""
 ASSEMBLY_ROWS = """
 SELECT tenant_id, project_id, agent_id, session_id, id, name, description, metadata,
@@ -68,6 +68,12 @@ async def _populate(service: MemoryService) -> None:
     await service.memories.add(Scope("other"), "no embedding here")  # embedder computes one
     await service.memories.put(session, "prefs/units", "metric", metadata={"v": 2})
     await service.memories.add(session, "expires soon", ttl=3600)
+    # Pinned, and forgotten (under a policy): both survive the round trip.
+    await service.memories.update(added[20].id, pinned=True)
+    await service.policies.set(Scope("acme"), half_life=60)
+    forgotten = await service.maintenance.forget(session, below=0.05)
+    assert set(forgotten.ids) == {added[0].id, added[10].id}  # importance 0; 20 is pinned
+    await service.policies.delete(Scope("acme"))
     await service.assemblies.create(
         session, "first ten", description="d", memory_ids=[m.id for m in added[:10]] + [wide.id]
     )
