@@ -88,6 +88,11 @@ class Memory:
     last_accessed_at: datetime | None = None
     pinned: bool = False
     forgotten_at: datetime | None = None
+    reinforced_count: int = 0
+    last_reinforced_at: datetime | None = None
+    # True on the memory an add returns when semantic deduplication merged
+    # the write into it (nothing new was stored); False on every read.
+    merged: bool = False
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], scope: Scope | None = None) -> Memory:
@@ -115,6 +120,9 @@ class Memory:
         fields["last_accessed_at"] = row["last_accessed_at"]
         fields["pinned"] = row["pinned"]
         fields["forgotten_at"] = row["forgotten_at"]
+        fields["reinforced_count"] = row["reinforced_count"]
+        fields["last_reinforced_at"] = row["last_reinforced_at"]
+        fields["merged"] = False
         return memory
 
     def __repr__(self) -> str:

@@ -209,6 +209,19 @@ class Settings(BaseSettings):
         description="Imports store a timestamp further than this in the future as the "
         "time of the import (and report it).",
     )
+    dedupe: Literal["exact", "semantic", "off"] = Field(
+        default="exact",
+        description="What add and add_many do with a memory their scope already holds: "
+        "exact (same content: the stored one is returned), semantic (also a near-duplicate "
+        "by embedding: merged into it), off (stored again).",
+    )
+    semantic_dedupe_threshold: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="dedupe='semantic': the cosine similarity at which a write is merged "
+        "into a live memory of its scope (which must hold the same identifier-like tokens).",
+    )
     forget_below: float = Field(
         default=0.05,
         ge=0,

@@ -177,6 +177,14 @@ FORGOTTEN_AT_COMMENT = (
     "When a forget pass took the memory out of every read (its strength had fallen "
     "below the floor); NULL: not forgotten. gc deletes it after the grace period."
 )
+REINFORCED_COUNT_COMMENT = "How many writes semantic deduplication merged into the memory."
+LAST_REINFORCED_AT_COMMENT = (
+    "When semantic deduplication last merged a write into the memory (renews its strength)."
+)
+CONTENT_UNIQUE_COMMENT = (
+    "False: added with dedupe='off', outside the unique index on content (its scope "
+    "may hold the same content again)."
+)
 POLICIES_COMMENT = (
     "Half-life per tenant or scope: a memory's strength is importance x "
     "0.5 ^ (age / half_life), by the most specific policy on its scope's path."
@@ -328,6 +336,26 @@ def build_metadata(settings: Settings) -> MetaData:
         Column(
             "forgotten_at", DateTime(timezone=True), nullable=True, comment=FORGOTTEN_AT_COMMENT
         ),
+        Column(
+            "reinforced_count",
+            Integer,
+            nullable=False,
+            server_default=text("0"),
+            comment=REINFORCED_COUNT_COMMENT,
+        ),
+        Column(
+            "last_reinforced_at",
+            DateTime(timezone=True),
+            nullable=True,
+            comment=LAST_REINFORCED_AT_COMMENT,
+        ),
+        Column(
+            "content_unique",
+            Boolean,
+            nullable=False,
+            server_default=text("true"),
+            comment=CONTENT_UNIQUE_COMMENT,
+        ),
         PrimaryKeyConstraint("tenant_id", "id"),
         CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
         CheckConstraint("content_hash LIKE 'sha256:%'", name="content_hash_format"),
@@ -341,7 +369,7 @@ def build_metadata(settings: Settings) -> MetaData:
         memories.c.content_hash,
         unique=True,
         postgresql_nulls_not_distinct=True,
-        postgresql_where=text("key IS NULL"),
+        postgresql_where=text("key IS NULL AND content_unique"),
     )
     Index(
         "uq_memories_key",

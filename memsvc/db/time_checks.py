@@ -17,7 +17,10 @@ from memsvc.core.time_limits import MAX_DURATION_DAYS, in_range_sql
 
 # The time columns of each table whose rows memsvc reads.
 TIME_COLUMNS: dict[str, tuple[str, ...]] = {
-    "memories": ("created_at", "updated_at", "expires_at", "last_accessed_at", "forgotten_at"),
+    "memories": (
+        "created_at", "updated_at", "expires_at", "last_accessed_at", "forgotten_at",
+        "last_reinforced_at",
+    ),
     "memory_events": ("at", "committed_at"),
     "entity_events": ("at",),
     "assemblies": ("created_at", "updated_at"),

@@ -26,8 +26,8 @@ def restore(schema: str, tenant_filter: bool) -> str:
 
     ``$3``: the grace period in seconds. Restoring counts as an access (it
     renews the memory's age, so the next pass does not forget it again at
-    once). Returns ``found`` (rows with the id), ``forgotten_at`` (before),
-    and the restored row's columns (NULL when nothing was restored).
+    once). Returns ``found`` (rows with the id), ``restored`` (1 or 0),
+    ``was_forgotten_at`` and the memory's columns (restored, or as it is).
     """
     return f"""
 WITH old AS (
@@ -51,6 +51,10 @@ WITH old AS (
            {NEXT_CHANGE_KEY.format(row="old")}
     FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
 )
-SELECT upd.*, (SELECT count(*) FROM old) AS found,
+SELECT r.*, (SELECT count(*) FROM old) AS found, (SELECT count(*) FROM upd) AS restored,
        (SELECT forgotten_at FROM old LIMIT 1) AS was_forgotten_at
-FROM (SELECT 1) one LEFT JOIN upd ON true"""
+FROM (SELECT 1) one LEFT JOIN (
+    SELECT * FROM upd
+    UNION ALL
+    SELECT {MEMORY_COLUMNS} FROM old WHERE NOT EXISTS (SELECT 1 FROM upd)
+) AS r ON true"""

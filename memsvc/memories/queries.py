@@ -31,6 +31,9 @@ MEMORY_COLUMN_NAMES = (
     "last_accessed_at",
     "pinned",
     "forgotten_at",
+    "reinforced_count",
+    "last_reinforced_at",
+    "content_unique",
 )
 MEMORY_COLUMNS = ", ".join(MEMORY_COLUMN_NAMES)
 # The same columns with the embedding left out (a NULL in its place): search
@@ -94,9 +97,9 @@ def insert_memory(schema: str) -> str:
 WITH ins AS (
     INSERT INTO {schema}.memories
         (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
-         metadata, embedding, importance, expires_at, pinned)
+         metadata, embedding, importance, expires_at, pinned, content_unique)
     VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8::jsonb, $9, $10,
-            now() + $11::float8 * interval '1 second', $12)
+            now() + $11::float8 * interval '1 second', $12, $13)
     ON CONFLICT DO NOTHING
     RETURNING tenant_id, id, version, created_at, updated_at, expires_at
 ), ev AS (
@@ -118,7 +121,7 @@ SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
 WHERE tenant_id = $1 AND id = $2
 UNION ALL
 SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
-WHERE {scope_sql} AND key IS NULL AND content_hash = $3 AND id <> $2"""
+WHERE {scope_sql} AND key IS NULL AND content_unique AND content_hash = $3 AND id <> $2"""
 
 
 def insert_many(schema: str, vector_type: str) -> str:
@@ -126,14 +129,14 @@ def insert_many(schema: str, vector_type: str) -> str:
     return f"""
 WITH batch AS (
     SELECT * FROM unnest($5::uuid[], $6::text[], $7::text[], $8::jsonb[], $9::{vector_type}[],
-                         $10::real[], $11::float8[], $12::bool[])
-        AS b(id, content, content_hash, metadata, embedding, importance, ttl, pinned)
+                         $10::real[], $11::float8[], $12::bool[], $13::bool[])
+        AS b(id, content, content_hash, metadata, embedding, importance, ttl, pinned, unique_)
 ), ins AS (
     INSERT INTO {schema}.memories
         (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
-         metadata, embedding, importance, expires_at, pinned)
+         metadata, embedding, importance, expires_at, pinned, content_unique)
     SELECT $1, $2, $3, $4, id, NULL, content, content_hash, metadata, embedding, importance,
-           now() + ttl * interval '1 second', pinned
+           now() + ttl * interval '1 second', pinned, unique_
     FROM batch
     ON CONFLICT DO NOTHING
     RETURNING {MEMORY_COLUMNS}
@@ -159,7 +162,7 @@ SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
 WHERE tenant_id = $1 AND id = ANY($2::uuid[])
 UNION
 SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
-WHERE {scope_sql} AND key IS NULL AND content_hash = ANY($3::text[])"""
+WHERE {scope_sql} AND key IS NULL AND content_unique AND content_hash = ANY($3::text[])"""
 
 
 def lock_expired(schema: str) -> str:

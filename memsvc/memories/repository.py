@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -22,9 +21,9 @@ import asyncpg
 import numpy as np
 
 from memsvc.changes.signal import signals_changes
-from memsvc.core.errors import ConflictError, NotFoundError, ValidationError
+from memsvc.core.errors import ConflictError, ValidationError
 from memsvc.core.ids import new_id, parse_id
-from memsvc.core.models import Memory, SearchHit, real_value
+from memsvc.core.models import Memory, SearchHit
 from memsvc.core.scope import Include, Scope, validate_include
 from memsvc.core.settings import Settings
 from memsvc.core.validation import (
@@ -38,7 +37,6 @@ from memsvc.db.codecs import vector_bytes
 from memsvc.db.replicas import ReadRouter
 from memsvc.db.sql import Params, scope_condition
 from memsvc.embedding import Embedder
-from memsvc.memories import forgetting_queries as forgetting_q
 from memsvc.memories import queries as q
 from memsvc.memories import ranking
 from memsvc.memories.embedding_space import EmbeddingSpace
@@ -47,10 +45,12 @@ from memsvc.memories.inserts import (
     find_duplicate,
     insert_batch,
     insert_one,
+    inserted_memory,
     scope_params,
 )
 from memsvc.memories.policies import PolicyRepository
 from memsvc.memories.reads import KEY_MAX_LENGTH, MAX_PAGE, MemoryReads
+from memsvc.memories.restoring import Restoring
 from memsvc.memories.search import SearchRunner
 from memsvc.memories.search_plan import (
     MAX_K,
@@ -60,6 +60,12 @@ from memsvc.memories.search_plan import (
     SearchMode,
     SearchPlan,
     SearchPlanner,
+)
+from memsvc.memories.semantic import (
+    Dedupe,
+    SemanticDedupe,
+    validate_dedupe,
+    validate_threshold,
 )
 from memsvc.memories.write_inputs import (
     content_hash,
@@ -93,7 +99,7 @@ DeleteHook = Callable[[asyncpg.Connection, list[str], list[uuid.UUID]], Awaitabl
     "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked",
     "delete_scope", "restore",
 )
-class MemoryRepository(MemoryReads):
+class MemoryRepository(MemoryReads, Restoring):
     """Store, fetch, change and search long-term memories.
 
     Writes never lose or duplicate under concurrency: exact duplicates within a
@@ -128,6 +134,7 @@ class MemoryRepository(MemoryReads):
         # when a memory's embedding changed (assemblies recompute centroids).
         self._embeddings_changed = embeddings_changed
         self._insert_sql = q.insert_memory(self._schema)
+        self._semantic = SemanticDedupe(self._schema, settings.distance, settings.vector_type)
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
         # The one search path: arguments -> plan (its statement cached by
         # shape) -> rows -> hits (see memsvc.memories.search_plan).
@@ -163,6 +170,8 @@ class MemoryRepository(MemoryReads):
         ttl: float | Any | None = None,
         id: uuid.UUID | str | None = None,
         pinned: bool = False,
+        dedupe: Dedupe | None = None,
+        dedupe_threshold: float | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> Memory:
         """Store a memory and return it.
@@ -171,9 +180,16 @@ class MemoryRepository(MemoryReads):
         existing memory instead of a duplicate (a unique index decides, so
         racing writers agree). Passing your own ``id`` makes a retried call
         idempotent; reusing an id for different content is a ConflictError.
-        An expired memory (not yet collected by gc) counts as gone: the add
-        removes it and stores a new memory (see
+        An expired or forgotten memory (not yet collected by gc) counts as
+        gone: the add removes it and stores a new memory (see
         :mod:`memsvc.memories.expired`).
+
+        With ``dedupe="semantic"`` a near-duplicate counts too: if a live
+        memory of the exact scope is at least ``dedupe_threshold`` similar
+        (cosine) and holds the same identifier-like tokens, nothing new is
+        stored; that memory is reinforced and returned with ``merged=True``
+        (see docs/how-to/deduplication.md). ``dedupe="off"`` stores even
+        an exact duplicate.
 
         Args:
             scope: Where the memory lives.
@@ -185,15 +201,19 @@ class MemoryRepository(MemoryReads):
             id: A client-chosen UUID.
             pinned: Never forget this memory, whatever its strength (see
                 docs/how-to/forgetting.md).
+            dedupe: ``exact``, ``semantic`` or ``off``; default ``Settings.dedupe``.
+            dedupe_threshold: Semantic mode's cosine similarity; default
+                ``Settings.semantic_dedupe_threshold``.
             conn: A connection (and transaction) of your own to run on.
         """
         scope = validate_scope(scope)
         fields = prepare(self._settings, content, metadata, importance, ttl)
         pinned = validate_pinned(pinned)
+        mode, threshold = self._dedupe_options(dedupe, dedupe_threshold)
         text, digest, meta, weight, ttl_s = fields
         memory_id = new_id() if id is None else parse_id("id", id)
         await self._follow_space()
-        if embedding is None and self._space.embedder is not None:
+        if mode == "exact" and embedding is None and self._space.embedder is not None:
             # Content already stored here comes back as it is, as the insert
             # below would return it: embedding the text again would be wasted.
             # Only a shortcut: the insert's conflict handling stays the truth.
@@ -208,41 +228,48 @@ class MemoryRepository(MemoryReads):
         generation, (vector, nexts) = await self._space.consistent(
             lambda: self._space.embeddings_for(text, embedding)
         )
-        args = [*scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s, pinned]
+        args = [*scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
+        args += [pinned, mode != "off"]
+        semantic = mode == "semantic" and vector is not None
 
         async def attempt() -> Memory:
-            async with self._writing(scope, conn) as active:
+            async with self._writing(scope, conn, lock=semantic) as active:
                 vector = args[8] = self._space.held_vector(generation, args[8], nexts and nexts[0])
+                if semantic:
+                    found = await self._semantic.match(active, scope, text, vector, threshold)
+                    merged = found and await self._semantic.merge(active, found, text, meta, weight)
+                    if merged:
+                        return merged
                 row, existing = await insert_one(
                     active, self._schema, self._insert_sql, scope, args, self.delete_locked
                 )
+                if existing is not None and semantic:
+                    return await self._semantic.merge_found(active, existing, text, meta, weight)
                 if existing is not None:
                     return existing
                 if nexts is not None:
                     await self._space.write_next(
                         active, [scope.tenant], [memory_id], [digest], nexts
                     )
-            return Memory(
-                id=memory_id,
-                scope=scope,
-                content=text,
-                content_hash=digest,
-                metadata=json.loads(meta),
-                embedding=None if vector is None else vector.tolist(),
-                # the column is REAL: report what a read returns
-                importance=real_value(weight),
-                version=row["version"],
-                created_at=row["created_at"],
-                updated_at=row["updated_at"],
-                expires_at=row["expires_at"],
-                pinned=pinned,
-            )
+            return inserted_memory(scope, args, row, vector)
 
         return await self._retrying(attempt, owns_transaction=conn is None)
 
+    def _dedupe_options(self, dedupe: object, threshold: object) -> tuple[Dedupe, float]:
+        """The call's dedupe mode and threshold, checked (the settings' by default)."""
+        mode = validate_dedupe(self._settings.dedupe if dedupe is None else dedupe)
+        if threshold is None:
+            return mode, self._settings.semantic_dedupe_threshold
+        return mode, validate_threshold(threshold)
+
     @asynccontextmanager
     async def _writing(
-        self, scope: Scope, conn: asyncpg.Connection | None, *, always_transaction: bool = False
+        self,
+        scope: Scope,
+        conn: asyncpg.Connection | None,
+        *,
+        always_transaction: bool = False,
+        lock: bool = False,
     ) -> AsyncIterator[asyncpg.Connection]:
         """Where writes to a scope run, enforcing ``max_memories_per_scope``.
 
@@ -250,10 +277,11 @@ class MemoryRepository(MemoryReads):
         lock, write, then count: past the limit the transaction rolls back
         with a ConflictError. Counting under the lock, after the write, is what
         stops racing writers from each seeing room for one more (write skew).
+        ``lock``: take the scope's lock anyway (semantic deduplication).
         """
         limit = self._settings.max_memories_per_scope
         migrating = self._space.migrating
-        if limit is None and not always_transaction and not migrating:
+        if limit is None and not always_transaction and not migrating and not lock:
             async with self._connection(conn, tenant=scope.tenant) as active:
                 yield active
             return
@@ -261,9 +289,8 @@ class MemoryRepository(MemoryReads):
             # During an embedding-model migration the write runs wholly before
             # or wholly after the switch (see EmbeddingSpace.hold).
             await self._space.hold(active)
-            if limit is not None:
-                key = json.dumps([self._schema, "memories", *scope.levels])
-                await active.execute(q.LOCK_SCOPE, key)
+            if limit is not None or lock:
+                await self._semantic.lock(active, scope)
             yield active
             if limit is not None:
                 params = Params()
@@ -325,6 +352,8 @@ class MemoryRepository(MemoryReads):
         scope: Scope,
         items: Iterable[str | Mapping[str, Any]],
         *,
+        dedupe: Dedupe | None = None,
+        dedupe_threshold: float | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[Memory]:
         """Store many memories in one transaction: all of them, or none.
@@ -335,9 +364,12 @@ class MemoryRepository(MemoryReads):
         Every item is validated before anything is sent. Duplicates (of stored
         memories or within the batch) come back as the existing memory, so the
         result has one memory per item, in order; an expired memory counts as
-        gone, as in :meth:`add`.
+        gone, as in :meth:`add`. ``dedupe`` and ``dedupe_threshold`` as in
+        :meth:`add`: in semantic mode each item is compared, in order, with the
+        scope's memories and the items stored before it.
         """
         scope = validate_scope(scope)
+        mode, threshold = self._dedupe_options(dedupe, dedupe_threshold)
         batch = validate_sequence(items, "items")
         ids, texts, digests, metas, vectors, weights, ttls, pins = prepare_items(
             self._settings, self._space, batch
@@ -358,18 +390,28 @@ class MemoryRepository(MemoryReads):
             return []
         vector_type = self._settings.vector_type
 
+        semantic = mode == "semantic"
+
         async def attempt() -> tuple[dict[uuid.UUID, Memory], dict[str, Memory]]:
-            async with self._writing(scope, conn, always_transaction=True) as active:
+            async with self._writing(scope, conn, always_transaction=True, lock=semantic) as active:
                 for j, i in enumerate(embedded):
                     next_vector = None if nexts is None else nexts[j]
                     vectors[i] = self._space.held_vector(generation, vectors[i], next_vector)
                 wire = [None if v is None else vector_bytes(v, vector_type) for v in vectors]
+                unique = [mode != "off"] * len(ids)
                 columns: builtins.list[builtins.list[Any]] = [
-                    ids, texts, digests, metas, wire, weights, ttls, pins
+                    ids, texts, digests, metas, wire, weights, ttls, pins, unique
                 ]
-                found = await insert_batch(
-                    active, self._schema, self._insert_many_sql, scope, columns, self.delete_locked
-                )
+                if semantic:
+                    found = await self._semantic.add_each(
+                        active, scope, columns, vectors, threshold, self._insert_sql,
+                        self.delete_locked,
+                    )
+                else:
+                    found = await insert_batch(
+                        active, self._schema, self._insert_many_sql, scope, columns,
+                        self.delete_locked,
+                    )
                 if nexts is not None:
                     await self._space.write_next(
                         active,
@@ -381,6 +423,9 @@ class MemoryRepository(MemoryReads):
             return found
 
         by_id, by_digest = await self._retrying(attempt, owns_transaction=conn is None)
+        if semantic:
+            # add_each keys its result by item position: one memory per item.
+            return [by_id.get(ids[i]) or by_digest[str(i)] for i in range(len(ids))]
         return batch_memories(scope, ids, digests, by_id, by_digest)
 
     async def _embed_missing(
@@ -534,42 +579,6 @@ class MemoryRepository(MemoryReads):
                 return await self.delete_locked(active, rows) > 0
 
         return await self._retrying(attempt, owns_transaction=conn is None)
-
-    async def restore(
-        self,
-        id: uuid.UUID | str,
-        *,
-        tenant: str | None = None,
-        conn: asyncpg.Connection | None = None,
-    ) -> Memory:
-        """Bring back a forgotten memory: it is in every read again.
-
-        Within ``Settings.forget_grace_days`` of its forgetting (later:
-        NotFoundError, as gc may have deleted it). Restoring counts as an
-        access (``access_count``, ``last_accessed_at``), which renews the
-        memory's strength. A memory that is not forgotten is returned as it
-        is. See docs/how-to/forgetting.md.
-        """
-        memory_id = parse_id("id", id)
-        sql = forgetting_q.restore(self._schema, tenant is not None)
-        args = [memory_id, tenant, self._settings.forget_grace_days * 86_400.0]
-
-        async def attempt() -> Any:
-            # A transaction: an id found in several tenants restores none of them.
-            async with self._transaction(conn, tenant=tenant) as active:
-                row = await active.fetchrow(sql, *args)
-                self._exactly_one(row["found"], f"memory {memory_id}")
-                return row
-
-        row = await self._retrying(attempt, owns_transaction=conn is None)
-        if row["id"] is not None:
-            return Memory.from_row(row)
-        if row["was_forgotten_at"] is not None:
-            raise NotFoundError(
-                f"memory {memory_id} was forgotten at {row['was_forgotten_at']}, "
-                f"past the grace period of {self._settings.forget_grace_days:g} days"
-            )
-        return await self.get(memory_id, tenant=tenant, conn=conn)
 
     async def delete_locked(self, conn: asyncpg.Connection, rows: Sequence[Any]) -> int:
         """Delete memory rows the caller has locked (``tenant_id``, ``id`` columns).

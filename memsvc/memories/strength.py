@@ -1,8 +1,9 @@
 """A memory's strength: its importance, halved every half-life since it was last renewed.
 
 ``strength = importance x 0.5 ** (age / half_life)``, where ``age`` runs from
-the latest of the memory's creation and its last *tracked access*
+the latest of the memory's creation, its last *tracked access*
 (``get(..., track_access=True)``, and :meth:`restore`, which counts as one)
+and its last reinforcement (a write semantic deduplication merged into it)
 to the moment of the reckoning. A plain read never renews a memory: reads
 stay reads, and an app says which reads are uses by asking to track them.
 
@@ -26,11 +27,10 @@ DEFAULT_HALF_LIFE_S = 30 * 86_400.0
 
 
 def renewed_at(memory: Memory) -> datetime:
-    """When the memory's age starts: its creation or last tracked access, the later."""
-    accessed = memory.last_accessed_at
-    if accessed is not None and accessed > memory.created_at:
-        return accessed
-    return memory.created_at
+    """When the memory's age starts: its creation, last tracked access or last
+    reinforcement, the latest."""
+    times = [memory.created_at, memory.last_accessed_at, memory.last_reinforced_at]
+    return max(t for t in times if t is not None)
 
 
 def strength(importance: float, age_s: float, half_life_s: float) -> float:
@@ -57,6 +57,7 @@ def half_life_for(scope: Scope, half_lives: Mapping[Scope, float]) -> float | No
 def strength_sql(now: str, half_life: str, alias: str = "m") -> str:
     """The strength of the row ``alias`` at ``now`` (an SQL expression) under ``half_life``."""
     age = (
-        f"extract(epoch FROM {now} - greatest({alias}.created_at, {alias}.last_accessed_at))"
+        f"extract(epoch FROM {now} - greatest({alias}.created_at, {alias}.last_accessed_at, "
+        f"{alias}.last_reinforced_at))"
     )
     return f"({alias}.importance * power(0.5::float8, greatest(0, {age}) / {half_life}))"

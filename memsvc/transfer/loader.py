@@ -140,7 +140,9 @@ class LoadReport:
 
 # The timestamps of each record kind that an import may carry, and the kind's name.
 _RECORD_TIMES: dict[type, tuple[str, ...]] = {
-    MemoryRecord: ("created_at", "updated_at", "last_accessed_at", "forgotten_at"),
+    MemoryRecord: (
+        "created_at", "updated_at", "last_accessed_at", "forgotten_at", "last_reinforced_at"
+    ),
     AssemblyRecord: ("created_at", "updated_at"),
     CheckpointRecord: ("created_at",),
     StoreItemRecord: ("created_at", "updated_at"),
@@ -185,6 +187,9 @@ def _copy_row(record: MemoryRecord, now: datetime) -> tuple[Any, ...]:
         record.last_accessed_at,
         record.pinned,
         record.forgotten_at,
+        record.reinforced_count,
+        record.last_reinforced_at,
+        record.content_unique,
     )
 
 
@@ -447,6 +452,9 @@ class Loader:
                 r.last_accessed_at,
                 r.pinned,
                 r.forgotten_at,
+                r.reinforced_count,
+                r.last_reinforced_at,
+                r.content_unique,
             )
             for i, (r, _) in enumerate(batch)
         ]

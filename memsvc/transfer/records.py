@@ -8,7 +8,9 @@ Every line has a ``type``:
   ``key``, ``content``, ``content_hash``, ``metadata``, ``embedding`` (a
   list of floats, or null), ``importance``, ``version``, ``created_at``,
   ``updated_at``, ``expires_at``, ``access_count``, ``last_accessed_at``,
-  and when set ``pinned`` (true) and ``forgotten_at``;
+  and when set ``pinned`` (true), ``forgotten_at``, ``reinforced_count``,
+  ``last_reinforced_at``, ``content_unique`` (false: stored with
+  ``dedupe="off"``);
 - ``assembly``: ``id``, the scope, ``name``, ``description``, ``metadata``,
   ``member_ids``, ``version``, ``created_at``, ``updated_at`` (counts and
   centroid are derived from the members on import);
@@ -109,6 +111,9 @@ class MemoryRecord:
     last_accessed_at: datetime | None = None
     pinned: bool = False
     forgotten_at: datetime | None = None
+    reinforced_count: int = 0
+    last_reinforced_at: datetime | None = None
+    content_unique: bool = True
 
 
 @dataclass(slots=True)
@@ -336,6 +341,9 @@ def memory_from_json(obj: Mapping[str, Any], settings: Settings) -> MemoryRecord
         last_accessed_at=parse_time("last_accessed_at", obj.get("last_accessed_at")),
         pinned=_flag("pinned", obj.get("pinned", False)),
         forgotten_at=parse_time("forgotten_at", obj.get("forgotten_at")),
+        reinforced_count=_int("reinforced_count", obj.get("reinforced_count"), 0, 0),
+        last_reinforced_at=parse_time("last_reinforced_at", obj.get("last_reinforced_at")),
+        content_unique=_flag("content_unique", obj.get("content_unique", True)),
     )
 
 
@@ -560,6 +568,11 @@ def memory_line(row: Mapping[str, Any]) -> str:
         obj["pinned"] = True
     if row["forgotten_at"] is not None:
         obj["forgotten_at"] = _time(row["forgotten_at"])
+    if row["reinforced_count"]:
+        obj["reinforced_count"] = row["reinforced_count"]
+        obj["last_reinforced_at"] = _time(row["last_reinforced_at"])
+    if not row["content_unique"]:
+        obj["content_unique"] = False
     return _dumps(obj, "embedding", row["embedding"])
 
 
