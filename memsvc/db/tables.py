@@ -319,6 +319,31 @@ def build_metadata(settings: Settings) -> MetaData:
             comment="When the memory was last returned by get.",
         ),
         Column(
+            "valid_from",
+            DateTime(timezone=True),
+            nullable=True,
+            server_default=text("now()"),
+            comment="When the fact started to hold (NULL: since created_at).",
+        ),
+        Column(
+            "valid_to",
+            DateTime(timezone=True),
+            nullable=True,
+            comment="When the fact stopped holding (NULL: holds).",
+        ),
+        Column(
+            "supersedes",
+            ARRAY(UUID(as_uuid=True)),
+            nullable=True,
+            comment="The memories this one superseded (NULL: none).",
+        ),
+        Column(
+            "superseded_by",
+            UUID(as_uuid=True),
+            nullable=True,
+            comment="The memory that superseded this one (NULL: none).",
+        ),
+        Column(
             "content_tsv",
             TSVECTOR,
             Computed(content_tsv_expression(settings.text_search_config), persisted=True),
@@ -369,7 +394,9 @@ def build_metadata(settings: Settings) -> MetaData:
         memories.c.content_hash,
         unique=True,
         postgresql_nulls_not_distinct=True,
-        postgresql_where=text("key IS NULL AND content_unique"),
+        # Exact deduplication matches only memories whose validity is open (and
+        # not stored with dedupe="off").
+        postgresql_where=text("key IS NULL AND valid_to IS NULL AND content_unique"),
     )
     Index(
         "uq_memories_key",
@@ -420,7 +447,10 @@ def build_metadata(settings: Settings) -> MetaData:
         ),
         Column("memory_id", UUID(as_uuid=True), nullable=False, comment="The memory changed."),
         Column(
-            "kind", Text, nullable=False, comment="created, updated, deleted or erased."
+            "kind",
+            Text,
+            nullable=False,
+            comment="created, updated, deleted, erased, superseded or invalidated.",
         ),
         Column("version", Integer, nullable=False, comment="The memory's version after the event."),
         Column(
@@ -447,7 +477,17 @@ def build_metadata(settings: Settings) -> MetaData:
         Column("session_id", Text, nullable=True, comment="Session of the memory."),
         change_key_column("the event"),
         PrimaryKeyConstraint("tenant_id", "event_id"),
-        CheckConstraint("kind IN ('created', 'updated', 'deleted', 'erased')", name="kind"),
+        Column(
+            "links",
+            ARRAY(UUID(as_uuid=True)),
+            nullable=True,
+            comment="Memories the event links: a supersession's successor, "
+            "a creation's predecessors.",
+        ),
+        CheckConstraint(
+            "kind IN ('created', 'updated', 'deleted', 'erased', 'superseded', 'invalidated')",
+            name="kind",
+        ),
         comment="Append-only history of memories, written in the same transaction as each change.",
     )
     Index("ix_memory_events_memory", events.c.tenant_id, events.c.memory_id, events.c.event_id)

@@ -18,8 +18,8 @@ from memsvc.core.time_limits import MAX_DURATION_DAYS, in_range_sql
 # The time columns of each table whose rows memsvc reads.
 TIME_COLUMNS: dict[str, tuple[str, ...]] = {
     "memories": (
-        "created_at", "updated_at", "expires_at", "last_accessed_at", "forgotten_at",
-        "last_reinforced_at",
+        "created_at", "updated_at", "expires_at", "last_accessed_at", "valid_from", "valid_to",
+        "forgotten_at", "last_reinforced_at",
     ),
     "memory_events": ("at", "committed_at"),
     "entity_events": ("at",),

@@ -10,8 +10,14 @@ from memsvc.memories.queries import (
     MEMORY_COLUMNS,
     NEXT_CHANGE_KEY,
     PRIOR,
+    VALID_NOW,
     qualified,
 )
+
+# Valid now, by the statement's clock: it reads after the scope's lock is
+# granted, and a memory the writer before it stored is valid from that
+# writer's transaction time, which may be later than this transaction's now().
+VALID_AT_STATEMENT = VALID_NOW.replace("now()", "statement_timestamp()")
 
 # Candidates compared per write: the nearest few, of which the first that
 # passes the identifier rule (see memsvc.memories.dedupe_rule) is taken.
@@ -19,12 +25,14 @@ CANDIDATES = 5
 
 
 def nearest(schema: str, distance: str, scope_sql: str, query: str, limit: str) -> str:
-    """The live unkeyed memories of an exact scope nearest ``query``, with their cosine
-    similarity. Ordered by the configured distance (its HNSW index serves it)."""
+    """The live unkeyed memories of an exact scope valid now nearest ``query``, with
+    their cosine similarity. Ordered by the configured distance (its HNSW index
+    serves it)."""
     op = DISTANCE_OPERATORS[distance]
     return f"""
 SELECT {MEMORY_COLUMNS}, 1 - (embedding <=> {query}) AS cosine FROM {schema}.memories
-WHERE {scope_sql} AND key IS NULL AND {LIVE} AND embedding IS NOT NULL
+WHERE {scope_sql} AND key IS NULL AND {LIVE} AND {VALID_AT_STATEMENT}
+  AND embedding IS NOT NULL
 ORDER BY embedding {op} {query}
 LIMIT {limit}"""
 

@@ -115,7 +115,11 @@ async def insert_batch(
 
 
 def inserted_memory(scope: Scope, args: list[Any], row: Any, vector: Any) -> Memory:
-    """The memory :func:`insert_one` stored (``args`` as it took them, ``row`` its result)."""
+    """The memory :func:`insert_one` stored (``args`` as it took them, ``row`` its result).
+
+    Built from what the caller sent and what the server decided: reading the
+    row back (its embedding above all) would double the traffic.
+    """
     return Memory(
         id=args[4],
         scope=scope,
@@ -129,7 +133,9 @@ def inserted_memory(scope: Scope, args: list[Any], row: Any, vector: Any) -> Mem
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         expires_at=row["expires_at"],
-        pinned=args[11],
+        valid_from=row["valid_from"],
+        supersedes=tuple(args[12] or ()),
+        pinned=args[13],
     )
 
 

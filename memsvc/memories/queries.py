@@ -29,6 +29,10 @@ MEMORY_COLUMN_NAMES = (
     "expires_at",
     "access_count",
     "last_accessed_at",
+    "valid_from",
+    "valid_to",
+    "supersedes",
+    "superseded_by",
     "pinned",
     "forgotten_at",
     "reinforced_count",
@@ -48,6 +52,16 @@ NOT_EXPIRED = "(expires_at IS NULL OR expires_at > now())"
 NOT_FORGOTTEN = "forgotten_at IS NULL"
 LIVE = f"{NOT_EXPIRED} AND {NOT_FORGOTTEN}"
 
+# Valid time (see memsvc.memories.validity): a NULL valid_from (rows from
+# before valid time) means "since created_at", never later than now().
+VALID_NOW = "(valid_from IS NULL OR valid_from <= now()) AND (valid_to IS NULL OR valid_to > now())"
+
+
+def valid_at(t: str) -> str:
+    """A condition true for the memories valid at ``t`` (a placeholder or expression)."""
+    return f"coalesce(valid_from, created_at) <= {t} AND (valid_to IS NULL OR valid_to > {t})"
+
+
 # Serialises writers of one scope (the key is an injective JSON text of the
 # scope; two scopes whose 64-bit hashes collide merely wait for each other).
 LOCK_SCOPE = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
@@ -58,7 +72,9 @@ PRIOR = (
     "jsonb_build_object('content', old.content, 'metadata', old.metadata, "
     "'importance', old.importance, 'key', old.key, 'expires_at', old.expires_at, "
     "'version', old.version, 'scope', jsonb_build_array(old.tenant_id, old.project_id, "
-    "old.agent_id, old.session_id))"
+    "old.agent_id, old.session_id), 'valid_from', coalesce(old.valid_from, old.created_at), "
+    "'valid_to', old.valid_to, 'supersedes', to_jsonb(old.supersedes), "
+    "'superseded_by', old.superseded_by)"
 )
 
 # The memory's scope, as memory_events records it.
@@ -90,22 +106,26 @@ SIMILARITY = {
 def insert_memory(schema: str) -> str:
     """Insert one memory (no-op on a duplicate id or content) and its 'created' event.
 
-    Returns only what the server decides (version, timestamps): the caller
-    has the rest, and sending the embedding back would double the traffic.
+    ``$12`` is its valid_from (NULL: now), ``$13`` the memories it supersedes
+    (NULL: none), also the event's links. Returns only what the server
+    decides (version, timestamps): the caller has the rest, and sending the
+    embedding back would double the traffic.
     """
     return f"""
 WITH ins AS (
     INSERT INTO {schema}.memories
         (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
-         metadata, embedding, importance, expires_at, pinned, content_unique)
+         metadata, embedding, importance, expires_at, valid_from, supersedes, pinned,
+         content_unique)
     VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8::jsonb, $9, $10,
-            now() + $11::float8 * interval '1 second', $12, $13)
+            now() + $11::float8 * interval '1 second', coalesce($12::timestamptz, now()),
+            $13::uuid[], $14, $15)
     ON CONFLICT DO NOTHING
-    RETURNING tenant_id, id, version, created_at, updated_at, expires_at
+    RETURNING tenant_id, id, version, created_at, updated_at, expires_at, valid_from
 ), ev AS (
     INSERT INTO {schema}.memory_events
-        (tenant_id, project_id, agent_id, session_id, memory_id, kind, version)
-    SELECT tenant_id, $2, $3, $4, id, 'created', version FROM ins
+        (tenant_id, project_id, agent_id, session_id, memory_id, kind, version, links)
+    SELECT tenant_id, $2, $3, $4, id, 'created', version, $13::uuid[] FROM ins
 )
 SELECT * FROM ins"""
 
@@ -121,7 +141,8 @@ SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
 WHERE tenant_id = $1 AND id = $2
 UNION ALL
 SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
-WHERE {scope_sql} AND key IS NULL AND content_unique AND content_hash = $3 AND id <> $2"""
+WHERE {scope_sql} AND key IS NULL AND valid_to IS NULL AND content_unique AND content_hash = $3
+  AND id <> $2"""
 
 
 def insert_many(schema: str, vector_type: str) -> str:
@@ -129,14 +150,16 @@ def insert_many(schema: str, vector_type: str) -> str:
     return f"""
 WITH batch AS (
     SELECT * FROM unnest($5::uuid[], $6::text[], $7::text[], $8::jsonb[], $9::{vector_type}[],
-                         $10::real[], $11::float8[], $12::bool[], $13::bool[])
-        AS b(id, content, content_hash, metadata, embedding, importance, ttl, pinned, unique_)
+                         $10::real[], $11::float8[], $12::timestamptz[], $13::bool[],
+                         $14::bool[])
+        AS b(id, content, content_hash, metadata, embedding, importance, ttl, valid_from,
+             pinned, unique_)
 ), ins AS (
     INSERT INTO {schema}.memories
         (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
-         metadata, embedding, importance, expires_at, pinned, content_unique)
+         metadata, embedding, importance, expires_at, valid_from, pinned, content_unique)
     SELECT $1, $2, $3, $4, id, NULL, content, content_hash, metadata, embedding, importance,
-           now() + ttl * interval '1 second', pinned, unique_
+           now() + ttl * interval '1 second', coalesce(valid_from, now()), pinned, unique_
     FROM batch
     ON CONFLICT DO NOTHING
     RETURNING {MEMORY_COLUMNS}
@@ -162,7 +185,8 @@ SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
 WHERE tenant_id = $1 AND id = ANY($2::uuid[])
 UNION
 SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
-WHERE {scope_sql} AND key IS NULL AND content_unique AND content_hash = ANY($3::text[])"""
+WHERE {scope_sql} AND key IS NULL AND valid_to IS NULL AND content_unique
+  AND content_hash = ANY($3::text[])"""
 
 
 def lock_expired(schema: str) -> str:
@@ -209,6 +233,9 @@ WITH old AS (
                   embedding = EXCLUDED.embedding,
                   importance = EXCLUDED.importance,
                   expires_at = EXCLUDED.expires_at,
+                  -- the new value holds from now on
+                  valid_from = now(),
+                  valid_to = NULL,
                   version = m.version + 1,
                   updated_at = now(),
                   change_key = {NEXT_CHANGE_KEY.format(row="m")}
@@ -372,7 +399,8 @@ FOR UPDATE"""
 # text-search vector, which would only be copied into the statement's work
 # table and dropped.
 DELETED_COLUMNS = (
-    f"{EVENT_SCOPE}, id, content, metadata, importance, key, expires_at, version, change_key"
+    f"{EVENT_SCOPE}, id, content, metadata, importance, key, expires_at, version, change_key, "
+    "created_at, valid_from, valid_to, supersedes, superseded_by"
 )
 
 
@@ -414,26 +442,35 @@ WITH gone AS (
 SELECT count(*) FROM gone"""
 
 
-def list_page(schema: str, scope_sql: str, after_param: str | None, limit_param: str) -> str:
+def list_page(
+    schema: str,
+    scope_sql: str,
+    after_param: str | None,
+    limit_param: str,
+    validity_sql: str = "TRUE",
+) -> str:
     """One page of a scope's live memories in id (creation) order."""
     after = f"AND id > {after_param}" if after_param else ""
     return f"""
 SELECT {MEMORY_COLUMNS} FROM {schema}.memories
-WHERE {scope_sql} {after} AND {LIVE}
+WHERE {scope_sql} {after} AND {LIVE} AND {validity_sql}
 ORDER BY id
 LIMIT {limit_param}"""
 
 
-def count(schema: str, scope_sql: str) -> str:
-    """Number of live memories in a scope."""
-    return f"SELECT count(*) FROM {schema}.memories WHERE {scope_sql} AND {LIVE}"
+def count(schema: str, scope_sql: str, validity_sql: str = "TRUE") -> str:
+    """Number of live memories in a scope (``validity_sql``: of those valid as asked)."""
+    return (
+        f"SELECT count(*) FROM {schema}.memories "
+        f"WHERE {scope_sql} AND {LIVE} AND {validity_sql}"
+    )
 
 
 def history(schema: str, tenant_param: str | None) -> str:
     """A memory's events, oldest first."""
     tenant = f"AND tenant_id = {tenant_param}" if tenant_param else ""
     return f"""
-SELECT event_id, memory_id, kind, version, prior, at FROM {schema}.memory_events
+SELECT event_id, memory_id, kind, version, prior, at, links FROM {schema}.memory_events
 WHERE memory_id = $1 {tenant}
 ORDER BY event_id"""
 

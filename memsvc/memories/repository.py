@@ -10,7 +10,6 @@ one statement, cached by shape) and run in :mod:`memsvc.memories.search`
 from __future__ import annotations
 
 import builtins
-import functools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -23,7 +22,7 @@ import numpy as np
 from memsvc.changes.signal import signals_changes
 from memsvc.core.errors import ConflictError, ValidationError
 from memsvc.core.ids import new_id, parse_id
-from memsvc.core.models import Memory, SearchHit
+from memsvc.core.models import Memory
 from memsvc.core.scope import Include, Scope, validate_include
 from memsvc.core.settings import Settings
 from memsvc.core.validation import (
@@ -38,7 +37,7 @@ from memsvc.db.replicas import ReadRouter
 from memsvc.db.sql import Params, scope_condition
 from memsvc.embedding import Embedder
 from memsvc.memories import queries as q
-from memsvc.memories import ranking
+from memsvc.memories import ranking, validity
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.inserts import (
     batch_memories,
@@ -49,18 +48,15 @@ from memsvc.memories.inserts import (
     scope_params,
 )
 from memsvc.memories.policies import PolicyRepository
-from memsvc.memories.reads import KEY_MAX_LENGTH, MAX_PAGE, MemoryReads
+from memsvc.memories.reads import KEY_MAX_LENGTH, MAX_PAGE
 from memsvc.memories.restoring import Restoring
 from memsvc.memories.search import SearchRunner
 from memsvc.memories.search_plan import (
     MAX_K,
     MAX_QUERY_CHARS,
-    PlannedSearch,
-    Rank,
-    SearchMode,
-    SearchPlan,
     SearchPlanner,
 )
+from memsvc.memories.searching import MemorySearches
 from memsvc.memories.semantic import (
     Dedupe,
     SemanticDedupe,
@@ -96,10 +92,10 @@ DeleteHook = Callable[[asyncpg.Connection, list[str], list[uuid.UUID]], Awaitabl
 
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
 @signals_changes(
-    "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked",
-    "delete_scope", "restore",
+    "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked", "delete_scope",
+    "supersede", "invalidate", "restore",
 )
-class MemoryRepository(MemoryReads, Restoring):
+class MemoryRepository(MemorySearches, Restoring):
     """Store, fetch, change and search long-term memories.
 
     Writes never lose or duplicate under concurrency: exact duplicates within a
@@ -169,6 +165,8 @@ class MemoryRepository(MemoryReads, Restoring):
         importance: float = 0.5,
         ttl: float | Any | None = None,
         id: uuid.UUID | str | None = None,
+        valid_from: datetime | None = None,
+        supersedes: Iterable[uuid.UUID | str] | None = None,
         pinned: bool = False,
         dedupe: Dedupe | None = None,
         dedupe_threshold: float | None = None,
@@ -176,19 +174,22 @@ class MemoryRepository(MemoryReads, Restoring):
     ) -> Memory:
         """Store a memory and return it.
 
-        Adding content that already exists in the same exact scope returns the
-        existing memory instead of a duplicate (a unique index decides, so
-        racing writers agree). Passing your own ``id`` makes a retried call
+        Adding content that already exists in the same exact scope, in a
+        memory whose validity is open (not superseded or invalidated),
+        returns that memory instead of a duplicate (a unique index decides,
+        so racing writers agree); content stated again after its memory was
+        superseded is a new memory. Passing your own ``id`` makes a retried call
         idempotent; reusing an id for different content is a ConflictError.
         An expired or forgotten memory (not yet collected by gc) counts as
         gone: the add removes it and stores a new memory (see
         :mod:`memsvc.memories.expired`).
 
-        With ``dedupe="semantic"`` a near-duplicate counts too: if a live
-        memory of the exact scope is at least ``dedupe_threshold`` similar
-        (cosine) and holds the same identifier-like tokens, nothing new is
-        stored; that memory is reinforced and returned with ``merged=True``
-        (see docs/how-to/deduplication.md). ``dedupe="off"`` stores even
+        With ``dedupe="semantic"`` a near-duplicate counts too: if a memory of
+        the exact scope, valid now and live, is at least ``dedupe_threshold``
+        similar (cosine) and holds the same identifier-like tokens, nothing
+        new is stored; that memory is reinforced and returned with
+        ``merged=True`` (see docs/how-to/deduplication.md). A write that
+        supersedes memories is always stored. ``dedupe="off"`` stores even
         an exact duplicate.
 
         Args:
@@ -199,6 +200,11 @@ class MemoryRepository(MemoryReads, Restoring):
             importance: In [0, 1].
             ttl: Seconds (or a timedelta) until the memory expires; None keeps it.
             id: A client-chosen UUID.
+            valid_from: When the fact started to hold (timezone-aware); default:
+                the writing transaction's time.
+            supersedes: Memories of the same exact scope this one replaces:
+                their validity ends at this one's ``valid_from``, in the same
+                transaction (see :meth:`supersede`).
             pinned: Never forget this memory, whatever its strength (see
                 docs/how-to/forgetting.md).
             dedupe: ``exact``, ``semantic`` or ``off``; default ``Settings.dedupe``.
@@ -206,14 +212,47 @@ class MemoryRepository(MemoryReads, Restoring):
                 ``Settings.semantic_dedupe_threshold``.
             conn: A connection (and transaction) of your own to run on.
         """
+        mode, threshold = self._dedupe_options(dedupe, dedupe_threshold)
+        return await self._add(
+            scope, content, embedding, metadata, importance, ttl, id,
+            validity.check_optional_time(valid_from, "valid_from"),
+            validity.check_predecessors(supersedes), {}, conn,
+            pinned=validate_pinned(pinned), mode=mode, threshold=threshold,
+        )  # fmt: skip
+
+    def _dedupe_options(self, dedupe: object, threshold: object) -> tuple[Dedupe, float]:
+        """The call's dedupe mode and threshold, checked (the settings' by default)."""
+        mode = validate_dedupe(self._settings.dedupe if dedupe is None else dedupe)
+        if threshold is None:
+            return mode, self._settings.semantic_dedupe_threshold
+        return mode, validate_threshold(threshold)
+
+    async def _add(
+        self,
+        scope: Scope,
+        content: str,
+        embedding: Sequence[float] | np.ndarray[Any, Any] | None,
+        metadata: Mapping[str, Any] | None,
+        importance: float,
+        ttl: float | Any | None,
+        id: uuid.UUID | str | None,
+        valid_from: datetime | None,
+        predecessors: builtins.list[uuid.UUID],
+        expected: Mapping[uuid.UUID, int | None],
+        conn: asyncpg.Connection | None,
+        *,
+        pinned: bool = False,
+        mode: Dedupe = "exact",
+        threshold: float = 1.0,
+    ) -> Memory:
+        """:meth:`add`, with the versions the predecessors must have (``expected``)."""
         scope = validate_scope(scope)
         fields = prepare(self._settings, content, metadata, importance, ttl)
-        pinned = validate_pinned(pinned)
-        mode, threshold = self._dedupe_options(dedupe, dedupe_threshold)
         text, digest, meta, weight, ttl_s = fields
         memory_id = new_id() if id is None else parse_id("id", id)
         await self._follow_space()
-        if mode == "exact" and embedding is None and self._space.embedder is not None:
+        exact = mode == "exact" and not predecessors
+        if exact and embedding is None and self._space.embedder is not None:
             # Content already stored here comes back as it is, as the insert
             # below would return it: embedding the text again would be wasted.
             # Only a shortcut: the insert's conflict handling stays the truth.
@@ -229,20 +268,34 @@ class MemoryRepository(MemoryReads, Restoring):
             lambda: self._space.embeddings_for(text, embedding)
         )
         args = [*scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
-        args += [pinned, mode != "off"]
-        semantic = mode == "semantic" and vector is not None
+        args += [valid_from, predecessors or None, pinned, mode != "off"]
+        # A new version of a fact is stored whatever it resembles.
+        semantic = mode == "semantic" and vector is not None and not predecessors
 
         async def attempt() -> Memory:
-            async with self._writing(scope, conn, lock=semantic) as active:
+            transaction = bool(predecessors)
+            async with self._writing(
+                scope, conn, always_transaction=transaction, lock=semantic
+            ) as active:
                 vector = args[8] = self._space.held_vector(generation, args[8], nexts and nexts[0])
                 if semantic:
                     found = await self._semantic.match(active, scope, text, vector, threshold)
                     merged = found and await self._semantic.merge(active, found, text, meta, weight)
                     if merged:
                         return merged
+                if predecessors:
+                    done = await self._close_predecessors(
+                        active, scope, predecessors, memory_id, valid_from, expected, args
+                    )
+                    if done is not None:
+                        return done
                 row, existing = await insert_one(
                     active, self._schema, self._insert_sql, scope, args, self.delete_locked
                 )
+                if existing is not None and predecessors:
+                    raise ConflictError(
+                        f"the new content is already stored, valid now, as memory {existing.id}"
+                    )
                 if existing is not None and semantic:
                     return await self._semantic.merge_found(active, existing, text, meta, weight)
                 if existing is not None:
@@ -255,12 +308,119 @@ class MemoryRepository(MemoryReads, Restoring):
 
         return await self._retrying(attempt, owns_transaction=conn is None)
 
-    def _dedupe_options(self, dedupe: object, threshold: object) -> tuple[Dedupe, float]:
-        """The call's dedupe mode and threshold, checked (the settings' by default)."""
-        mode = validate_dedupe(self._settings.dedupe if dedupe is None else dedupe)
-        if threshold is None:
-            return mode, self._settings.semantic_dedupe_threshold
-        return mode, validate_threshold(threshold)
+    async def _close_predecessors(
+        self,
+        conn: asyncpg.Connection,
+        scope: Scope,
+        ids: builtins.list[uuid.UUID],
+        successor: uuid.UUID,
+        valid_from: datetime | None,
+        expected: Mapping[uuid.UUID, int | None],
+        args: builtins.list[Any],
+    ) -> Memory | None:
+        """End the validity of the memories ``ids`` at the new memory's ``valid_from``.
+
+        Sets the new memory's ``valid_from`` in ``args`` (the transaction's
+        time by default). Returns the successor when a retry finds the work
+        done, else None.
+        """
+        rows, done = await validity.lock_open(
+            conn, self._schema, ids, scope.tenant, successor=successor, expected=expected
+        )
+        if done:
+            row = await conn.fetchrow(self._by_ids_sql[False, True, True], successor, scope.tenant)
+            if row is None:
+                raise ConflictError(f"memory {successor} was deleted after it superseded {ids}")
+            return Memory.from_row(row)
+        moment = rows[0]["now"] if valid_from is None else valid_from
+        validity.check_closable(rows, moment, "valid_from", scope)
+        args[11] = moment
+        await validity.close(conn, self._schema, scope.tenant, ids, moment, successor)
+        return None
+
+    async def supersede(
+        self,
+        old_id: uuid.UUID | str,
+        content: str,
+        *,
+        valid_from: datetime | None = None,
+        embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        importance: float | None = None,
+        ttl: float | Any | None = None,
+        id: uuid.UUID | str | None = None,
+        expected_version: int | None = None,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Memory:
+        """Store ``content`` as the new version of a fact and end the old memory's validity.
+
+        In one transaction: the new memory is written in the old one's scope
+        (valid from ``valid_from``, by default the transaction's time), the
+        old memory's ``valid_to`` becomes that moment, and each links the
+        other (``superseded_by`` / ``supersedes``, and their history
+        events). The old memory must still be valid: of racing supersessions
+        exactly one wins, the others get a ConflictError (as does a
+        mismatched ``expected_version``). ``valid_from`` must come after the
+        old memory's ``valid_from`` (ValidationError). ``metadata`` and
+        ``importance`` default to the old memory's; the other arguments are
+        :meth:`add`'s. Returns the new memory.
+        """
+        old = parse_id("old_id", old_id)
+        moment = validity.check_optional_time(valid_from, "valid_from")
+        expected = {old: validity.check_expected_version(expected_version)}
+        sql = self._by_ids_sql[False, True, tenant is not None]
+        args: builtins.list[object] = [old] if tenant is None else [old, Scope(tenant).tenant]
+        rows = await self._read(
+            conn, lambda active: active.fetch(sql, *args), routed=False, tenant=tenant
+        )
+        if len(rows) != 1:
+            self._exactly_one(len(rows), f"memory {old}")
+        prior = Memory.from_row(rows[0])
+        return await self._add(
+            prior.scope, content, embedding,
+            prior.metadata if metadata is None else metadata,
+            prior.importance if importance is None else importance,
+            ttl, id, moment, [old], expected, conn,
+        )  # fmt: skip
+
+    async def invalidate(
+        self,
+        id: uuid.UUID | str,
+        *,
+        at: datetime | None = None,
+        expected_version: int | None = None,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Memory:
+        """End a memory's validity at ``at`` (default: now) without a successor.
+
+        For a fact that stopped being true. The memory stays readable (``get``,
+        ``valid="all"``, ``valid_at`` before ``at``) with an ``invalidated``
+        history event. A memory already superseded or invalidated is a
+        ConflictError, as is a mismatched ``expected_version``; ``at`` must
+        come after the memory's ``valid_from`` (ValidationError). Returns
+        the memory as changed.
+        """
+        memory_id = parse_id("id", id)
+        moment = validity.check_optional_time(at, "at")
+        expected = {memory_id: validity.check_expected_version(expected_version)}
+        if tenant is not None:
+            tenant = Scope(tenant).tenant
+
+        async def attempt() -> Any:
+            async with self._transaction(conn, tenant=tenant) as active:
+                rows, _ = await validity.lock_open(
+                    active, self._schema, [memory_id], tenant, successor=None, expected=expected
+                )
+                when = rows[0]["now"] if moment is None else moment
+                validity.check_closable(rows, when, "at", None)
+                closed = await validity.close(
+                    active, self._schema, rows[0]["tenant_id"], [memory_id], when, None
+                )
+            return closed[0]
+
+        return Memory.from_row(await self._retrying(attempt, owns_transaction=conn is None))
 
     @asynccontextmanager
     async def _writing(
@@ -360,18 +520,18 @@ class MemoryRepository(MemoryReads, Restoring):
 
         Each item is a string (the content) or a mapping with ``content`` and
         optionally ``embedding``, ``metadata``, ``importance``, ``ttl``, ``id``,
-        ``pinned``.
-        Every item is validated before anything is sent. Duplicates (of stored
-        memories or within the batch) come back as the existing memory, so the
-        result has one memory per item, in order; an expired memory counts as
-        gone, as in :meth:`add`. ``dedupe`` and ``dedupe_threshold`` as in
-        :meth:`add`: in semantic mode each item is compared, in order, with the
-        scope's memories and the items stored before it.
+        ``valid_from``, ``pinned``. Every item is validated before anything
+        is sent. Duplicates (of stored memories or within the batch) come back
+        as the existing memory, so the result has one memory per item, in
+        order; an expired memory counts as gone, as in :meth:`add`.
+        ``dedupe`` and ``dedupe_threshold`` as in :meth:`add`: in semantic
+        mode each item is compared, in order, with the scope's memories and
+        the items stored before it.
         """
         scope = validate_scope(scope)
         mode, threshold = self._dedupe_options(dedupe, dedupe_threshold)
         batch = validate_sequence(items, "items")
-        ids, texts, digests, metas, vectors, weights, ttls, pins = prepare_items(
+        ids, texts, digests, metas, vectors, weights, ttls, starts, pins = prepare_items(
             self._settings, self._space, batch
         )
         await self._follow_space()
@@ -400,7 +560,7 @@ class MemoryRepository(MemoryReads, Restoring):
                 wire = [None if v is None else vector_bytes(v, vector_type) for v in vectors]
                 unique = [mode != "off"] * len(ids)
                 columns: builtins.list[builtins.list[Any]] = [
-                    ids, texts, digests, metas, wire, weights, ttls, pins, unique
+                    ids, texts, digests, metas, wire, weights, ttls, starts, pins, unique
                 ]
                 if semantic:
                     found = await self._semantic.add_each(
@@ -424,7 +584,7 @@ class MemoryRepository(MemoryReads, Restoring):
 
         by_id, by_digest = await self._retrying(attempt, owns_transaction=conn is None)
         if semantic:
-            # add_each keys its result by item position: one memory per item.
+            # add_each keys the memories it merged or found by item position.
             return [by_id.get(ids[i]) or by_digest[str(i)] for i in range(len(ids))]
         return batch_memories(scope, ids, digests, by_id, by_digest)
 
@@ -627,142 +787,3 @@ class MemoryRepository(MemoryReads, Restoring):
             total += deleted
             if deleted == 0:
                 return total
-
-    async def search(
-        self,
-        scope: Scope,
-        query: str | Sequence[float] | np.ndarray[Any, Any],
-        *,
-        k: int = 10,
-        include: Include = "exact",
-        where: Mapping[str, Any] | None = None,
-        min_importance: float | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        rank: Rank = "similarity",
-        mode: SearchMode | None = None,
-        query_embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
-        diversity: float | None = None,
-        plan: SearchPlan = "auto",
-        with_embeddings: bool = False,
-        conn: asyncpg.Connection | None = None,
-    ) -> builtins.list[SearchHit]:
-        """The ``k`` memories that best match ``query`` within the scope.
-
-        Three modes (see docs/how-to/hybrid-search.md): ``vector`` (nearest
-        embeddings), ``text`` (PostgreSQL full-text search over content,
-        ``websearch_to_tsquery`` syntax) and ``hybrid`` (both arms in one
-        statement, fused by reciprocal rank; a memory holding every
-        identifier token of a question, such as ``ENG-4312``, ranks above
-        those only the vector arm found). Scope, ``include`` and every
-        filter apply to each arm alike, and a filtered search returns k hits
-        whenever k matching rows exist: PostgreSQL reads small scopes exactly
-        and walks the HNSW index (iterative scans) for large ones; when
-        filters leave the index short, memsvc scans exactly. Expired memories
-        are never returned.
-
-        Args:
-            scope: Where to search.
-            query: An embedding, or text.
-            k: How many hits (1-1000).
-            include: ``exact`` scope only, ``ancestors`` (the scope and those
-                above it on its path), or ``descendants`` (the scope and all below).
-            where: Metadata filter (see :mod:`memsvc.memories.filters`).
-            min_importance: Only memories at least this important.
-            created_after: Only memories created after this moment.
-            created_before: Only memories created before this moment.
-            rank: ``similarity`` (the mode's own order), or ``recall``: 0.7 x
-                relevance + 0.3 x strength (importance x 0.5 ** (age /
-                half-life): the scope's policy, else 30 days; see
-                docs/how-to/forgetting.md), over the 4k best candidates.
-            mode: ``vector``, ``text`` or ``hybrid``. Default: ``vector`` for an
-                embedding; for text, ``hybrid`` when the service has an embedder
-                (or ``query_embedding`` is given), else ``text``.
-            query_embedding: The text query's embedding, computed by the app
-                (vector and hybrid modes; the embedder is then not called).
-            diversity: 0..1: maximal marginal relevance over the candidates,
-                trading relevance for hits unlike each other (0 = pure relevance).
-            plan: How the vector arm runs: ``auto``; ``exact`` forces an exact
-                scan, ``index`` lets the planner choose without the exact
-                fallback (benchmarks, tests).
-            with_embeddings: Also return each hit's embedding
-                (``hit.memory.embedding``); by default it is None, which saves
-                sending and decoding vectors most callers never read.
-            conn: A connection of your own to run on.
-
-        Returns:
-            Hits, best first (see :class:`memsvc.core.models.SearchHit` for scores).
-        """
-        # _follow_space()'s body, without its coroutine (a search's client
-        # work is a few such layers).
-        if self._space.refresh_due():
-            await self._space.refresh(self._pool)
-        self._space.check()
-        arguments = (
-            scope, query, k, include, where, min_importance, created_after, created_before,
-            rank, mode, query_embedding, diversity, plan, with_embeddings,
-        )  # fmt: skip
-        if self._space.migrating:
-            planned, (rows, terms) = await self._search_held(arguments, conn)
-        else:
-            planned = await self._planner.plan(*arguments)
-            rows, terms = await self._read(
-                conn, functools.partial(self._runner.rows, planned), tenant=planned.scope.tenant
-            )
-        hits = self._runner.hits(planned, rows, terms)
-        if planned.reordered:
-            half_lives = None
-            if planned.rank == "recall" and self._policies is not None and hits:
-                half_lives = await self._policies.half_lives(planned.scope.tenant, conn)
-            return await self._runner.reorder(planned, hits, half_lives)
-        return hits
-
-    async def _search_held(
-        self, arguments: tuple[Any, ...], conn: asyncpg.Connection | None
-    ) -> tuple[PlannedSearch, tuple[builtins.list[Any], int | None]]:
-        """A search during an embedding-model migration, under the migration's row.
-
-        The query is embedded and searched both in the old model, or (if the
-        migration switched meanwhile) both in the new one.
-        """
-        scope = validate_scope(arguments[0])
-
-        async def held() -> tuple[PlannedSearch, tuple[builtins.list[Any], int | None]]:
-            async with self._transaction(conn, tenant=scope.tenant, writes=False) as active:
-                await self._space.hold(active)
-                self._space.check()
-                planned = await self._planner.plan(*arguments)
-                return planned, await self._runner.rows(planned, active)
-
-        return await self._retrying(held, owns_transaction=conn is None, idempotent=True)
-
-    async def explain_search(
-        self,
-        scope: Scope,
-        query: str | Sequence[float] | np.ndarray[Any, Any],
-        *,
-        k: int = 10,
-        include: Include = "exact",
-        where: Mapping[str, Any] | None = None,
-        mode: SearchMode | None = None,
-        query_embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
-        plan: SearchPlan = "auto",
-        conn: asyncpg.Connection | None = None,
-    ) -> str:
-        """``EXPLAIN ANALYZE`` of the search statement: which indexes ran, and how long.
-
-        ``mode``, ``query_embedding`` and ``plan`` as in :meth:`search`.
-        """
-        planned = await self._planner.plan(
-            scope, query, k, include, where, None, None, None, "similarity", mode,
-            query_embedding, None, plan, True,
-        )  # fmt: skip
-        tenant = planned.scope.tenant
-        reading = self._connection(conn, tenant=tenant, writes=False)
-        async with reading as active, active.transaction():
-            if not self._settings.pgbouncer:
-                sql = "EXPLAIN ANALYZE " + planned.statement.sql
-                rows = await active.fetch(sql, *planned.values)
-            else:
-                rows = []
-        return "\n".join(row[0] for row in rows)

@@ -106,8 +106,8 @@ class SemanticDedupe:
         """
         by_id: dict[uuid.UUID, Memory] = {}
         by_place: dict[str, Memory] = {}
-        for i, (memory_id, text, digest, meta, wire, weight, ttl, pin, unique) in enumerate(
-            zip(*columns, strict=True)
+        for i, (memory_id, text, digest, meta, wire, weight, ttl, start, pin, unique) in (
+            enumerate(zip(*columns, strict=True))
         ):
             if vectors[i] is not None:
                 found = await self.match(conn, scope, text, vectors[i], threshold)
@@ -116,7 +116,7 @@ class SemanticDedupe:
                     by_place[str(i)] = merged
                     continue
             args = [*scope_params(scope), memory_id, text, digest, meta, wire, weight, ttl]
-            args += [pin, unique]
+            args += [start, None, pin, unique]
             row, existing = await insert_one(conn, self._schema, insert_sql, scope, args,
                                              delete_locked)
             if existing is not None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from memsvc.core.errors import ValidationError
 from memsvc.core.ids import new_id, parse_id
 from memsvc.core.settings import Settings
+from memsvc.core.time_limits import validate_time
 from memsvc.core.validation import (
     validate_content,
     validate_importance,
@@ -23,7 +25,7 @@ from memsvc.memories.embedding_space import EmbeddingSpace
 Fields = tuple[str, str, str, float, float | None]
 # A batch's items as parallel lists: ids, contents, fingerprints, metadata,
 # embeddings (None where the embedder computes them), importances, TTLs,
-# pinned flags.
+# valid_from (None: the transaction's time), pinned flags.
 Items = tuple[
     list[uuid.UUID],
     list[str],
@@ -32,10 +34,13 @@ Items = tuple[
     list[Any],
     list[float],
     list[float | None],
+    list[datetime | None],
     list[bool],
 ]
 
-ITEM_FIELDS = frozenset({"content", "embedding", "metadata", "importance", "ttl", "id", "pinned"})
+ITEM_FIELDS = frozenset(
+    {"content", "embedding", "metadata", "importance", "ttl", "id", "valid_from", "pinned"}
+)
 
 
 def validate_pinned(value: object, field: str = "pinned") -> bool:
@@ -94,6 +99,7 @@ def prepare_items(
     vectors: list[Any] = []
     weights: list[float] = []
     ttls: list[float | None] = []
+    starts: list[datetime | None] = []
     pins: list[bool] = []
     for i, item in enumerate(items):
         spec: Mapping[str, Any] = {"content": item} if isinstance(item, str) else item
@@ -114,6 +120,8 @@ def prepare_items(
             ids.append(new_id() if raw_id is None else parse_id("id", raw_id))
             embedding = spec.get("embedding")
             vectors.append(None if embedding is None else space.vector(embedding))
+            start = spec.get("valid_from")
+            starts.append(None if start is None else validate_time(start, "valid_from"))
             pins.append(validate_pinned(spec.get("pinned", False)))
         except ValidationError as exc:
             raise ValidationError(f"items[{i}].{exc.field}", exc.reason) from exc
@@ -122,4 +130,4 @@ def prepare_items(
         metas.append(meta)
         weights.append(weight)
         ttls.append(ttl_s)
-    return ids, texts, digests, metas, vectors, weights, ttls, pins
+    return ids, texts, digests, metas, vectors, weights, ttls, starts, pins

@@ -11,7 +11,7 @@ levels compared as equal), tenant-leading keys and the same row-level
 security policy as the other tenant tables.
 
 Revision ID: 0028
-Revises: 0026
+Revises: 0027
 Create Date: 2026-11-27
 """
 
@@ -33,7 +33,7 @@ from memsvc.db.tables import (
 )
 
 revision: str = "0028"
-down_revision: str | None = "0026"
+down_revision: str | None = "0027"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

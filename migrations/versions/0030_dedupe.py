@@ -6,7 +6,8 @@ semantic deduplication merged into the memory, and when the last one did
 
 ``memories.content_unique``: false for a memory added with ``dedupe="off"``,
 which may repeat another memory's content in its scope. The unique index
-on content covers only the others, so it is recreated with that condition.
+on content (of memories valid now, since 0027) covers only the others, so it
+is recreated with that condition.
 
 Revision ID: 0030
 Revises: 0028
@@ -76,14 +77,14 @@ def upgrade() -> None:
         in_range_sql("last_reinforced_at"),
         schema=schema,
     )
-    _content_index(schema, "key IS NULL AND content_unique")
+    _content_index(schema, "key IS NULL AND valid_to IS NULL AND content_unique")
 
 
 def downgrade() -> None:
     schema = settings_for_migration().db_schema
     # Copies stored with dedupe="off" would break the old index: they go first.
     op.execute(f"DELETE FROM {schema}.memories WHERE NOT content_unique")
-    _content_index(schema, "key IS NULL")
+    _content_index(schema, "key IS NULL AND valid_to IS NULL")
     op.drop_constraint("ck_memories_last_reinforced_at_range", "memories", schema=schema)
     op.drop_column("memories", "content_unique", schema=schema)
     op.drop_column("memories", "last_reinforced_at", schema=schema)
