@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -242,3 +243,58 @@ async def test_naive_search_then_add_stores_each_racing_paraphrase(
 
     await asyncio.gather(*(naive(t, v) for t, v in zip(PARAPHRASES, vectors, strict=True)))
     assert await rows(service) == 20
+
+
+# ----------------------------------------------------------------- after the fact
+
+
+async def test_a_dedupe_pass_merges_stored_near_duplicates_within_each_scope(
+    service: MemoryService,
+) -> None:
+    other_scope = Scope("acme", "deck")
+    oldest = await service.memories.add(SCOPE, "Ana lives in Porto", embedding=FACT)
+    copies = [
+        await service.memories.add(SCOPE, text, embedding=near(FACT, 0.97, 20 + i))
+        for i, text in enumerate(["Ana's home is Porto", "Ana resides in Porto"])
+    ]
+    exact_copy = await service.memories.add(SCOPE, "Ana lives in Porto", embedding=FACT,
+                                            dedupe="off")
+    other_id = await service.memories.add(SCOPE, "Ana lives in Porto 2", embedding=FACT)
+    keyed = await service.memories.put(SCOPE, "home", "Ana lives in Porto!", embedding=FACT)
+    elsewhere = await service.memories.add(other_scope, "Ana lives in Porto", embedding=FACT)
+
+    report = await service.maintenance.dedupe(Scope("acme"), 0.9, batch_size=2)
+    assert report.merged == 3 and report.batches >= 3 and report.scopes == 2
+    assert {merged for merged, _ in report.merges} == {copies[0].id, copies[1].id, exact_copy.id}
+    assert {kept for _, kept in report.merges} == {oldest.id}
+    left = {m.id for m in await service.memories.list(Scope("acme"), include="descendants")}
+    assert left == {oldest.id, other_id.id, keyed.id, elsewhere.id}
+    kept = await service.memories.get(oldest.id)
+    assert kept.reinforced_count == 3
+    merged_wordings = [
+        e.prior["merged"]["content"]
+        for e in await service.memories.history(oldest.id)
+        if e.prior and "merged" in e.prior
+    ]
+    assert sorted(merged_wordings) == sorted(
+        ["Ana's home is Porto", "Ana resides in Porto", "Ana lives in Porto"]
+    )
+    again = await service.maintenance.dedupe(Scope("acme"), 0.9)
+    assert again.merged == 0
+
+
+async def test_import_with_semantic_dedupe_merges_what_the_file_repeats(
+    service: MemoryService, tmp_path: Path
+) -> None:
+    for i, text in enumerate(["Ana lives in Porto", "Ana's home is Porto", "Ben works at Acme"]):
+        vector = direction(30) if i == 2 else near(FACT, 0.97, 40 + i)
+        await service.memories.add(SCOPE, text, embedding=vector)
+    dump = tmp_path / "dump.jsonl"
+    await service.maintenance.export(dump)
+    await service.memories.delete_scope(Scope("acme"))
+    plain = await service.maintenance.import_file(dump)
+    assert plain.merged == 0 and await service.memories.count(SCOPE) == 3
+    await service.memories.delete_scope(Scope("acme"))
+    report = await service.maintenance.import_file(dump, dedupe="semantic")
+    assert report.memories.inserted == 3 and report.merged == 1
+    assert await service.memories.count(SCOPE) == 2

@@ -69,3 +69,28 @@ WITH old AS (
     FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
 )
 SELECT * FROM upd"""
+
+
+def older_nearest(schema: str, distance: str, scope_sql: str) -> str:
+    """Like :func:`nearest`, among the memories older than ``$2`` (an id) only.
+
+    ``$1`` the query vector, ``$3`` the number of candidates.
+    """
+    return nearest(schema, distance, f"{scope_sql} AND id < $2", "$1", "$3")
+
+
+def scopes_under(schema: str, scope_sql: str) -> str:
+    """The exact scopes holding unkeyed memories under a scope."""
+    return f"""
+SELECT DISTINCT tenant_id, project_id, agent_id, session_id FROM {schema}.memories
+WHERE {scope_sql} AND key IS NULL"""
+
+
+def page(schema: str, scope_sql: str, after: str, limit: str) -> str:
+    """The next memories of an exact scope a dedupe pass looks at, in id (age) order."""
+    return f"""
+SELECT tenant_id, id, content, metadata, importance, embedding FROM {schema}.memories
+WHERE {scope_sql} AND key IS NULL AND {LIVE} AND {VALID_AT_STATEMENT}
+  AND embedding IS NOT NULL AND id > {after}
+ORDER BY id
+LIMIT {limit}"""

@@ -19,6 +19,9 @@ from memsvc.core.settings import Settings
 from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder, embedder_from_spec
 from memsvc.memories.repository import MemoryRepository
+from memsvc.memories.semantic import Dedupe, validate_dedupe
+from memsvc.ops.dedupe import DEFAULT_BATCH as DEFAULT_DEDUPE_BATCH
+from memsvc.ops.dedupe import DedupeReport, Deduplication
 from memsvc.ops.doctor import Doctor
 from memsvc.ops.doctor_report import DoctorReport
 from memsvc.ops.forget import DEFAULT_BATCH as DEFAULT_FORGET_BATCH
@@ -118,6 +121,7 @@ class Maintenance:
         self._assemblies = assemblies
         self._memories = memories
         self._forgetting = Forgetting(pool, settings, memories=memories, reads=reads)
+        self._deduplication = Deduplication(pool, settings, memories=memories, reads=reads)
         self._gc = GarbageCollector(
             pool,
             settings,
@@ -198,6 +202,28 @@ class Maintenance:
                 assembly_members=assembly_members,
                 batch_size=batch_size,
             )
+        finally:
+            self._wrote()
+
+    async def dedupe(
+        self,
+        scope: Scope,
+        threshold: float | None = None,
+        *,
+        batch_size: int = DEFAULT_DEDUPE_BATCH,
+    ) -> DedupeReport:
+        """Merge the near-duplicates already stored in ``scope`` and the scopes under it.
+
+        The rule of ``add(..., dedupe="semantic")``, after the fact: in each
+        exact scope, in write order, a memory at least ``threshold``
+        (default ``Settings.semantic_dedupe_threshold``) similar to an older
+        one valid now, with the same identifier-like tokens, is merged into
+        it (the older one reinforced, the newer deleted). Never across scopes
+        or keys. Batched, each batch its own transaction under the scope's
+        lock; run it again to resume. See docs/how-to/deduplication.md.
+        """
+        try:
+            return await self._deduplication.run(scope, threshold, batch_size=batch_size)
         finally:
             self._wrote()
 
@@ -380,6 +406,7 @@ class Maintenance:
         *,
         index_mode: IndexMode = "auto",
         allow_truncated: bool = False,
+        dedupe: Dedupe | None = None,
         progress: ProgressReporter = NO_PROGRESS,
     ) -> LoadReport:
         """Load a JSONL export, idempotently; rejected lines are in the report.
@@ -391,10 +418,16 @@ class Maintenance:
         its complete lines are loaded and the report carries a warning. An
         invalid index of memsvc's is rebuilt (the report says so).
         ``progress`` is told the bytes read, and the index check and rebuild steps.
+
+        ``dedupe`` (default ``Settings.dedupe``): ``semantic`` merges the
+        near-duplicates of each scope the file loaded into after the load
+        (as :meth:`dedupe` does; ``report.merged`` counts them). The load
+        itself keeps every line: an export is a copy, its rows are not writes.
         """
+        mode = validate_dedupe(self._settings.dedupe if dedupe is None else dedupe)
         try:
             async with self._pool.acquire() as conn:
-                return await import_jsonl(
+                report = await import_jsonl(
                     conn,
                     self._dsn,
                     self._settings,
@@ -404,6 +437,10 @@ class Maintenance:
                     allow_truncated=allow_truncated,
                     progress=progress,
                 )
+            if mode == "semantic":
+                for scope in sorted(report.memory_scopes, key=lambda s: s.depth):
+                    report.merged += (await self._deduplication.run(scope)).merged
+            return report
         finally:
             self._wrote()
 

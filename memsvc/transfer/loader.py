@@ -97,6 +97,10 @@ class LoadReport:
     index_build_seconds: float = 0.0
     # Indexes found invalid (an interrupted build) and rebuilt before the load.
     index_repairs: list[str] = field(default_factory=list)
+    # The exact scopes memories were read for, and (Settings.dedupe="semantic")
+    # how many near-duplicates were merged after the load.
+    memory_scopes: set[Scope] = field(default_factory=set)
+    merged: int = 0
 
     def reject(self, source: str, kind: str, reason: str) -> None:
         """Record a rejected record (``kind``: memory, assembly, checkpoint, line, file)."""
@@ -286,6 +290,7 @@ class Loader:
         """Queue or write one record."""
         self._clamp_future_times(record, source)
         if isinstance(record, MemoryRecord):
+            self.report.memory_scopes.add(record.scope)
             self._memories.append((record, source))
             if len(self._memories) >= self._memory_batch:
                 await self._start_memory_batch()
