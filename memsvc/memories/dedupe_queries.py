@@ -22,6 +22,8 @@ VALID_AT_STATEMENT = VALID_NOW.replace("now()", "statement_timestamp()")
 # Candidates compared per write: the nearest few, of which the first that
 # passes the identifier rule (see memsvc.memories.dedupe_rule) is taken.
 CANDIDATES = 5
+# hnsw.ef_search of that read (at most Settings.hnsw_ef_search).
+EF_SEARCH = 40
 
 
 def nearest(schema: str, distance: str, scope_sql: str, query: str, limit: str) -> str:

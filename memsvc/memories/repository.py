@@ -130,7 +130,7 @@ class MemoryRepository(MemorySearches, Restoring):
         # when a memory's embedding changed (assemblies recompute centroids).
         self._embeddings_changed = embeddings_changed
         self._insert_sql = q.insert_memory(self._schema)
-        self._semantic = SemanticDedupe(self._schema, settings.distance, settings.vector_type)
+        self._semantic = SemanticDedupe(settings)
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
         # The one search path: arguments -> plan (its statement cached by
         # shape) -> rows -> hits (see memsvc.memories.search_plan).

@@ -25,10 +25,10 @@ import asyncpg
 from memsvc.core.errors import ValidationError
 from memsvc.core.models import Memory
 from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
 from memsvc.db.codecs import vector_bytes
-from memsvc.db.sql import Params, scope_condition
+from memsvc.db.sql import Params, quote_literal, scope_condition
 from memsvc.memories import dedupe_queries as q
-from memsvc.memories import queries as memory_q
 from memsvc.memories.dedupe_rule import same_identifiers
 from memsvc.memories.expired import DeleteLocked
 from memsvc.memories.inserts import insert_one, inserted_memory, scope_params
@@ -59,15 +59,29 @@ def scope_lock_key(schema: str, scope: Scope) -> str:
 class SemanticDedupe:
     """Finds the memory a write duplicates, and merges the write into it."""
 
-    def __init__(self, schema: str, distance: str, vector_type: str) -> None:
-        self._schema = schema
-        self._distance = distance
-        self._vector_type = vector_type
-        self._reinforce_sql = q.reinforce(schema)
+    def __init__(self, settings: Settings) -> None:
+        self._schema = settings.db_schema
+        self._distance = settings.distance
+        self._vector_type = settings.vector_type
+        self._reinforce_sql = q.reinforce(self._schema)
+        # The nearest-neighbour read runs in the lock's transaction: its HNSW
+        # settings are set there, in the same round trip as the lock (they
+        # also hold behind pgbouncer, where session settings do not). A
+        # near-duplicate is close to the write, and the graph walk finds it
+        # with a short candidate list.
+        ef_search = max(q.CANDIDATES, min(q.EF_SEARCH, settings.hnsw_ef_search))
+        self._settings_sql = (
+            f"SET LOCAL hnsw.ef_search = {int(ef_search)};"
+            " SET LOCAL hnsw.iterative_scan = relaxed_order;"
+            f" SET LOCAL hnsw.max_scan_tuples = {int(settings.hnsw_max_scan_tuples)};"
+        )
 
     async def lock(self, conn: asyncpg.Connection, scope: Scope) -> None:
         """Serialise this transaction with the scope's other semantic writers."""
-        await conn.execute(memory_q.LOCK_SCOPE, scope_lock_key(self._schema, scope))
+        key = quote_literal(scope_lock_key(self._schema, scope))
+        await conn.execute(
+            f"{self._settings_sql} SELECT pg_advisory_xact_lock(hashtextextended({key}, 0))"
+        )
 
     async def match(
         self,

@@ -66,7 +66,7 @@ class Deduplication(Repository):
     ) -> None:
         super().__init__(pool, settings, reads=reads)
         self._memories = memories
-        self._semantic = SemanticDedupe(self._schema, settings.distance, settings.vector_type)
+        self._semantic = SemanticDedupe(settings)
 
     async def run(
         self,
