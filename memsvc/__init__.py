@@ -44,9 +44,11 @@ from memsvc.extraction import (
     OpenAIChatExtractor,
     OpenAIChatSummarizer,
     Summarizer,
+    SummaryMember,
     extractor_from_spec,
     summarizer_from_spec,
 )
+from memsvc.ops.consolidation import ConsolidationReport
 from memsvc.remember import RememberResult
 from memsvc.service import MemoryService
 
@@ -57,6 +59,7 @@ __all__ = [
     "Checkpoint",
     "ConcurrencyError",
     "ConflictError",
+    "ConsolidationReport",
     "CursorExpiredError",
     "Embedder",
     "EmbeddingError",
@@ -84,6 +87,7 @@ __all__ = [
     "Settings",
     "StorageError",
     "Summarizer",
+    "SummaryMember",
     "TaskState",
     "ValidationError",
     "WorkingMemoryError",

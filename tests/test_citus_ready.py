@@ -381,6 +381,7 @@ async def _operations(svc: MemoryService, scope: Scope, workdir: Path) -> None:
     await svc.maintenance.stats()
     await svc.maintenance.doctor()
     await svc.maintenance.recall_audit(sample=2)
+    await svc.maintenance.consolidate(scope, min_cluster=2, threshold=0.1)
     await svc.maintenance.count_export(tenant_scope)
     await svc.maintenance.count_export()
     export = workdir / "tenant.jsonl"

@@ -39,6 +39,20 @@ def test_as_of_reads_without_await(sync_service: SyncMemoryService, scope: Scope
         sync_service.memories.get_by_key(scope, "status", as_of=then)
 
 
+def test_valid_time_without_await(sync_service: SyncMemoryService, scope: Scope) -> None:
+    march, june = datetime(2024, 3, 1, tzinfo=UTC), datetime(2024, 6, 1, tzinfo=UTC)
+    paris = sync_service.memories.add(scope, "Ana lives in Paris", valid_from=march)
+    berlin = sync_service.memories.supersede(paris.id, "Ana lives in Berlin", valid_from=june)
+    hits = sync_service.memories.search(scope, "Ana lives", k=5)
+    assert [h.memory.id for h in hits] == [berlin.id]
+    april = datetime(2024, 4, 1, tzinfo=UTC)
+    assert [m.id for m in sync_service.memories.list(scope, valid_at=april)] == [paris.id]
+    ended = sync_service.memories.invalidate(berlin.id, at=datetime(2024, 9, 1, tzinfo=UTC))
+    assert ended.valid_to is not None and sync_service.memories.count(scope) == 0
+    with pytest.raises(ConflictError):
+        sync_service.memories.supersede(paris.id, "Ana lives in Rome")
+
+
 def test_10_threads_x_20_puts_and_adds_leave_200_memories(
     sync_service: SyncMemoryService,
 ) -> None:

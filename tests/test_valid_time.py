@@ -10,12 +10,15 @@ import pytest
 
 from memsvc import (
     ConflictError,
+    HashingEmbedder,
     MemoryService,
     NotFoundError,
     Scope,
     ValidationError,
 )
+from memsvc.testing.postgres import MigratedTemplate, TestPostgres, settings_for_tests
 from tests.changes.helpers import take
+from tests.reliability.servers import database_behind_pgbouncer
 
 MARCH = datetime(2024, 3, 1, tzinfo=UTC)
 JUNE = datetime(2024, 6, 1, tzinfo=UTC)
@@ -349,3 +352,25 @@ async def test_the_change_feed_carries_supersessions_and_invalidations(
     ]
     assert changes[1].values is not None and changes[1].values["superseded_by"] == str(berlin)
     assert changes[1].values["valid_to"] is not None
+
+
+async def test_valid_time_works_behind_pgbouncer(
+    memsvc_postgres: TestPostgres, memsvc_template: MigratedTemplate, scope: Scope
+) -> None:
+    async with database_behind_pgbouncer(
+        memsvc_postgres, memsvc_template.name, "memsvc_valid"
+    ) as dsn:
+        settings = settings_for_tests(dsn, pgbouncer=True)
+        async with MemoryService.open(settings, embedder=HashingEmbedder()) as svc:
+            paris = await svc.memories.add(scope, "Ana lives in Paris", valid_from=MARCH)
+            berlin = await svc.memories.supersede(paris.id, "Ana lives in Berlin", valid_from=JUNE)
+            april = datetime(2024, 4, 1, tzinfo=UTC)
+            for mode in ("text", "vector", "hybrid"):
+                now = await svc.memories.search(scope, "Ana lives", mode=mode, k=5)
+                then = await svc.memories.search(
+                    scope, "Ana lives", mode=mode, k=5, valid_at=april
+                )
+                assert [h.memory.id for h in now] == [berlin.id]
+                assert [h.memory.id for h in then] == [paris.id]
+            with pytest.raises(ConflictError):
+                await svc.memories.invalidate(paris.id)

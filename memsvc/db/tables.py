@@ -553,6 +553,7 @@ def build_metadata(settings: Settings) -> MetaData:
     _add_langgraph_tables(metadata)
     _add_langgraph_store_tables(metadata, vector_type, settings, hnsw_with)
     _add_remembered_messages_table(metadata)
+    _add_consolidation_tables(metadata, settings)
     _add_policies_table(metadata)
     add_range_checks(metadata)
     return metadata
@@ -722,6 +723,89 @@ def _add_remembered_messages_table(metadata: MetaData) -> None:
         unique=True,
         postgresql_nulls_not_distinct=True,
     )
+
+
+def _add_consolidation_tables(metadata: MetaData, settings: Settings) -> None:
+    """The state of ``svc.maintenance.consolidate``: its clusters and the memories it has seen."""
+    schema = settings.db_schema
+    clusters = Table(
+        "consolidation_clusters",
+        metadata,
+        Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
+        Column(
+            "assembly_id",
+            UUID(as_uuid=True),
+            nullable=False,
+            comment="The cluster's assembly (its members; its scope is the cluster's).",
+        ),
+        Column(
+            "summary_id",
+            UUID(as_uuid=True),
+            nullable=True,
+            comment="The summary memory (NULL until the first summary commits).",
+        ),
+        Column(
+            "summarized_count",
+            Integer,
+            nullable=False,
+            server_default=text("0"),
+            comment="Members the current summary was written from.",
+        ),
+        Column(
+            "summarizer",
+            Text,
+            nullable=False,
+            comment="The summarizer that wrote the summary: name/version.",
+        ),
+        Column("model", Text, nullable=True, comment="The summarizer's model, if any."),
+        PrimaryKeyConstraint("tenant_id", "assembly_id"),
+        ForeignKeyConstraint(
+            ["tenant_id", "assembly_id"],
+            [f"{schema}.assemblies.tenant_id", f"{schema}.assemblies.id"],
+            ondelete="CASCADE",
+        ),
+        comment="Clusters svc.maintenance.consolidate made: one assembly and one summary "
+        "memory each.",
+    )
+    seen = Table(
+        "consolidation_members",
+        metadata,
+        Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
+        Column("memory_id", UUID(as_uuid=True), nullable=False, comment="The memory."),
+        Column(
+            "assembly_id",
+            UUID(as_uuid=True),
+            nullable=True,
+            comment="Its cluster (NULL: considered, in no cluster yet).",
+        ),
+        Column(
+            "memory_version",
+            Integer,
+            nullable=False,
+            comment="The memory's version when it was considered or last summarized.",
+        ),
+        Column(
+            "summarized",
+            Boolean,
+            nullable=False,
+            server_default=text("false"),
+            comment="Whether the cluster's current summary was written from it.",
+        ),
+        PrimaryKeyConstraint("tenant_id", "memory_id"),
+        ForeignKeyConstraint(
+            ["tenant_id", "memory_id"],
+            [f"{schema}.memories.tenant_id", f"{schema}.memories.id"],
+            ondelete="CASCADE",
+        ),
+        ForeignKeyConstraint(
+            ["tenant_id", "assembly_id"],
+            [clusters.c.tenant_id, clusters.c.assembly_id],
+            ondelete="CASCADE",
+        ),
+        comment="Memories svc.maintenance.consolidate has considered, one row each (the key "
+        "keeps a memory in at most one cluster); a memory with no row is new to it.",
+    )
+    Index("ix_consolidation_members_assembly", seen.c.tenant_id, seen.c.assembly_id)
 
 
 def _add_policies_table(metadata: MetaData) -> None:

@@ -83,7 +83,39 @@ def rank_for_recall(
         score = SIMILARITY_WEIGHT * relevant + STRENGTH_WEIGHT * strong
         ranked.append(dataclasses.replace(hit, score=score))
     ranked.sort(key=lambda hit: hit.score, reverse=True)
-    return ranked
+    return below_summaries(ranked)
+
+
+def _derived_from(hit: SearchHit) -> list[str]:
+    """The member ids a summary memory lists (``metadata["derived_from"]``), else none."""
+    metadata = hit.memory.metadata
+    members = metadata.get("derived_from") if metadata.get("kind") == "summary" else None
+    if not isinstance(members, list):
+        return []
+    return [member for member in members if isinstance(member, str)]
+
+
+def below_summaries(ranked: list[SearchHit]) -> list[SearchHit]:
+    """Hits that a summary among ``ranked`` was derived from, moved just below it.
+
+    A member scoring at least its summary gets the largest score below the
+    summary's, so a consolidated cluster reads summary first; the order is
+    otherwise kept (``ranked`` is best first).
+    """
+    ceiling: dict[str, float] = {}
+    for hit in ranked:
+        for member in _derived_from(hit):
+            ceiling[member] = min(ceiling.get(member, math.inf), hit.score)
+    if not ceiling:
+        return ranked
+    moved = []
+    for hit in ranked:
+        cap = ceiling.get(str(hit.memory.id))
+        if cap is not None and hit.score >= cap:
+            hit = dataclasses.replace(hit, score=math.nextafter(cap, -math.inf))
+        moved.append(hit)
+    moved.sort(key=lambda hit: hit.score, reverse=True)
+    return moved
 
 
 def _unit_vectors(hits: Sequence[SearchHit]) -> np.ndarray[Any, Any]:

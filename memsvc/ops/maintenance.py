@@ -18,8 +18,11 @@ from memsvc.core.scope import Scope
 from memsvc.core.settings import Settings
 from memsvc.db.replicas import ReadRouter
 from memsvc.embedding import Embedder, embedder_from_spec
+from memsvc.extraction.protocols import Summarizer
+from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.repository import MemoryRepository
 from memsvc.memories.semantic import Dedupe, validate_dedupe
+from memsvc.ops.consolidation import CLUSTER_THRESHOLD, Consolidation, ConsolidationReport
 from memsvc.ops.dedupe import DEFAULT_BATCH as DEFAULT_DEDUPE_BATCH
 from memsvc.ops.dedupe import DedupeReport, Deduplication
 from memsvc.ops.doctor import Doctor
@@ -112,6 +115,7 @@ class Maintenance:
         checkpoints: CheckpointRepository,
         memories: MemoryRepository,
         reads: ReadRouter | None = None,
+        space: EmbeddingSpace | None = None,
     ) -> None:
         self._pool = pool
         # Reads after maintenance writes wait for them on replicas too.
@@ -130,6 +134,50 @@ class Maintenance:
             forgetting=self._forgetting,
         )
         self._background: asyncio.Task[None] | None = None
+        self._consolidation = Consolidation(
+            pool, settings, memories=memories, assemblies=assemblies, space=space, reads=reads
+        )
+
+    # ------------------------------------------------------------ consolidation
+
+    async def consolidate(
+        self,
+        scope: Scope,
+        *,
+        summarizer: Summarizer | None = None,
+        min_cluster: int = 3,
+        threshold: float = CLUSTER_THRESHOLD,
+    ) -> ConsolidationReport:
+        """Group the scope's related memories into clusters, each under a summary memory.
+
+        Memories valid now in the exact ``scope`` whose embeddings are at
+        least ``threshold`` cosine-similar are clustered (nearest neighbours,
+        clusters of ``min_cluster`` or more); each cluster is an assembly
+        with a summary memory (``metadata["kind"] == "summary"``,
+        ``metadata["derived_from"]``: its members' ids) valid from its
+        newest member's fact. Members stay, and ``rank="recall"`` ranks them
+        below their summary. Incremental: only memories added since the
+        last run are clustered, joining existing clusters where they fit;
+        a cluster whose member changed, stopped being valid or was deleted
+        is redone. Safe to run from several processes at once and to run
+        again after a crash: every memory is in at most one cluster, and a
+        cluster has one summary. See docs/how-to/consolidation.md.
+
+        Args:
+            scope: The exact scope to consolidate.
+            summarizer: Writes each summary; default: the one
+                ``Settings.summarizer`` names (``ExtractiveSummarizer``, no model).
+            min_cluster: Fewest memories a cluster holds (2-64).
+            threshold: Cosine similarity in (0, 1] at which memories belong together.
+
+        Raises:
+            ValidationError: A bad argument, or a summarizer that returned no text.
+            ExtractionError: A model-backed summarizer's endpoint failed
+                (clusters committed before it stay).
+        """
+        return await self._consolidation.consolidate(
+            scope, summarizer=summarizer, min_cluster=min_cluster, threshold=threshold
+        )
 
     # ------------------------------------------------------------ gc
 

@@ -1,13 +1,14 @@
 """Applying one batch's checked operations inside the batch's transaction.
 
-Each operation runs in a savepoint: one the store refuses (a content the
-scope already holds under another memory, a scope over its size limit) is
+The operations run one after the other in the batch's transaction, each one
+``svc.memories`` call on the batch's connection: ADD is ``add`` (with its
+``valid_from``), UPDATE ``update``, SUPERSEDE ``supersede`` and INVALIDATE
+``invalidate`` (valid time), the last three holding the memory to the
+version shown to the extractor. When the store refuses one (a content the
+scope already holds under another memory, a scope over its size limit), the
+batch starts over with each operation in a savepoint: the refused one is
 rolled back alone and reported with the store's reason, so no operation is
-ever half-applied. Each operation is one ``svc.memories`` call on the
-batch's connection: ADD is ``add`` (with its ``valid_from``), UPDATE
-``update``, SUPERSEDE ``supersede`` and INVALIDATE ``invalidate`` (valid
-time), the last three holding the memory to the version shown to the
-extractor.
+ever half-applied, and a batch the store accepts whole pays no savepoints.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class Provenance:
         return recorded
 
 
+class StoreRefused(Exception):
+    """The store refused an operation applied without a savepoint: redo the batch isolated."""
+
+
 class BatchApplier:
     """Applies checked operations on one connection (the batch's transaction)."""
 
@@ -85,16 +90,25 @@ class BatchApplier:
         self._embeddings = embeddings
 
     async def apply(
-        self, accepted: Sequence[tuple[int, Operation]]
+        self, accepted: Sequence[tuple[int, Operation]], *, isolated: bool = True
     ) -> tuple[list[Applied], list[Rejected]]:
-        """Apply each operation in its own savepoint; the store's refusals are reported."""
+        """Apply the operations; the store's refusals are reported.
+
+        ``isolated``: each in its own savepoint. Otherwise a refusal raises
+        :class:`StoreRefused` (the transaction is then unusable).
+        """
         applied: list[Applied] = []
         refused: list[Rejected] = []
         for index, operation in accepted:
             try:
-                async with self._conn.transaction():
+                if isolated:
+                    async with self._conn.transaction():
+                        memory = await self._one(operation)
+                else:
                     memory = await self._one(operation)
             except (ValidationError, ConflictError, NotFoundError) as exc:
+                if not isolated:
+                    raise StoreRefused from exc
                 refused.append(Rejected(index, f"refused by the store: {exc}", "", "apply"))
                 continue
             applied.append(Applied(operation, memory, index))
@@ -145,7 +159,7 @@ class BatchApplier:
             shown.memory_id,
             operation.content,
             valid_from=operation.valid_from,
-            metadata=self._metadata({}, operation),
+            metadata=self._metadata(operation.metadata, operation),
             embedding=self._embeddings.get(operation.content),
             expected_version=shown.version,
             tenant=self._scope.tenant,

@@ -10,7 +10,7 @@ on content (of memories valid now, since 0027) covers only the others, so it
 is recreated with that condition.
 
 Revision ID: 0030
-Revises: 0028
+Revises: 0029
 Create Date: 2026-11-27
 """
 
@@ -30,7 +30,7 @@ from memsvc.db.tables import (
 )
 
 revision: str = "0030"
-down_revision: str | None = "0028"
+down_revision: str | None = "0029"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

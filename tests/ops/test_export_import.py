@@ -259,3 +259,45 @@ async def _count(dsn: str, table: str) -> int:
         return int(await conn.fetchval(f"SELECT count(*) FROM memsvc.{table}"))
     finally:
         await conn.close()
+
+
+VALIDITY_ROWS = """
+SELECT id, content, valid_from, valid_to, supersedes, superseded_by, version
+FROM memsvc.memories ORDER BY tenant_id, id"""
+
+
+async def test_export_import_round_trips_valid_time_and_links(
+    service: MemoryService, cli: Cli, memsvc_database_url: str, other_database: str,
+    tmp_path: Path,
+) -> None:
+    from datetime import UTC, datetime
+
+    scope = Scope("acme", "bridge")
+    lisbon = await service.memories.add(
+        scope, "Ana lives in Lisbon.", valid_from=datetime(2023, 1, 1, tzinfo=UTC)
+    )
+    porto = await service.memories.supersede(
+        lisbon.id, "Ana lives in Porto.", valid_from=datetime(2024, 3, 1, tzinfo=UTC)
+    )
+    # The same content again, valid again: two rows of one text in one scope.
+    await service.memories.supersede(
+        porto.id, "Ana lives in Lisbon.", valid_from=datetime(2025, 2, 1, tzinfo=UTC)
+    )
+    project = await service.memories.add(scope, "Ana works on Apollo")
+    await service.memories.invalidate(project.id)
+    dump = tmp_path / "valid.jsonl"
+    assert (await cli("export", str(dump))).exit_code == 0
+    imported = await cli("import", str(dump), dsn=other_database)
+    assert imported.exit_code == 0, imported.output
+    assert "memories: 4 inserted, 0 already present, 0 rejected" in imported.output
+
+    async def rows(dsn: str) -> list[dict[str, object]]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return [dict(r) for r in await conn.fetch(VALIDITY_ROWS)]
+        finally:
+            await conn.close()
+
+    source, copy = await rows(memsvc_database_url), await rows(other_database)
+    assert copy == source
+    assert sum(1 for r in copy if r["valid_to"] is None) == 1

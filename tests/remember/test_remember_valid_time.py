@@ -28,7 +28,8 @@ async def test_supersede_and_invalidate_close_validity_in_the_batch(
         Reply(answer=facts("The user lives in Berlin.", "The user's cat Tom died.")),
         Reply(
             answer=operations(
-                supersede("m1", "The user lives in Berlin.", "2024-06-01"),
+                {**supersede("m1", "The user lives in Berlin.", "2024-06-01"),
+                 "metadata": [{"key": "slot", "value": "home"}]},
                 invalidate("m2", "2024-07-01T00:00:00Z"),
                 add("The user misses Tom."),
             )
@@ -47,6 +48,7 @@ async def test_supersede_and_invalidate_close_validity_in_the_batch(
     berlin = result.applied[0].memory
     assert berlin is not None and berlin.content == "The user lives in Berlin."
     assert berlin.metadata["provenance"]["operation"] == "SUPERSEDE"
+    assert berlin.metadata["slot"] == "home"  # a supersede's metadata, as an add's
     assert berlin.supersedes == (paris.id,)
     june = datetime(2024, 6, 1, tzinfo=UTC)
     old = await service.memories.get(paris.id)
