@@ -36,7 +36,8 @@ def _weak(
 SELECT {qualified(MEMORY_COLUMNS, "m")}, m.change_key FROM {schema}.memories AS m
 WHERE {scope_sql} AND m.key IS NULL AND NOT m.pinned AND m.forgotten_at IS NULL
   AND (m.expires_at IS NULL OR m.expires_at > now())
-  AND m.tenant_id IN (SELECT tenant_id FROM {schema}.memory_policies){member_filter}{resume}
+  AND EXISTS (SELECT 1 FROM {schema}.memory_policies AS p
+              WHERE p.tenant_id = m.tenant_id){member_filter}{resume}
   AND {strength_sql(now, half_life_of(schema, "m"))} < {below}
 ORDER BY m.tenant_id, m.id"""
 
