@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import uuid
 import zlib
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -351,3 +353,17 @@ async def test_consolidation_under_row_level_security_stays_in_its_tenant(
         assert await owner.fetchval("SELECT count(*) FROM memsvc.consolidation_clusters") == 1
     finally:
         await owner.close()
+
+
+async def test_a_summary_is_valid_from_its_newest_members_fact(service: MemoryService) -> None:
+    if "valid_from" not in inspect.signature(service.memories.add).parameters:
+        pytest.skip("this memsvc has no valid time")
+    moments = [datetime(2024, month, 1, tzinfo=UTC) for month in (3, 9, 5)]
+    for i, (text, moment) in enumerate(zip(TOPICS["home"], moments, strict=False)):
+        await service.memories.add(
+            SCOPE, text, embedding=near(BASES["home"], i), valid_from=moment
+        )
+    report = await service.maintenance.consolidate(SCOPE)
+    summary = await service.memories.get(report.summaries[0])
+    assert summary.valid_from == datetime(2024, 9, 1, tzinfo=UTC)
+    assert summary.metadata["consolidation"]["valid_from"] == "2024-09-01T00:00:00+00:00"
