@@ -27,6 +27,7 @@ from memsvc import (
 )
 from memsvc.testing.postgres import settings_for_tests
 from tests.extraction.fake_chat import serving
+from tests.ops.conftest import Cli
 from tests.test_row_level_security import rls_database  # noqa: F401
 
 pytestmark = pytest.mark.timeout(300)
@@ -367,3 +368,16 @@ async def test_a_summary_is_valid_from_its_newest_members_fact(service: MemorySe
     summary = await service.memories.get(report.summaries[0])
     assert summary.valid_from == datetime(2024, 9, 1, tzinfo=UTC)
     assert summary.metadata["consolidation"]["valid_from"] == "2024-09-01T00:00:00+00:00"
+
+
+async def test_the_consolidate_command_runs_it_on_a_scope(service: MemoryService, cli: Cli) -> None:
+    await seed_memories(service)
+    scope = ["--tenant", "acme", "--project", "bridge", "--agent", "planner", "--session", "s-1"]
+    first = await cli("consolidate", *scope)
+    assert first.exit_code == 0, first.output
+    assert "clusters made: 3" in first.output and "memories considered: 14" in first.output
+    again = await cli("consolidate", *scope, "--min-cluster", "2", "--threshold", "0.9")
+    assert "clusters made: 0" in again.output and "memories considered: 0" in again.output
+    bad = await cli("consolidate", "--tenant", "acme", "--threshold", "0")
+    assert bad.exit_code == 2 and "threshold" in bad.output
+    assert len(await assert_consistent(service)) == 3
