@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import signal
+import subprocess
+import sys
+import textwrap
 import uuid
 import zlib
 from collections import Counter
@@ -381,3 +385,59 @@ async def test_the_consolidate_command_runs_it_on_a_scope(service: MemoryService
     bad = await cli("consolidate", "--tenant", "acme", "--threshold", "0")
     assert bad.exit_code == 2 and "threshold" in bad.output
     assert len(await assert_consistent(service)) == 3
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from memsvc import MemoryService, Scope
+    from memsvc.testing.postgres import settings_for_tests
+
+    async def main():
+        async with MemoryService.open(settings_for_tests(sys.argv[1])) as svc:
+            await svc.maintenance.consolidate(Scope("acme", "bridge", "planner", "s-1"))
+
+    asyncio.run(main())
+    """
+)
+WAITING_FOR_A_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
+
+
+@pytest.mark.slow
+async def test_a_process_killed_inside_a_clusters_transaction_is_resumed_by_the_next_run(
+    service: MemoryService, settings: Settings
+) -> None:
+    ids = await seed_memories(service)
+    dsn = settings.database_url
+    assert dsn is not None
+    admin = await asyncpg.connect(dsn)
+    watcher = await asyncpg.connect(dsn)
+    try:
+        holding = admin.transaction()
+        await holding.start()
+        # The second cluster's transaction waits for this lock on one of its members.
+        await admin.execute(
+            "SELECT 1 FROM memsvc.memories WHERE id = $1 FOR UPDATE", ids["pets"][0]
+        )
+        child = subprocess.Popen([sys.executable, "-c", CHILD, dsn])
+        try:
+            async with asyncio.timeout(120):
+                while not await watcher.fetchval(WAITING_FOR_A_LOCK):
+                    assert child.poll() is None, "the run ended before it reached the lock"
+                    await asyncio.sleep(0.05)
+            child.send_signal(signal.SIGKILL)
+            assert await asyncio.to_thread(child.wait) == -signal.SIGKILL
+        finally:
+            if child.poll() is None:
+                child.kill()
+        await holding.rollback()
+    finally:
+        await admin.close()
+        await watcher.close()
+    assert set(await assert_consistent(service)) == {frozenset(ids["home"])}
+    report = await service.maintenance.consolidate(SCOPE)
+    assert report.made == 2
+    assert set(await assert_consistent(service)) == {frozenset(m) for m in ids.values()}
