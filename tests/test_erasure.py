@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -953,3 +954,21 @@ async def test_ids_are_not_texts_a_row_outside_the_scopes_is_accused_of_holding(
     receipt = await service.erase(Scope(tenant, "p"))
 
     assert receipt.verified, receipt.remaining
+
+
+async def test_erase_removes_the_half_life_policies_of_the_scope_and_below(
+    service: MemoryService,
+) -> None:
+    session = Scope("acme", "p", "a", "ana-session")
+    await service.memories.add(session, "Ana likes tea.")
+    await service.policies.set(session, half_life=timedelta(days=3))
+    await service.policies.set(Scope("acme", "p"), half_life=timedelta(days=30))
+    await service.policies.set(Scope("other", "p"), half_life=timedelta(days=30))
+    receipt = await service.erase(Scope("acme", "p", "a"))
+    assert receipt.verified, receipt.remaining
+    assert receipt.removed["memory_policies"] == 1
+    assert [p.scope for p in await service.policies.list(tenant="acme")] == [Scope("acme", "p")]
+    receipt = await service.erase(Scope("acme"))
+    assert receipt.verified, receipt.remaining
+    assert await service.policies.list(tenant="acme") == []
+    assert len(await service.policies.list(tenant="other")) == 1

@@ -164,6 +164,8 @@ class Erasure(Repository):
         await self._erase_checkpoints(plan, receipt, progress)
         progress.start("erasing the ids of remembered messages")
         await self._erase_remembered(plan, receipt, progress)
+        progress.start("erasing half-life policies")
+        await self._erase_policies(plan, receipt, progress)
         if plan.whole_tenant:
             progress.start("erasing LangGraph checkpoints and store items")
             await self._erase_langgraph(plan.scope.tenant, plan.batch_size, receipt)
@@ -347,6 +349,20 @@ class Erasure(Repository):
 
         async def run(conn: asyncpg.Connection) -> dict[str, int]:
             return {"remembered_messages": await conn.fetchval(sql, *params.values)}
+
+        await self._batches(run, receipt, progress, tenant=plan.scope.tenant)
+
+    async def _erase_policies(
+        self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter
+    ) -> None:
+        """The half-life policies of the scope and (with descendants) of every scope below it."""
+        params = Params()
+        sql = q.delete_policies_batch(
+            self._schema, plan.scope_sql(params), params.add(plan.batch_size)
+        )
+
+        async def run(conn: asyncpg.Connection) -> dict[str, int]:
+            return {"memory_policies": await conn.fetchval(sql, *params.values)}
 
         await self._batches(run, receipt, progress, tenant=plan.scope.tenant)
 

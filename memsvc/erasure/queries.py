@@ -463,6 +463,30 @@ WITH gone AS (
 SELECT count(*) AS rows FROM gone"""
 
 
+# ------------------------------------------------------------ half-life policies
+
+
+def delete_policies_batch(schema: str, scope_sql: str, limit: str) -> str:
+    """Delete the next batch of the scope's half-life policies (``svc.policies``).
+
+    A policy names its scope and holds nothing else; it has no
+    ``created_xid``, so one set while the erasure runs goes too (the check
+    would report it left otherwise). The count comes back as ``rows``.
+    """
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.memory_policies
+    WHERE (tenant_id, id) IN (
+        SELECT tenant_id, id FROM {schema}.memory_policies
+        WHERE {scope_sql}
+        LIMIT {limit}
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING 1
+)
+SELECT count(*) AS rows FROM gone"""
+
+
 # -------------------------------------------------------------------- LangGraph
 
 
@@ -491,7 +515,7 @@ SELECT (SELECT count(*) FROM gone) AS items, (SELECT count(*) FROM vectors) AS v
 # Tables an erasure changes (LangGraph's only for a whole tenant).
 ERASED_TABLES = (
     "assemblies", "assembly_members", "entity_events", "memories", "memory_events",
-    "remembered_messages", "session_checkpoints",
+    "memory_policies", "remembered_messages", "session_checkpoints",
 )
 LANGGRAPH_TABLES = (
     "langgraph_checkpoints",
