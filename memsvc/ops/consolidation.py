@@ -45,7 +45,6 @@ from memsvc.core.validation import validate_scope
 from memsvc.db.replicas import ReadRouter
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params, scope_condition
-from memsvc.db.tables import build_metadata
 from memsvc.extraction.protocols import Summarizer, SummaryMember
 from memsvc.extraction.specs import summarizer_from_spec
 from memsvc.memories.embedding_space import EmbeddingSpace
@@ -164,11 +163,8 @@ class Consolidation(Repository):
         self._assemblies = assemblies
         self._space = space
         self._default: Summarizer | None = None
-        # SEAM(issue 29): valid time adds valid_from/valid_to to memories.
-        columns = build_metadata(settings).tables[f"{self._schema}.memories"].c
-        valid_time = "valid_to" in columns and "valid_from" in columns
-        self._live = q.live_condition("m", valid_time)
-        self._columns = q.member_columns(valid_time)
+        self._live = q.live_condition("m")
+        self._columns = q.MEMBER_COLUMNS
 
     def default_summarizer(self) -> Summarizer:
         """The summarizer ``Settings.summarizer`` names (``extractive`` by default)."""

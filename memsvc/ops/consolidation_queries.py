@@ -9,25 +9,34 @@ text is a constant, never a value from a caller.
 
 from __future__ import annotations
 
+import re
+
+from memsvc.memories.queries import LIVE, VALID_NOW
+
 # Summaries are never clustered again (not even by another run's summary).
 NOT_SUMMARY = """NOT (m.metadata @> '{"kind": "summary"}'::jsonb)"""
-MEMBER_COLUMNS = "m.id, m.version, m.content, m.embedding, m.created_at, m.importance"
+MEMBER_COLUMNS = (
+    "m.id, m.version, m.content, m.embedding, m.created_at, m.importance, m.valid_from"
+)
 
 
-def live_condition(alias: str, valid_time: bool) -> str:
-    """The memory ``alias`` is valid now: not expired, and (with valid time) not closed."""
-    condition = f"({alias}.expires_at IS NULL OR {alias}.expires_at > now())"
-    if valid_time:
-        condition += (
-            f" AND ({alias}.valid_to IS NULL OR {alias}.valid_to > now())"
-            f" AND ({alias}.valid_from IS NULL OR {alias}.valid_from <= now())"
-        )
-    return condition
+def live_condition(alias: str) -> str:
+    """The memory ``alias`` is live and valid now, as search and list read it.
+
+    Built from the memory queries' own conditions (not expired, not
+    forgotten, valid now), so a memory search no longer finds is never
+    clustered or summarized.
+    """
+    return _aliased(f"{LIVE} AND {VALID_NOW}", alias)
 
 
-def member_columns(valid_time: bool) -> str:
-    """The columns a member is read with (``valid_from`` where the store has it)."""
-    return MEMBER_COLUMNS + (", m.valid_from" if valid_time else "")
+def _aliased(condition: str, alias: str) -> str:
+    """``condition`` with each bare memory column it names prefixed by ``alias``."""
+    return _BARE_COLUMN.sub(lambda found: f"{alias}.{found.group(0)}", condition)
+
+
+# The columns LIVE and VALID_NOW name, not already behind an alias.
+_BARE_COLUMN = re.compile(r"(?<![.\w])(expires_at|forgotten_at|valid_from|valid_to)\b")
 
 
 def new_memories(

@@ -13,7 +13,7 @@ import uuid
 import zlib
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -201,6 +201,42 @@ async def test_a_superseded_member_makes_its_summary_stale(service: MemoryServic
     report = await service.maintenance.consolidate(SCOPE)
     assert report.redone == 1
     assert frozenset(ids["home"][1:]) in await assert_consistent(service)
+
+
+async def test_a_forgotten_memory_is_never_consolidated(service: MemoryService) -> None:
+    contents = TOPICS["home"][:3]
+    ids = await add_topic(service, "home", contents)
+    secret = await service.memories.add(
+        SCOPE, "The user's door code is 4711 Paris.",
+        embedding=near(BASES["home"], 99), importance=0.01,
+    )
+    await service.policies.set(Scope("acme"), half_life=timedelta(days=1))
+    forgotten = await service.maintenance.forget(
+        SCOPE, now=secret.created_at + timedelta(days=5), below=0.005
+    )
+    assert forgotten.ids == [secret.id]
+    await service.maintenance.consolidate(SCOPE)
+    assert frozenset(ids) in await assert_consistent(service)
+    derived = {uuid.UUID(x) for s in await summaries(service) for x in s.metadata["derived_from"]}
+    assert secret.id not in derived
+
+
+async def test_a_member_forgotten_later_makes_its_summary_stale(service: MemoryService) -> None:
+    ids = await seed_memories(service)
+    faint = await service.memories.add(
+        SCOPE, "The user's door code is 4711 Paris.",
+        embedding=near(BASES["home"], 99), importance=0.01,
+    )
+    await service.maintenance.consolidate(SCOPE)
+    assert frozenset([*ids["home"], faint.id]) in await assert_consistent(service)
+    await service.policies.set(Scope("acme"), half_life=timedelta(days=1))
+    forgotten = await service.maintenance.forget(
+        SCOPE, now=faint.created_at + timedelta(days=5), below=0.005, assembly_members=True
+    )
+    assert forgotten.ids == [faint.id]
+    report = await service.maintenance.consolidate(SCOPE)
+    assert report.redone == 1
+    assert frozenset(ids["home"]) in await assert_consistent(service)
 
 
 async def test_erasing_the_scope_leaves_no_consolidation_rows(
