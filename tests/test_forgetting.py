@@ -232,6 +232,49 @@ async def test_gc_forgets_under_a_policy_and_deletes_past_the_grace_period(
     assert [e.kind for e in await service.memories.history(weak.id)][-1] == "deleted"
 
 
+async def age_forgetting(service: MemoryService, settings: Settings) -> None:
+    """Move every forgetting back past the grace period, so gc may delete it."""
+    grace = timedelta(days=settings.forget_grace_days)
+    async with service.pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE memsvc.memories SET forgotten_at = forgotten_at - $1::interval "
+            "WHERE forgotten_at IS NOT NULL",
+            grace + DAY,
+        )
+
+
+async def test_pinning_a_forgotten_memory_restores_it_and_gc_keeps_it(
+    service: MemoryService, settings: Settings
+) -> None:
+    await service.policies.set(TENANT, half_life=DAY)
+    memory = await service.memories.add(PROJECT, "the user is allergic to nuts", importance=0.0)
+    assert (await service.maintenance.forget(PROJECT)).ids == [memory.id]
+    pinned = await service.memories.update(memory.id, pinned=True)
+    assert pinned.pinned and pinned.forgotten_at is None
+    assert await visible(service, PROJECT) == {memory.id}
+    # A pinned row still marked forgotten (written by other means) is not deleted either.
+    async with service.pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE memsvc.memories SET forgotten_at = now() WHERE id = $1", memory.id
+        )
+    await age_forgetting(service, settings)
+    assert (await service.maintenance.gc()).forgotten_deleted == 0
+    assert (await service.memories.get(memory.id)).pinned
+
+
+async def test_reading_a_forgotten_memory_does_not_renew_it(
+    service: MemoryService, settings: Settings
+) -> None:
+    await service.policies.set(TENANT, half_life=DAY)
+    memory = await service.memories.add(PROJECT, "a weak memory", importance=0.0)
+    assert (await service.maintenance.forget(PROJECT)).ids == [memory.id]
+    read = await service.memories.get(memory.id, track_access=True)
+    assert read.forgotten_at is not None
+    assert (read.access_count, read.last_accessed_at) == (0, memory.last_accessed_at)
+    await age_forgetting(service, settings)
+    assert (await service.maintenance.gc()).forgotten_deleted == 1
+
+
 async def test_adding_forgotten_content_again_stores_it_anew(service: MemoryService) -> None:
     await service.policies.set(TENANT, half_life=DAY)
     first = await service.memories.add(PROJECT, "said once", importance=0.01)

@@ -286,22 +286,32 @@ SELECT {MEMORY_COLUMNS} FROM {schema}.memories
 WHERE id = $1 {tenant} AND {NOT_EXPIRED}"""
 
 
+# A tracked read of a live memory; a forgotten one is read unchanged.
+COUNT_ACCESS = f"""access_count = access_count + CASE WHEN {NOT_FORGOTTEN} THEN 1 ELSE 0 END,
+    last_accessed_at = CASE WHEN {NOT_FORGOTTEN} THEN now() ELSE last_accessed_at END"""
+
+
 def touch_by_id(schema: str, tenant_filter: bool) -> str:
-    """Like :func:`select_by_id`, and count the access."""
+    """Like :func:`select_by_id`, and count the access (see :func:`touch_by_ids`)."""
     tenant = "AND tenant_id = $2" if tenant_filter else ""
     return f"""
 UPDATE {schema}.memories
-SET access_count = access_count + 1, last_accessed_at = now()
+SET {COUNT_ACCESS}
 WHERE id = $1 {tenant} AND {NOT_EXPIRED}
 RETURNING {MEMORY_COLUMNS}"""
 
 
 def touch_by_ids(schema: str, tenant_filter: bool) -> str:
-    """Like :func:`select_by_ids`, and count the access."""
+    """Like :func:`select_by_ids`, and count the access.
+
+    A forgotten memory is returned but its access not counted: reading it
+    does not bring it back (``restore`` or pinning does), so gc's deletion
+    after the grace period never removes a memory renewed meanwhile.
+    """
     tenant = "AND tenant_id = $2" if tenant_filter else ""
     return f"""
 UPDATE {schema}.memories
-SET access_count = access_count + 1, last_accessed_at = now()
+SET {COUNT_ACCESS}
 WHERE id = ANY($1::uuid[]) {tenant} AND {NOT_EXPIRED}
 RETURNING {MEMORY_COLUMNS}"""
 
@@ -328,6 +338,8 @@ WITH old AS (
         importance = CASE WHEN $9::bool THEN $10::real ELSE m.importance END,
         embedding = CASE WHEN $11::bool THEN $12 ELSE m.embedding END,
         pinned = CASE WHEN $13::bool THEN $14::bool ELSE m.pinned END,
+        -- Pinning a forgotten memory restores it: a pinned memory is never forgotten.
+        forgotten_at = CASE WHEN $13::bool AND $14::bool THEN NULL ELSE m.forgotten_at END,
         version = m.version + 1,
         updated_at = now(),
         change_key = {NEXT_CHANGE_KEY.format(row="m")}

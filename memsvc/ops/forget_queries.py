@@ -88,10 +88,15 @@ SELECT w.tenant_id, w.id FROM ({_weak(schema, scope_sql, now, below, members, af
 
 
 def lock_forgotten(schema: str) -> str:
-    """Lock a batch of memories forgotten more than ``$1`` seconds ago, to delete them."""
+    """Lock a batch of memories forgotten more than ``$1`` seconds ago, to delete them.
+
+    Never a pinned one (pinning restores a memory; the check guards rows
+    written otherwise).
+    """
     return f"""
 SELECT tenant_id, id FROM {schema}.memories
 WHERE forgotten_at IS NOT NULL AND forgotten_at <= now() - $1::float8 * interval '1 second'
+  AND NOT pinned
 ORDER BY tenant_id, id
 LIMIT $2
 FOR UPDATE SKIP LOCKED"""
