@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -264,21 +264,20 @@ async def test_a_dedupe_pass_merges_stored_near_duplicates_within_each_scope(
     elsewhere = await service.memories.add(other_scope, "Ana lives in Porto", embedding=FACT)
 
     report = await service.maintenance.dedupe(Scope("acme"), 0.9, batch_size=2)
-    assert report.merged == 3 and report.batches >= 3 and report.scopes == 2
-    assert {merged for merged, _ in report.merges} == {copies[0].id, copies[1].id, exact_copy.id}
+    assert report.merged == 2 and report.batches >= 3 and report.scopes == 2
+    assert {merged for merged, _ in report.merges} == {copies[0].id, copies[1].id}
     assert {kept for _, kept in report.merges} == {oldest.id}
     left = {m.id for m in await service.memories.list(Scope("acme"), include="descendants")}
-    assert left == {oldest.id, other_id.id, keyed.id, elsewhere.id}
+    # The copy stored with dedupe="off" was asked to stay apart: the pass keeps it.
+    assert left == {oldest.id, exact_copy.id, other_id.id, keyed.id, elsewhere.id}
     kept = await service.memories.get(oldest.id)
-    assert kept.reinforced_count == 3
+    assert kept.reinforced_count == 2
     merged_wordings = [
         e.prior["merged"]["content"]
         for e in await service.memories.history(oldest.id)
         if e.prior and "merged" in e.prior
     ]
-    assert sorted(merged_wordings) == sorted(
-        ["Ana's home is Porto", "Ana resides in Porto", "Ana lives in Porto"]
-    )
+    assert sorted(merged_wordings) == sorted(["Ana's home is Porto", "Ana resides in Porto"])
     again = await service.maintenance.dedupe(Scope("acme"), 0.9)
     assert again.merged == 0
 
@@ -298,3 +297,98 @@ async def test_import_with_semantic_dedupe_merges_what_the_file_repeats(
     report = await service.maintenance.import_file(dump, dedupe="semantic")
     assert report.memories.inserted == 3 and report.merged == 1
     assert await service.memories.count(SCOPE) == 2
+
+
+# ------------------------------------------------- what a merge keeps and carries
+
+
+async def test_a_pinned_write_pins_the_memory_it_merges_into(service: MemoryService) -> None:
+    await service.memories.add(SCOPE, "Ana is allergic to nuts.", embedding=FACT)
+    merged = await service.memories.add(
+        SCOPE, "Ana has a nut allergy.", embedding=FACT, pinned=True, dedupe="semantic"
+    )
+    assert merged.merged and merged.pinned
+    exact = await service.memories.add(SCOPE, "Ana likes tea.")
+    again = await service.memories.add(SCOPE, "Ana likes tea.", pinned=True)
+    assert again.id == exact.id and again.pinned
+    assert (await service.memories.get(exact.id)).pinned
+
+
+async def test_a_merged_write_valid_from_earlier_moves_the_fact_back(
+    service: MemoryService,
+) -> None:
+    stored = await service.memories.add(SCOPE, "Ana lives in Paris.", embedding=FACT)
+    since = datetime(2020, 1, 1, tzinfo=UTC)
+    merged = await service.memories.add(
+        SCOPE, "Ana has lived in Paris.", embedding=FACT, valid_from=since, dedupe="semantic"
+    )
+    assert merged.id == stored.id and merged.valid_from == since
+    hits = await service.memories.search(
+        SCOPE, FACT.tolist(), k=5, valid_at=datetime(2022, 1, 1, tzinfo=UTC)
+    )
+    assert [h.memory.id for h in hits] == [stored.id]
+    event = (await service.memories.history(stored.id))[-1]
+    assert event.prior is not None and event.prior["merged"]["valid_from"] is not None
+    # A later valid_from leaves the earlier one.
+    later = await service.memories.add(
+        SCOPE, "Ana still lives in Paris.", embedding=FACT, valid_from=datetime(2024, 1, 1,
+        tzinfo=UTC), dedupe="semantic",
+    )
+    assert later.id == stored.id and later.valid_from == since
+
+
+async def test_the_dedupe_pass_carries_a_pin_and_keeps_memories_stored_apart(
+    service: MemoryService,
+) -> None:
+    plain = await service.memories.add(SCOPE, "Ana is allergic to nuts.", embedding=FACT,
+                                       dedupe="off")
+    pinned = await service.memories.add(SCOPE, "Ana has a nut allergy.", embedding=FACT,
+                                        pinned=True)
+    report = await service.maintenance.dedupe(SCOPE)
+    assert report.merges == [(pinned.id, plain.id)]
+    assert (await service.memories.get(plain.id)).pinned
+    apart = await service.memories.add(SCOPE, "Ana is allergic to peanuts.", embedding=FACT,
+                                       dedupe="off")
+    assert (await service.maintenance.dedupe(SCOPE)).merges == []
+    assert (await service.memories.get(apart.id)).content == "Ana is allergic to peanuts."
+
+
+async def test_the_dedupe_pass_never_deletes_a_successor(service: MemoryService) -> None:
+    other = direction(4)
+    await service.memories.add(SCOPE, "Ana lives in Berlin.", embedding=FACT)
+    paris = await service.memories.add(
+        SCOPE, "Ana lives in Paris.", embedding=other, valid_from=datetime(2024, 3, 1, tzinfo=UTC)
+    )
+    berlin = await service.memories.supersede(paris.id, "Ana moved to Berlin.", embedding=FACT)
+    assert (await service.maintenance.dedupe(SCOPE)).merges == []
+    old = await service.memories.get(paris.id)
+    assert old.superseded_by == berlin.id
+    assert (await service.memories.get(berlin.id)).supersedes == (paris.id,)
+
+
+WAITING_FOR_A_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
+
+
+async def test_a_write_never_merges_into_a_memory_superseded_meanwhile(
+    service: MemoryService,
+) -> None:
+    paris = await service.memories.add(SCOPE, "Ana lives in Paris.", embedding=FACT)
+    async with service.pool.acquire() as conn, conn.transaction():
+        berlin = await service.memories.supersede(
+            paris.id, "Ana moved to Berlin.", embedding=direction(2), conn=conn
+        )
+        add = asyncio.create_task(service.memories.add(
+            SCOPE, "Ana lives in Paris!", embedding=FACT, dedupe="semantic"
+        ))
+        # The add read Paris as valid and now waits for its row.
+        async with service.pool.acquire() as admin:
+            while not await admin.fetchval(WAITING_FOR_A_LOCK):
+                await asyncio.sleep(0.02)
+    got = await add
+    assert not got.merged and got.id not in (paris.id, berlin.id)
+    assert got.valid_to is None
+    valid = {m.content for m in await service.memories.list(SCOPE)}
+    assert valid == {"Ana moved to Berlin.", "Ana lives in Paris!"}

@@ -40,23 +40,29 @@ LIMIT {limit}"""
 
 
 def reinforce(schema: str) -> str:
-    """Merge a write into the memory (``$1`` tenant, ``$2`` id) if it is still live.
+    """Merge a write into the memory (``$1`` tenant, ``$2`` id) if it is still live
+    and its validity still open (not superseded or invalidated meanwhile).
 
     Its importance rises by the documented rule (``$3`` the write's), its
-    reinforcement count and time are set, and the history event keeps the
-    write's wording (``$4`` content, ``$5`` metadata) under ``merged``.
-    Returns the memory after the merge, or no row if it is gone.
+    reinforcement count and time are set, a pinned write (``$6``) pins it,
+    and a write valid from earlier (``$7``, NULL: now) moves its
+    ``valid_from`` back to that moment: the fact held since then. The
+    history event keeps the write's wording (``$4`` content, ``$5``
+    metadata) under ``merged``. Returns the memory after the merge, or no
+    row if it is gone or closed (the caller then stores the write).
     """
     raised = f"least(1, greatest(m.importance + (1 - m.importance) * {REINFORCE_WEIGHT} * $3, $3))"
     return f"""
 WITH old AS (
     SELECT {MEMORY_COLUMNS}, change_key FROM {schema}.memories
-    WHERE tenant_id = $1 AND id = $2 AND {LIVE}
+    WHERE tenant_id = $1 AND id = $2 AND {LIVE} AND valid_to IS NULL
     FOR UPDATE
 ), upd AS (
     UPDATE {schema}.memories AS m
     SET reinforced_count = m.reinforced_count + 1, last_reinforced_at = now(),
-        importance = {raised}, version = m.version + 1, updated_at = now(),
+        importance = {raised}, pinned = m.pinned OR $6::bool,
+        valid_from = least(m.valid_from, $7::timestamptz),
+        version = m.version + 1, updated_at = now(),
         change_key = {NEXT_CHANGE_KEY.format(row="m")}
     FROM old
     WHERE m.tenant_id = old.tenant_id AND m.id = old.id
@@ -66,7 +72,8 @@ WITH old AS (
         ({EVENT_SCOPE}, memory_id, kind, version, prior, change_key)
     SELECT {qualified(EVENT_SCOPE, "upd")}, upd.id, 'updated', upd.version,
            {PRIOR} || jsonb_build_object('merged', jsonb_build_object(
-               'content', $4::text, 'metadata', $5::jsonb, 'importance', $3::real)),
+               'content', $4::text, 'metadata', $5::jsonb, 'importance', $3::real,
+               'pinned', $6::bool, 'valid_from', $7::timestamptz)),
            {NEXT_CHANGE_KEY.format(row="old")}
     FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
 )
@@ -89,10 +96,18 @@ WHERE {scope_sql} AND key IS NULL"""
 
 
 def page(schema: str, scope_sql: str, after: str, limit: str) -> str:
-    """The next memories of an exact scope a dedupe pass looks at, in id (age) order."""
+    """The next memories of an exact scope a dedupe pass looks at, in id (age) order.
+
+    Only memories a pass may delete once merged: never one stored with
+    ``dedupe="off"`` (``content_unique`` false: the caller asked to keep it
+    apart), nor one that supersedes others (their ``superseded_by`` names it).
+    A pinned one merges and carries its pin to the memory kept.
+    """
     return f"""
-SELECT tenant_id, id, content, metadata, importance, embedding FROM {schema}.memories
+SELECT tenant_id, id, content, metadata, importance, embedding, pinned, valid_from
+FROM {schema}.memories
 WHERE {scope_sql} AND key IS NULL AND {LIVE} AND {VALID_AT_STATEMENT}
+  AND content_unique AND supersedes IS NULL
   AND embedding IS NOT NULL AND id > {after}
 ORDER BY id
 LIMIT {limit}"""

@@ -263,7 +263,7 @@ class MemoryRepository(MemorySearches, Restoring):
                 tenant=scope.tenant,
             )
             if stored is not None:
-                return stored
+                return await self._pinned(stored, pinned, conn)
         generation, (vector, nexts) = await self._space.consistent(
             lambda: self._space.embeddings_for(text, embedding)
         )
@@ -280,7 +280,9 @@ class MemoryRepository(MemorySearches, Restoring):
                 vector = args[8] = self._space.held_vector(generation, args[8], nexts and nexts[0])
                 if semantic:
                     found = await self._semantic.match(active, scope, text, vector, threshold)
-                    merged = found and await self._semantic.merge(active, found, text, meta, weight)
+                    merged = found and await self._semantic.merge(
+                        active, found, text, meta, weight, pinned=pinned, valid_from=valid_from
+                    )
                     if merged:
                         return merged
                 if predecessors:
@@ -297,9 +299,12 @@ class MemoryRepository(MemorySearches, Restoring):
                         f"the new content is already stored, valid now, as memory {existing.id}"
                     )
                 if existing is not None and semantic:
-                    return await self._semantic.merge_found(active, existing, text, meta, weight)
+                    return await self._semantic.merge_found(
+                        active, existing, text, meta, weight, pinned=pinned,
+                        valid_from=valid_from,
+                    )
                 if existing is not None:
-                    return existing
+                    return await self._pinned(existing, pinned, active)
                 if nexts is not None:
                     await self._space.write_next(
                         active, [scope.tenant], [memory_id], [digest], nexts
@@ -307,6 +312,14 @@ class MemoryRepository(MemorySearches, Restoring):
             return inserted_memory(scope, args, row, vector)
 
         return await self._retrying(attempt, owns_transaction=conn is None)
+
+    async def _pinned(
+        self, memory: Memory, pinned: bool, conn: asyncpg.Connection | None
+    ) -> Memory:
+        """An exact duplicate a pinned add met, pinned as the add asked."""
+        if not pinned or memory.pinned:
+            return memory
+        return await self.update(memory.id, pinned=True, tenant=memory.scope.tenant, conn=conn)
 
     async def _close_predecessors(
         self,

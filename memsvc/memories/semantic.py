@@ -18,6 +18,7 @@ import dataclasses
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Literal
 
 import asyncpg
@@ -125,7 +126,9 @@ class SemanticDedupe:
         ):
             if vectors[i] is not None:
                 found = await self.match(conn, scope, text, vectors[i], threshold)
-                merged = found and await self.merge(conn, found, text, meta, weight)
+                merged = found and await self.merge(
+                    conn, found, text, meta, weight, pinned=pin, valid_from=start
+                )
                 if merged:
                     by_place[str(i)] = merged
                     continue
@@ -135,17 +138,23 @@ class SemanticDedupe:
                                              delete_locked)
             if existing is not None:
                 # The same content (under another embedding): merged too.
-                by_place[str(i)] = await self.merge_found(conn, existing, text, meta, weight)
+                by_place[str(i)] = await self.merge_found(
+                    conn, existing, text, meta, weight, pinned=pin, valid_from=start
+                )
             else:
                 by_id[memory_id] = inserted_memory(scope, args, row, vectors[i])
         return by_id, by_place
 
     async def merge_found(
-        self, conn: asyncpg.Connection, found: Memory, text: str, metadata: str, importance: float
+        self, conn: asyncpg.Connection, found: Memory, text: str, metadata: str, importance: float,
+        *, pinned: bool = False, valid_from: datetime | None = None,
     ) -> Memory:
         """Reinforce an exact duplicate an insert met; the memory as found if it went."""
         row = {"tenant_id": found.scope.tenant, "id": found.id}
-        return await self.merge(conn, row, text, metadata, importance) or found
+        merged = await self.merge(
+            conn, row, text, metadata, importance, pinned=pinned, valid_from=valid_from
+        )
+        return merged or found
 
     async def merge(
         self,
@@ -154,10 +163,18 @@ class SemanticDedupe:
         text: str,
         metadata: str,
         importance: float,
+        *,
+        pinned: bool = False,
+        valid_from: datetime | None = None,
     ) -> Memory | None:
-        """Reinforce the memory of ``row`` with a write; None if it went meanwhile."""
+        """Reinforce the memory of ``row`` with a write; None if it went or closed meanwhile.
+
+        A pinned write pins it; a write valid from earlier (``valid_from``)
+        moves its ``valid_from`` back.
+        """
         merged = await conn.fetchrow(
-            self._reinforce_sql, row["tenant_id"], row["id"], importance, text, metadata
+            self._reinforce_sql, row["tenant_id"], row["id"], importance, text, metadata,
+            pinned, valid_from,
         )
         if merged is None:
             return None

@@ -148,7 +148,8 @@ class Deduplication(Repository):
                 continue
             metadata = json.dumps(row["metadata"])
             merged = await self._semantic.merge(
-                conn, candidate, row["content"], metadata, row["importance"]
+                conn, candidate, row["content"], metadata, row["importance"],
+                pinned=row["pinned"], valid_from=row["valid_from"],
             )
             if merged is None:
                 continue
