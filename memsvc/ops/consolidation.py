@@ -26,7 +26,6 @@ cluster being written; the next run carries on from what committed.
 
 from __future__ import annotations
 
-import inspect
 import math
 import uuid
 from collections.abc import Callable, Sequence
@@ -417,10 +416,7 @@ class Consolidation(Repository):
                 "valid_from": newest.isoformat(),
             },
         }
-        put = self._memories.put
-        # SEAM(issue 29): put() takes valid_from once memories have valid time.
-        extra = {"valid_from": newest} if "valid_from" in inspect.signature(put).parameters else {}
-        summary = await put(
+        summary = await self._memories.put(
             run.scope,
             SUMMARY_KEY.format(cluster),
             text,
@@ -428,7 +424,7 @@ class Consolidation(Repository):
             metadata=metadata,
             importance=max(m.importance for m in members),
             conn=conn,
-            **extra,
+            valid_from=newest,
         )
         await conn.execute(
             q.summarized(self._schema), tenant, cluster,

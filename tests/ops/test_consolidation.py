@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import math
 import signal
 import subprocess
@@ -192,12 +191,11 @@ async def test_a_changed_member_makes_its_summary_stale(service: MemoryService) 
 
 
 async def test_a_superseded_member_makes_its_summary_stale(service: MemoryService) -> None:
-    supersede = getattr(service.memories, "supersede", None)
-    if supersede is None:
-        pytest.skip("this memsvc has no valid time (supersede)")
     ids = await seed_memories(service)
     await service.maintenance.consolidate(SCOPE)
-    await supersede(ids["home"][0], "The user lives in Berlin.", embedding=BASES["extra"].tolist())
+    await service.memories.supersede(
+        ids["home"][0], "The user lives in Berlin.", embedding=BASES["extra"].tolist()
+    )
     report = await service.maintenance.consolidate(SCOPE)
     assert report.redone == 1
     assert frozenset(ids["home"][1:]) in await assert_consistent(service)
@@ -397,8 +395,6 @@ async def test_consolidation_under_row_level_security_stays_in_its_tenant(
 
 
 async def test_a_summary_is_valid_from_its_newest_members_fact(service: MemoryService) -> None:
-    if "valid_from" not in inspect.signature(service.memories.add).parameters:
-        pytest.skip("this memsvc has no valid time")
     moments = [datetime(2024, month, 1, tzinfo=UTC) for month in (3, 9, 5)]
     for i, (text, moment) in enumerate(zip(TOPICS["home"], moments, strict=False)):
         await service.memories.add(
@@ -408,6 +404,10 @@ async def test_a_summary_is_valid_from_its_newest_members_fact(service: MemorySe
     summary = await service.memories.get(report.summaries[0])
     assert summary.valid_from == datetime(2024, 9, 1, tzinfo=UTC)
     assert summary.metadata["consolidation"]["valid_from"] == "2024-09-01T00:00:00+00:00"
+    hits = await service.memories.search(
+        SCOPE, near(BASES["home"], 9), k=5, valid_at=datetime(2024, 12, 1, tzinfo=UTC)
+    )
+    assert summary.id in {h.memory.id for h in hits}
 
 
 async def test_the_consolidate_command_runs_it_on_a_scope(service: MemoryService, cli: Cli) -> None:
