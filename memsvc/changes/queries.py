@@ -61,15 +61,26 @@ def refined_watermark(schema: str) -> str:
     """:data:`REFINED_WATERMARK` for ``schema``'s ledgers."""
     return REFINED_WATERMARK.format(unrelated=_UNRELATED_TRANSACTIONS.format(schema=schema))
 
-_MEMORY_VALUES = """CASE WHEN e.kind IN ('created', 'updated', 'superseded', 'invalidated')
+# The values a memory event carries, the same keys whether read from the
+# row at the event's version or from the next event's prior (never that
+# event's own extras, such as a merge's ``merged``).
+_VALUE_KEYS = (
+    "content", "metadata", "importance", "key", "expires_at", "valid_from", "valid_to",
+    "supersedes", "superseded_by", "pinned", "forgotten_at",
+)
+_FROM_ROW = {
+    "valid_from": "coalesce(m.valid_from, m.created_at)",
+    "supersedes": "to_jsonb(m.supersedes)",
+}
+_ROW_VALUES = ", ".join(f"'{k}', {_FROM_ROW.get(k, 'm.' + k)}" for k in _VALUE_KEYS)
+_PRIOR_VALUES = ", ".join(f"'{k}', n.prior->'{k}'" for k in _VALUE_KEYS)
+
+_MEMORY_VALUES = f"""CASE WHEN e.kind IN ('created', 'updated', 'superseded', 'invalidated')
     THEN coalesce(
-        (SELECT jsonb_build_object('content', m.content, 'metadata', m.metadata,
-                'importance', m.importance, 'key', m.key, 'expires_at', m.expires_at,
-                'valid_from', coalesce(m.valid_from, m.created_at), 'valid_to', m.valid_to,
-                'supersedes', to_jsonb(m.supersedes), 'superseded_by', m.superseded_by)
-         FROM {schema}.memories AS m
+        (SELECT jsonb_build_object({_ROW_VALUES})
+         FROM {{schema}}.memories AS m
          WHERE m.tenant_id = e.tenant_id AND m.id = e.memory_id AND m.version = e.version),
-        (SELECT n.prior - 'version' - 'scope' FROM {schema}.memory_events AS n
+        (SELECT jsonb_build_object({_PRIOR_VALUES}) FROM {{schema}}.memory_events AS n
          WHERE n.tenant_id = e.tenant_id AND n.memory_id = e.memory_id
            AND n.event_id > e.event_id AND (n.prior->>'version')::int = e.version
          ORDER BY n.event_id LIMIT 1)) END"""

@@ -74,7 +74,8 @@ PRIOR = (
     "'version', old.version, 'scope', jsonb_build_array(old.tenant_id, old.project_id, "
     "old.agent_id, old.session_id), 'valid_from', coalesce(old.valid_from, old.created_at), "
     "'valid_to', old.valid_to, 'supersedes', to_jsonb(old.supersedes), "
-    "'superseded_by', old.superseded_by)"
+    "'superseded_by', old.superseded_by, 'pinned', old.pinned, "
+    "'forgotten_at', old.forgotten_at)"
 )
 
 # The memory's scope, as memory_events records it.
@@ -414,7 +415,7 @@ FOR UPDATE"""
 # table and dropped.
 DELETED_COLUMNS = (
     f"{EVENT_SCOPE}, id, content, metadata, importance, key, expires_at, version, change_key, "
-    "created_at, valid_from, valid_to, supersedes, superseded_by"
+    "created_at, valid_from, valid_to, supersedes, superseded_by, pinned, forgotten_at"
 )
 
 

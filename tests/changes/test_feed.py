@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import re
 import uuid
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -113,6 +114,30 @@ async def test_with_values_gives_the_values_after_each_change(
     assert [c.entity_id for c in later] == [asm.id, cp.id]
     assert later[0].values is not None and later[0].values["description"] == "what it is for"
     assert later[1].values is not None and later[1].values["data"] == {"step": 2}
+
+
+async def test_values_say_when_a_memory_was_forgotten_and_never_carry_a_later_merge(
+    service: MemoryService, scope: Scope
+) -> None:
+    vector = [1.0] + [0.0] * 383
+    m = await service.memories.add(scope, "the build took 41 s", importance=0.2,
+                                   embedding=vector)
+    await service.memories.add(scope, "the build took 41 s!", embedding=vector,
+                               dedupe="semantic")
+    await service.policies.set(scope, half_life=timedelta(days=1))
+    forgotten = await service.maintenance.forget(
+        scope, now=m.created_at + timedelta(days=3), below=0.2
+    )
+    assert forgotten.ids == [m.id]
+    await service.memories.update(m.id, pinned=True)
+    changes = await take(service.changes(with_values=True), 4)
+    values = [c.values or {} for c in changes]
+    keys = {"content", "metadata", "importance", "key", "expires_at", "valid_from", "valid_to",
+            "supersedes", "superseded_by", "pinned", "forgotten_at"}
+    assert [set(v) for v in values] == [keys] * 4
+    # Versions 1-3 come from the next event's prior, version 4 from the row.
+    assert [v["forgotten_at"] is not None for v in values] == [False, False, True, False]
+    assert [v["pinned"] for v in values] == [False, False, False, True]
 
 
 async def test_a_write_wakes_the_consumer_without_polling(settings: Settings, scope: Scope) -> None:
