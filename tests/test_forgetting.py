@@ -110,7 +110,9 @@ async def test_weak_memories_leave_every_read_at_once(service: MemoryService) ->
     assert await visible(service, TENANT) == {strong.id}
     # get by id still finds it, saying since when it is forgotten.
     got = await service.memories.get(weak.id)
-    assert got.forgotten_at == later and got.version == weak.version + 1
+    # Recorded at the real time of the pass, not at `later`.
+    assert got.forgotten_at is not None and got.forgotten_at < later
+    assert got.version == weak.version + 1
     history = await service.memories.history(weak.id)
     assert [e.kind for e in history] == ["created", "updated"]
     # A second pass finds nothing more to forget.
@@ -273,6 +275,23 @@ async def test_reading_a_forgotten_memory_does_not_renew_it(
     assert (read.access_count, read.last_accessed_at) == (0, memory.last_accessed_at)
     await age_forgetting(service, settings)
     assert (await service.maintenance.gc()).forgotten_deleted == 1
+
+
+async def test_forgetting_at_another_now_records_the_real_time_of_the_pass(
+    service: MemoryService, settings: Settings
+) -> None:
+    await service.policies.set(TENANT, half_life=DAY)
+    memory = await service.memories.add(PROJECT, "a weak memory", importance=0.01)
+    await backdate(service, memory, 400 * DAY)
+    before = datetime.now(UTC)
+    # Strength reckoned at a moment past the grace period...
+    past = before - timedelta(days=settings.forget_grace_days) - 30 * DAY
+    assert (await service.maintenance.forget(PROJECT, now=past)).ids == [memory.id]
+    forgotten = await service.memories.get(memory.id)
+    assert forgotten.forgotten_at is not None and forgotten.forgotten_at >= before
+    # ...but the grace period runs from now: gc keeps it and restore brings it back.
+    assert (await service.maintenance.gc()).forgotten_deleted == 0
+    assert (await service.memories.restore(memory.id)).forgotten_at is None
 
 
 async def test_adding_forgotten_content_again_stores_it_anew(service: MemoryService) -> None:

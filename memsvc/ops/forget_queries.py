@@ -50,6 +50,8 @@ def forget_batch(
     Rows are locked ``FOR UPDATE SKIP LOCKED``, and the lock re-checks the
     conditions on the row's latest version: a memory accessed, restored,
     pinned or reinforced meanwhile is strong again and is left alone.
+    ``now`` only reckons strength: ``forgotten_at`` is the real time of the
+    pass, from which the grace period of restore and gc runs.
     """
     return f"""
 WITH old AS ({_weak(schema, scope_sql, now, below, members, None)}
@@ -57,7 +59,7 @@ WITH old AS ({_weak(schema, scope_sql, now, below, members, None)}
     FOR UPDATE OF m SKIP LOCKED
 ), upd AS (
     UPDATE {schema}.memories AS m
-    SET forgotten_at = {now}, version = m.version + 1, updated_at = now(),
+    SET forgotten_at = now(), version = m.version + 1, updated_at = now(),
         change_key = {NEXT_CHANGE_KEY.format(row="m")}
     FROM old
     WHERE m.tenant_id = old.tenant_id AND m.id = old.id

@@ -236,8 +236,9 @@ class Maintenance:
                 tenant: not under row-level security, which needs a scope).
             below: The strength floor, in [0, 1].
             dry_run: Only report what would be forgotten.
-            now: The moment strength is reckoned at (and ``forgotten_at``);
-                default the database's ``now()``. For tests and replays.
+            now: The moment strength is reckoned at; default the database's
+                ``now()``. For tests and replays: ``forgotten_at`` is always
+                the real time of the pass.
             assembly_members: Forget members of assemblies too.
             batch_size: Memories per transaction.
         """
