@@ -411,3 +411,24 @@ async def test_supersede_and_invalidate_run_in_the_callers_transaction(
         await transaction.rollback()
     assert await _rows(service) == before
     assert (await service.memories.get(paris.id)).valid_to is None
+
+
+async def test_a_forgotten_memory_cannot_be_superseded_or_invalidated(
+    service: MemoryService, scope: Scope
+) -> None:
+    weak = await service.memories.add(scope, "Ana lives in Paris.", importance=0.0)
+    await service.policies.set(scope, half_life=timedelta(days=1))
+    assert (await service.maintenance.forget(scope)).ids == [weak.id]
+    with pytest.raises(NotFoundError):
+        await service.memories.supersede(weak.id, "Ana lives in Berlin.")
+    with pytest.raises(NotFoundError):
+        await service.memories.invalidate(weak.id)
+    with pytest.raises(NotFoundError):
+        await service.memories.add(scope, "Ana moved to Berlin.", supersedes=[weak.id])
+    left = await service.memories.get(weak.id)
+    assert left.valid_to is None and left.superseded_by is None
+    assert [m.content for m in await service.memories.list(scope)] == []
+    # Restored, it is a fact again and can be replaced.
+    await service.memories.restore(weak.id)
+    berlin = await service.memories.supersede(weak.id, "Ana lives in Berlin.")
+    assert (await service.memories.get(weak.id)).superseded_by == berlin.id

@@ -5,9 +5,9 @@ from __future__ import annotations
 from memsvc.db.sql import tenant_or_any
 from memsvc.memories.queries import (
     EVENT_SCOPE,
+    LIVE,
     MEMORY_COLUMNS,
     NEXT_CHANGE_KEY,
-    NOT_EXPIRED,
     PRIOR,
     qualified,
 )
@@ -24,7 +24,7 @@ def lock_for_closing(schema: str, tenant_filter: bool) -> str:
     return f"""
 SELECT tenant_id, project_id, agent_id, session_id, id, key, version,
        coalesce(valid_from, created_at) AS valid_from, valid_to, superseded_by,
-       {NOT_EXPIRED} AS live, now() AS now
+       {LIVE} AS live, now() AS now
 FROM {schema}.memories
 WHERE id = ANY($1::uuid[]) AND {tenant_or_any("$2", tenant_filter)}
 ORDER BY tenant_id, id
