@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.memories.dedupe_rule import identifiers, raised_importance, same_identifiers
+from memsvc.testing.postgres import TestPostgres, settings_for_tests
 
 SCOPE = Scope("acme", "bridge")
 DIM = 384
@@ -392,3 +395,32 @@ async def test_a_write_never_merges_into_a_memory_superseded_meanwhile(
     assert got.valid_to is None
     valid = {m.content for m in await service.memories.list(SCOPE)}
     assert valid == {"Ana moved to Berlin.", "Ana lives in Paris!"}
+
+
+@pytest.fixture
+async def l2_service(memsvc_postgres: TestPostgres) -> AsyncIterator[MemoryService]:
+    """A service on a store searched by l2 distance (an order that is not the cosine's)."""
+    name = f"memsvc_l2_{uuid.uuid4().hex[:10]}"
+    dsn = await memsvc_postgres.create_database(name)
+    settings = settings_for_tests(dsn, distance="l2", auto_migrate=True)
+    try:
+        async with MemoryService.open(settings) as svc:
+            yield svc
+    finally:
+        await memsvc_postgres.drop_database(name)
+
+
+async def test_the_most_similar_candidate_is_found_whatever_the_search_distance(
+    l2_service: MemoryService,
+) -> None:
+    # Nearest by l2 is the short vector at cosine 0.5; the long one in the
+    # write's very direction is at cosine 1.
+    far_same = await l2_service.memories.add(SCOPE, "Ana lives in Porto", embedding=10 * FACT)
+    await l2_service.memories.add(SCOPE, "Ana likes jazz", embedding=near(FACT, 0.5, 3))
+    got = await l2_service.memories.add(
+        SCOPE, "Ana's home is Porto", embedding=FACT, dedupe="semantic"
+    )
+    assert got.merged and got.id == far_same.id
+    copy = await l2_service.memories.add(SCOPE, "Ana resides in Porto", embedding=FACT)
+    report = await l2_service.maintenance.dedupe(SCOPE, 0.9)
+    assert report.merges == [(copy.id, far_same.id)]

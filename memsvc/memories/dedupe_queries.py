@@ -28,15 +28,24 @@ EF_SEARCH = 40
 
 def nearest(schema: str, distance: str, scope_sql: str, query: str, limit: str) -> str:
     """The live unkeyed memories of an exact scope valid now nearest ``query``, with
-    their cosine similarity. Ordered by the configured distance (its HNSW index
-    serves it)."""
+    their cosine similarity, most similar first.
+
+    The inner read is ordered by the configured distance (its HNSW index
+    serves it); an iterative scan in relaxed order may return it slightly
+    out of order, and with ``l2`` or ``ip`` that order is not the cosine's,
+    so the candidates are sorted again by cosine: callers compare every one
+    with the threshold.
+    """
     op = DISTANCE_OPERATORS[distance]
     return f"""
-SELECT {MEMORY_COLUMNS}, 1 - (embedding <=> {query}) AS cosine FROM {schema}.memories
-WHERE {scope_sql} AND key IS NULL AND {LIVE} AND {VALID_AT_STATEMENT}
-  AND embedding IS NOT NULL
-ORDER BY embedding {op} {query}
-LIMIT {limit}"""
+SELECT * FROM (
+    SELECT {MEMORY_COLUMNS}, 1 - (embedding <=> {query}) AS cosine FROM {schema}.memories
+    WHERE {scope_sql} AND key IS NULL AND {LIVE} AND {VALID_AT_STATEMENT}
+      AND embedding IS NOT NULL
+    ORDER BY embedding {op} {query}
+    LIMIT {limit}
+) AS near
+ORDER BY cosine DESC, id"""
 
 
 def reinforce(schema: str) -> str:

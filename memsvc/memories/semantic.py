@@ -99,7 +99,7 @@ class SemanticDedupe:
         sql = q.nearest(self._schema, self._distance, scope_sql, "$1", params.add(q.CANDIDATES))
         for row in await conn.fetch(sql, *params.values):
             if row["cosine"] < threshold:
-                return None
+                return None  # sorted by cosine: none after it is closer
             if row["id"] not in exclude and same_identifiers(row["content"], text):
                 return row
         return None
