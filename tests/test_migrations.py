@@ -214,3 +214,39 @@ async def test_history_from_before_0013_keeps_its_times_for_as_of_reads(
         then = await svc.memories.get(memory.id, as_of=datetime(2020, 6, 1, tzinfo=UTC))
         assert then.content == "first words"
         assert (await svc.memories.get(memory.id)).content == "second words"
+
+
+async def test_0028_and_0030_leave_checks_not_valid_on_populated_tables_and_0030_keeps_copies(
+    empty_database: str,
+) -> None:
+    from memsvc import Scope
+
+    settings = settings_for_tests(empty_database)
+    await asyncio.to_thread(migrate.upgrade, settings, empty_database, "head")
+    scope = Scope("t")
+    async with MemoryService.open(settings) as service:
+        kept = await service.memories.add(scope, "same text")
+        copy = await service.memories.add(scope, "same text", dedupe="off")
+    # A downgrade would delete the dedupe="off" copy without a history event: refused.
+    with pytest.raises(Exception, match="dedupe"):
+        await asyncio.to_thread(migrate.downgrade, settings, empty_database, "0029")
+    async with MemoryService.open(settings) as service:
+        assert await service.memories.count(scope) == 2
+        await service.memories.delete(copy.id)
+    await asyncio.to_thread(migrate.downgrade, settings, empty_database, "0027")
+    await asyncio.to_thread(migrate.upgrade, settings, empty_database, "head")
+    conn = await asyncpg.connect(empty_database)
+    try:
+        validated = dict(await conn.fetch(
+            "SELECT conname, convalidated FROM pg_constraint WHERE conname = ANY($1::text[])",
+            ["ck_memories_forgotten_at_range", "ck_memories_last_reinforced_at_range"],
+        ))
+        assert await conn.fetchval("SELECT count(*) FROM memsvc.memories") == 1
+    finally:
+        await conn.close()
+    # The memories table had a row: not scanned under the lock, left to doctor --repair.
+    assert validated == {
+        "ck_memories_forgotten_at_range": False, "ck_memories_last_reinforced_at_range": False,
+    }
+    async with MemoryService.open(settings) as service:
+        assert (await service.memories.get(kept.id)).content == "same text"

@@ -64,12 +64,7 @@ def upgrade() -> None:
         ),
         schema=schema,
     )
-    op.create_check_constraint(
-        op.f("ck_memories_forgotten_at_range"),
-        "memories",
-        in_range_sql("forgotten_at"),
-        schema=schema,
-    )
+    _add_checked(schema, "memories", "ck_memories_forgotten_at_range", in_range_sql("forgotten_at"))
     op.create_index(
         "ix_memories_forgotten_at",
         "memories",
@@ -129,3 +124,20 @@ def downgrade() -> None:
     op.drop_index("ix_memories_forgotten_at", table_name="memories", schema=schema)
     op.drop_column("memories", "forgotten_at", schema=schema)
     op.drop_column("memories", "pinned", schema=schema)
+
+
+def _add_checked(schema: str, table: str, name: str, condition: str) -> None:
+    """A CHECK added NOT VALID, validated at once only on an empty table (as in 0024).
+
+    A populated table is not scanned under the migration's exclusive lock;
+    ``memsvc doctor --repair`` validates the constraint later, while writes
+    go on (new rows are checked all the same).
+    """
+    op.execute(f"ALTER TABLE {schema}.{table} ADD CONSTRAINT {name} CHECK ({condition}) NOT VALID")
+    op.execute(
+        f"""DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM {schema}.{table}) THEN
+        ALTER TABLE {schema}.{table} VALIDATE CONSTRAINT {name};
+    END IF;
+END $$"""
+    )

@@ -71,19 +71,27 @@ def upgrade() -> None:
         ),
         schema=schema,
     )
-    op.create_check_constraint(
-        op.f("ck_memories_last_reinforced_at_range"),
-        "memories",
+    _add_checked(
+        schema, "memories", "ck_memories_last_reinforced_at_range",
         in_range_sql("last_reinforced_at"),
-        schema=schema,
     )
     _content_index(schema, "key IS NULL AND valid_to IS NULL AND content_unique")
 
 
 def downgrade() -> None:
     schema = settings_for_migration().db_schema
-    # Copies stored with dedupe="off" would break the old index: they go first.
-    op.execute(f"DELETE FROM {schema}.memories WHERE NOT content_unique")
+    # Copies stored with dedupe="off" would break the old index. Deleting
+    # them here would write no history event (change-feed followers and
+    # as-of reads would never learn): refuse, and let the operator delete
+    # them through memsvc, which records each deletion.
+    op.execute(
+        f"""DO $$ BEGIN
+    IF EXISTS (SELECT 1 FROM {schema}.memories WHERE NOT content_unique) THEN
+        RAISE EXCEPTION 'memories stored with dedupe=''off'' exist: delete them '
+            '(svc.memories.delete) before downgrading below 0030';
+    END IF;
+END $$"""
+    )
     _content_index(schema, "key IS NULL AND valid_to IS NULL")
     op.drop_constraint("ck_memories_last_reinforced_at_range", "memories", schema=schema)
     op.drop_column("memories", "content_unique", schema=schema)
@@ -101,4 +109,21 @@ def _content_index(schema: str, where: str) -> None:
         schema=schema,
         postgresql_nulls_not_distinct=True,
         postgresql_where=sa.text(where),
+    )
+
+
+def _add_checked(schema: str, table: str, name: str, condition: str) -> None:
+    """A CHECK added NOT VALID, validated at once only on an empty table (as in 0024).
+
+    A populated table is not scanned under the migration's exclusive lock;
+    ``memsvc doctor --repair`` validates the constraint later, while writes
+    go on (new rows are checked all the same).
+    """
+    op.execute(f"ALTER TABLE {schema}.{table} ADD CONSTRAINT {name} CHECK ({condition}) NOT VALID")
+    op.execute(
+        f"""DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM {schema}.{table}) THEN
+        ALTER TABLE {schema}.{table} VALIDATE CONSTRAINT {name};
+    END IF;
+END $$"""
     )
