@@ -4,8 +4,8 @@ Two texts are near-duplicates when the cosine similarity of their embeddings
 reaches a threshold **and** they hold the same identifier-like tokens
 (words with a digit: ``BA-03855``, ``2024``, ``v2``, ``41``). Sentence
 embedders see little difference between "Esther uses employee number
-BA-03855." and "... LO-49525." (MiniLM: cosine 0.945, above most
-paraphrases of one fact), yet they are different facts; a number is where
+BA-03855." and "... LO-49525." (closer than most paraphrases of one fact;
+see docs/how-to/deduplication.md), yet they are different facts; a number is where
 two otherwise alike sentences most often differ in what they say. Compared
 case-insensitively, as sets: word order and repetition do not matter.
 

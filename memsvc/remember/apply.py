@@ -40,11 +40,6 @@ from memsvc.remember.result import Applied
 SUPPORTED = ("ADD", "UPDATE", "SUPERSEDE", "INVALIDATE", "NOOP")
 
 
-def supported_operations(memories: MemoryRepository) -> tuple[str, ...]:
-    """The ops ``memories`` applies, in the wire order (all of them)."""
-    return SUPPORTED
-
-
 @dataclass(frozen=True)
 class Provenance:
     """Where a batch's writes come from: recorded in each memory's metadata and history."""

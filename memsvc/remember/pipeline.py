@@ -44,7 +44,7 @@ from memsvc.extraction.specs import extractor_from_spec
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.repository import MemoryRepository
 from memsvc.remember import queries as q
-from memsvc.remember.apply import BatchApplier, Provenance, StoreRefused, supported_operations
+from memsvc.remember.apply import SUPPORTED, BatchApplier, Provenance, StoreRefused
 from memsvc.remember.candidates import CandidateSet, embed_facts, find_candidates
 from memsvc.remember.result import Applied, RememberResult
 
@@ -198,7 +198,7 @@ class Remembering(Repository):
             out.pending.extend(ids)
             return
         vectors = await embed_facts(self._space, facts.facts)
-        allowed = supported_operations(self._memories)
+        allowed = SUPPORTED
         for asking in range(2):
             shown = CandidateSet()
             answer = CheckedOperations(())

@@ -37,6 +37,13 @@ MEMBERS = "consolidation_members"
 def upgrade() -> None:
     settings = settings_for_migration()
     schema = settings.db_schema
+    _create_clusters(schema)
+    _create_members(schema)
+    for table in (CLUSTERS, MEMBERS):
+        _tenant_policy(schema, table, enable=settings.row_level_security)
+
+
+def _create_clusters(schema: str) -> None:
     op.create_table(
         CLUSTERS,
         sa.Column("tenant_id", sa.Text(), nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
@@ -77,6 +84,9 @@ def upgrade() -> None:
         comment="Clusters svc.maintenance.consolidate made: one assembly and one summary "
         "memory each.",
     )
+
+
+def _create_members(schema: str) -> None:
     op.create_table(
         MEMBERS,
         sa.Column("tenant_id", sa.Text(), nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
@@ -123,15 +133,18 @@ def upgrade() -> None:
         ["tenant_id", "assembly_id"],
         schema=schema,
     )
-    for table in (CLUSTERS, MEMBERS):
-        op.execute(
-            f"CREATE POLICY tenant_isolation ON {schema}.{table} "
-            "USING (tenant_id = current_setting('memsvc.tenant', true)) "
-            "WITH CHECK (tenant_id = current_setting('memsvc.tenant', true))"
-        )
-        if settings.row_level_security:
-            op.execute(f"ALTER TABLE {schema}.{table} ENABLE ROW LEVEL SECURITY")
-            op.execute(f"ALTER TABLE {schema}.{table} FORCE ROW LEVEL SECURITY")
+
+
+def _tenant_policy(schema: str, table: str, *, enable: bool) -> None:
+    """The tenant isolation policy every tenant table has (enforced with row-level security)."""
+    op.execute(
+        f"CREATE POLICY tenant_isolation ON {schema}.{table} "
+        "USING (tenant_id = current_setting('memsvc.tenant', true)) "
+        "WITH CHECK (tenant_id = current_setting('memsvc.tenant', true))"
+    )
+    if enable:
+        op.execute(f"ALTER TABLE {schema}.{table} ENABLE ROW LEVEL SECURITY")
+        op.execute(f"ALTER TABLE {schema}.{table} FORCE ROW LEVEL SECURITY")
 
 
 def downgrade() -> None:
