@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memsvc.core.errors import (
+    CitusUnsupportedError,
     ConcurrencyError,
     ConflictError,
     CursorExpiredError,
@@ -54,6 +55,7 @@ __all__ = [
     "AssemblyHit",
     "Change",
     "Checkpoint",
+    "CitusUnsupportedError",
     "ConcurrencyError",
     "ConflictError",
     "CursorExpiredError",

@@ -312,20 +312,26 @@ def erase_histories(schema: str, depth: int) -> str:
     """
     project, agent, session = pseudonymized(depth, "$9")
     legacy = LEGACY_CREATED.format(e="e")
+    # NOT IN over uncorrelated subqueries rather than correlated NOT EXISTS:
+    # Citus plans no correlated subquery over a set-returning function or a
+    # CTE. The compared values are never NULL (keys; the scope as an array,
+    # whose equality treats NULL elements as equal), so NOT IN means NOT EXISTS.
+    scope_d = "ARRAY[d.project_id, d.agent_id, d.session_id]"
+    scope_m = "ARRAY[m.project_id, m.agent_id, m.session_id]"
     return f"""
 WITH doomed AS (
     SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[])
         AS d(tenant_id, id, project_id, agent_id, session_id)
-    WHERE NOT EXISTS (
-        SELECT 1 FROM {schema}.memories AS m
-        WHERE m.tenant_id = d.tenant_id AND m.id = d.id AND {same_scope("m", "d")}
+    WHERE (d.tenant_id, d.id, {scope_d}) NOT IN (
+        SELECT m.tenant_id, m.id, {scope_m} FROM {schema}.memories AS m
+        WHERE m.tenant_id = ANY($1::text[]) AND m.id = ANY($2::uuid[])
     )
 ), history AS (
     DELETE FROM {schema}.memory_events AS e USING doomed AS d
     WHERE e.tenant_id = d.tenant_id AND e.memory_id = d.id AND e.kind <> 'erased'
-      AND ({same_scope("e", "d")} OR ({legacy} AND NOT EXISTS (
-          SELECT 1 FROM {schema}.memories AS m
-          WHERE m.tenant_id = e.tenant_id AND m.id = e.memory_id
+      AND ({same_scope("e", "d")} OR ({legacy} AND (e.tenant_id, e.memory_id) NOT IN (
+          SELECT m.tenant_id, m.id FROM {schema}.memories AS m
+          WHERE m.tenant_id = ANY($1::text[]) AND m.id = ANY($2::uuid[])
       )))
     RETURNING e.tenant_id, e.memory_id, d.project_id, d.agent_id, d.session_id, e.version,
               e.change_key, e.prior

@@ -199,8 +199,11 @@ WITH old AS (
                   importance = EXCLUDED.importance,
                   expires_at = EXCLUDED.expires_at,
                   version = m.version + 1,
-                  updated_at = now(),
-                  change_key = {NEXT_CHANGE_KEY.format(row="m")}
+                  -- The proposed row's defaults (now(), this transaction's
+                  -- id), not the functions: Citus evaluates no function
+                  -- that is not IMMUTABLE in DO UPDATE SET.
+                  updated_at = EXCLUDED.updated_at,
+                  change_key = greatest(EXCLUDED.change_key, m.change_key)
     -- An update always raises the version past 1. (Not xmax = 0: a
     -- partitioned table cannot return system columns.)
     RETURNING {MEMORY_COLUMNS}, (m.version = 1) AS inserted, change_key
@@ -212,9 +215,11 @@ WITH old AS (
            up.version, (SELECT {PRIOR} FROM old), up.change_key
     FROM up
 )
+-- Not correlated with "up" (Citus runs no correlated subquery over a CTE):
+-- "up" holds exactly one row.
 SELECT {qualified(MEMORY_COLUMNS, "up")}, up.inserted, EXISTS (
     SELECT 1 FROM {schema}.assembly_members am
-    WHERE am.tenant_id = up.tenant_id AND am.memory_id = up.id
+    WHERE am.tenant_id = $1 AND am.memory_id = (SELECT up.id FROM up)
 ) AS in_assembly
 FROM up"""
 
