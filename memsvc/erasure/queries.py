@@ -262,7 +262,7 @@ WITH doomed AS (
     INSERT INTO {schema}.memory_events
         (tenant_id, project_id, agent_id, session_id, memory_id, kind, version, change_key)
     SELECT tenant_id, {project}, {agent}, {session}, id, 'erased', version,
-           greatest(pg_current_xact_id(), change_key)
+           change_key  -- raised by assign_change_key
     FROM gone
     RETURNING 1
 ), {texts_removed(memory_texts("gone") + prior_texts("history"))}
@@ -344,7 +344,7 @@ WITH doomed AS (
     INSERT INTO {schema}.memory_events
         (tenant_id, project_id, agent_id, session_id, memory_id, kind, version, change_key)
     SELECT tenant_id, {project}, {agent}, {session}, memory_id, 'erased', version,
-           greatest(pg_current_xact_id(), change_key)
+           change_key  -- raised by assign_change_key
     FROM last
     RETURNING 1
 ), {texts_removed(prior_texts("history"))}

@@ -54,12 +54,13 @@ PRIOR = (
 # The memory's scope, as memory_events records it.
 EVENT_SCOPE = "tenant_id, project_id, agent_id, session_id"
 
-# The change-feed key of a write replacing (or deleting) ``row``: this
-# transaction's id, but never below the key of the row's previous write. The
-# row is the latest committed version, locked by this writer, so a
-# transaction that took its id early and then waited for the lock cannot put
-# its event behind the earlier writer's in the feed.
-NEXT_CHANGE_KEY = "greatest(pg_current_xact_id(), {row}.change_key)"
+# The change-feed key a write replacing (or deleting) ``row`` passes: the
+# row's own key, which the trigger ``assign_change_key`` raises to this
+# transaction's id on the node holding the row (migration 0031). The row is
+# the latest committed version, locked by this writer, so a transaction that
+# took its id early and then waited for the lock cannot put its event behind
+# the earlier writer's in the feed.
+NEXT_CHANGE_KEY = "{row}.change_key"
 
 
 def qualified(columns: str, alias: str) -> str:
@@ -199,11 +200,10 @@ WITH old AS (
                   importance = EXCLUDED.importance,
                   expires_at = EXCLUDED.expires_at,
                   version = m.version + 1,
-                  -- The proposed row's defaults (now(), this transaction's
-                  -- id), not the functions: Citus evaluates no function
-                  -- that is not IMMUTABLE in DO UPDATE SET.
+                  -- The proposed row's default, not now(): Citus evaluates
+                  -- no function that is not IMMUTABLE in DO UPDATE SET.
                   updated_at = EXCLUDED.updated_at,
-                  change_key = greatest(EXCLUDED.change_key, m.change_key)
+                  change_key = {NEXT_CHANGE_KEY.format(row="m")}
     -- An update always raises the version past 1. (Not xmax = 0: a
     -- partitioned table cannot return system columns.)
     RETURNING {MEMORY_COLUMNS}, (m.version = 1) AS inserted, change_key
