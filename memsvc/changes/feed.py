@@ -54,7 +54,6 @@ from memsvc.core.errors import (
 from memsvc.core.models import Change
 from memsvc.core.scope import Include, Scope, validate_include
 from memsvc.core.settings import Settings
-from memsvc.db.cluster import citus_installed
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect
 from memsvc.db.repository import Repository
@@ -123,7 +122,6 @@ class ChangeFeed(Repository):
     def __init__(self, pool: asyncpg.Pool, settings: Settings, *, dsn: str) -> None:
         super().__init__(pool, settings)
         self._dsn = dsn
-        self._citus: bool | None = None
 
     def changes(
         self,
@@ -251,11 +249,6 @@ class ChangeFeed(Repository):
             telemetry.feed_resumed(feed_id)
             if listener is not None:
                 await _close_quietly(listener)
-
-    async def _on_citus(self) -> bool:
-        if self._citus is None:
-            self._citus = await self._on_pooled(citus_installed)
-        return self._citus
 
     async def _start(
         self,

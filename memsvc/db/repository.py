@@ -19,6 +19,7 @@ from memsvc.core.errors import (
     ValidationError,
 )
 from memsvc.core.settings import Settings
+from memsvc.db.cluster import citus_installed
 from memsvc.db.errors import DRIVER_ERRORS, connection_is_broken, translate, translate_errors
 from memsvc.db.replicas import ReadRouter
 from memsvc.db.tenancy import SET_TENANT
@@ -48,6 +49,8 @@ class Repository:
 
     # Called after a write method returns (see memsvc.changes.signal).
     _change_listener: Callable[[], None] | None = None
+    # Whether the database is a Citus cluster: asked once, when a path differs there.
+    _citus: bool | None = None
 
     def __init__(
         self, pool: asyncpg.Pool, settings: Settings, *, reads: ReadRouter | None = None
@@ -129,6 +132,12 @@ class Repository:
         except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
         return result
+
+    async def _on_citus(self) -> bool:
+        """Whether the database is a Citus cluster (see :mod:`memsvc.db.cluster`)."""
+        if self._citus is None:
+            self._citus = await self._on_pooled(citus_installed)
+        return self._citus
 
     async def _acquire(self) -> Any:
         """A pooled connection, waited for at most ``command_timeout_s``.

@@ -429,10 +429,14 @@ def pseudonymize_batch(schema: str, table: str, kind: str, scope_sql: str, depth
     scope below the level the caller named. In event order after ``after``
     (keyset); returns the event ids changed.
     """
-    project, agent, session = pseudonymized(depth, key, "x.")
+    # The pseudonyms are computed in the SELECT, not in SET: Citus allows no
+    # function that is not IMMUTABLE (convert_to) inside a CASE of an UPDATE.
+    project, agent, session = pseudonymized(depth, key, "e.")
     return f"""
 WITH doomed AS (
-    SELECT e.tenant_id, e.event_id FROM {schema}.{table} AS e
+    SELECT e.tenant_id, e.event_id, {project} AS project_id, {agent} AS agent_id,
+           {session} AS session_id
+    FROM {schema}.{table} AS e
     WHERE {scope_sql} AND e.event_id > {after} AND e.kind = '{kind}'
       AND {names_below(depth, "e.")}
     ORDER BY e.tenant_id, e.event_id
@@ -440,7 +444,7 @@ WITH doomed AS (
     FOR UPDATE
 )
 UPDATE {schema}.{table} AS x
-SET project_id = {project}, agent_id = {agent}, session_id = {session}
+SET project_id = d.project_id, agent_id = d.agent_id, session_id = d.session_id
 FROM doomed AS d
 WHERE x.tenant_id = d.tenant_id AND x.event_id = d.event_id
 RETURNING x.event_id"""

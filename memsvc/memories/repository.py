@@ -503,6 +503,16 @@ class MemoryRepository(MemoryReads):
     ) -> bool:
         """Delete a memory (and its assembly memberships). False if it did not exist."""
         memory_id = parse_id("id", id)
+        if tenant is None and await self._on_citus():
+            # Citus locks rows only in a statement routed to one shard: find
+            # the tenant first (no lock), then delete as with a tenant.
+            async with self._connection(conn, tenant=None, writes=False) as active:
+                tenants = await active.fetch(q.tenants_of_id(self._schema), memory_id)
+            if len(tenants) > 1:
+                raise ConflictError(f"memory id {memory_id} exists in several tenants")
+            if not tenants:
+                return False
+            tenant = tenants[0]["tenant_id"]
         args: builtins.list[object] = [[memory_id]]
         if tenant is not None:
             args.append(tenant)
