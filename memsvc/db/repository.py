@@ -22,7 +22,7 @@ from memsvc.core.settings import Settings
 from memsvc.db.cluster import citus_installed
 from memsvc.db.errors import DRIVER_ERRORS, connection_is_broken, translate, translate_errors
 from memsvc.db.replicas import ReadRouter
-from memsvc.db.tenancy import SET_TENANT
+from memsvc.db.tenancy import set_tenant
 from memsvc.telemetry import waiting_for_connection
 
 T = TypeVar("T")
@@ -176,7 +176,7 @@ class Repository:
             raise ValidationError(
                 "tenant", "row_level_security is on: pass the scope or tenant= of the rows"
             )
-        await conn.execute(SET_TENANT, tenant)
+        await conn.execute(set_tenant(tenant))
 
     async def _read(
         self,
