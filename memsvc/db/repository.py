@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import asyncpg
 
 from memsvc.core.errors import (
+    CitusUnsupportedError,
     ConcurrencyError,
     ConflictError,
     MemsvcError,
@@ -26,6 +28,39 @@ from memsvc.db.tenancy import set_tenant
 from memsvc.telemetry import waiting_for_connection
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R", bound="Repository")
+
+# feature_not_supported: what Citus answers a statement it cannot distribute.
+FEATURE_NOT_SUPPORTED = "0A000"
+
+
+Method = Callable[Concatenate[R, P], Awaitable[T]]
+
+
+def citus_limited(operation: str) -> Callable[[Method[R, P, T]], Method[R, P, T]]:
+    """Turn Citus refusing a statement of ``operation`` into CitusUnsupportedError naming it.
+
+    On one server the method's errors pass unchanged; on Citus a
+    ``feature_not_supported`` answer becomes the typed error, the server's
+    message kept as the reason (and the original as ``__cause__``).
+    """
+
+    def decorate(method: Method[R, P, T]) -> Method[R, P, T]:
+        @functools.wraps(method)
+        async def run(self: R, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            try:
+                return await method(self, *args, **kwargs)
+            except StorageError as exc:
+                if exc.sqlstate != FEATURE_NOT_SUPPORTED or not await self._on_citus():
+                    raise
+                raise CitusUnsupportedError(
+                    operation, f"Citus cannot run one of its statements as memsvc sends it ({exc})"
+                ) from exc
+
+        return run
+
+    return decorate
 
 MAX_ATTEMPTS = 5
 # Serialization failure and deadlock: the transaction can simply run again.

@@ -36,6 +36,7 @@ from memsvc.core.validation import (
 )
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.replicas import ReadRouter
+from memsvc.db.repository import citus_limited
 from memsvc.db.sql import Params, scope_condition
 from memsvc.embedding import Embedder
 from memsvc.memories import queries as q
@@ -145,6 +146,7 @@ class MemoryRepository(MemoryReads):
 
     # ------------------------------------------------------------------ writes
 
+    @citus_limited("memories.add")
     async def add(
         self,
         scope: Scope,
@@ -261,6 +263,7 @@ class MemoryRepository(MemoryReads):
                         f"scope would hold more than max_memories_per_scope={limit} memories"
                     )
 
+    @citus_limited("memories.put")
     async def put(
         self,
         scope: Scope,
@@ -308,6 +311,7 @@ class MemoryRepository(MemoryReads):
 
         return Memory.from_row(await self._retrying(attempt, owns_transaction=conn is None))
 
+    @citus_limited("memories.add_many")
     async def add_many(
         self,
         scope: Scope,
@@ -394,6 +398,7 @@ class MemoryRepository(MemoryReads):
         stored = {row["content_hash"]: row["embedding"] for row in rows}
         await self._space.fill_missing(texts, digests, vectors, stored)
 
+    @citus_limited("memories.update")
     async def update(
         self,
         id: uuid.UUID | str,
@@ -461,6 +466,7 @@ class MemoryRepository(MemoryReads):
             self._versioned_outcome(row, f"memory {memory_id}", expected_version)
         )
 
+    @citus_limited("memories.patch_metadata")
     async def patch_metadata(
         self,
         id: uuid.UUID | str,
@@ -494,6 +500,7 @@ class MemoryRepository(MemoryReads):
             )
         return Memory.from_row(row)
 
+    @citus_limited("memories.delete")
     async def delete(
         self,
         id: uuid.UUID | str,
@@ -543,6 +550,7 @@ class MemoryRepository(MemoryReads):
         deleted: int = await conn.fetchval(q.delete_locked(self._schema), tenants, ids)
         return deleted
 
+    @citus_limited("memories.delete_scope")
     async def delete_scope(
         self,
         scope: Scope,
