@@ -21,6 +21,7 @@ from memsvc.core.errors import (
     ValidationError,
 )
 from memsvc.core.settings import Settings
+from memsvc.db import cluster_queries
 from memsvc.db.cluster import citus_installed
 from memsvc.db.errors import DRIVER_ERRORS, connection_is_broken, translate, translate_errors
 from memsvc.db.replicas import ReadRouter
@@ -173,6 +174,27 @@ class Repository:
         if self._citus is None:
             self._citus = await self._on_pooled(citus_installed)
         return self._citus
+
+    async def _routed(
+        self, table: str, row_id: Any, tenant: str | None, conn: asyncpg.Connection | None
+    ) -> str | None:
+        """``tenant``, or on Citus the tenant of ``table``'s row ``row_id`` when none is given.
+
+        Citus locks rows only in a statement routed to one shard, and an id
+        alone names none: the tenant is read first, without a lock (an id in
+        several tenants is the ConflictError one server gives; none is
+        NotFoundError). On one server, ``tenant`` as it is.
+        """
+        if tenant is not None or not await self._on_citus():
+            return tenant
+        async with self._connection(conn, tenant=None, writes=False) as active:
+            rows = await active.fetch(cluster_queries.tenants_of_id(self._schema, table), row_id)
+        if len(rows) > 1:
+            raise ConflictError(f"{table} id {row_id} exists in several tenants")
+        if not rows:
+            raise NotFoundError(f"{table} id {row_id} not found")
+        found: str = rows[0]["tenant_id"]
+        return found
 
     async def _acquire(self) -> Any:
         """A pooled connection, waited for at most ``command_timeout_s``.

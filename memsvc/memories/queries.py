@@ -351,11 +351,6 @@ ORDER BY tenant_id, id
 FOR UPDATE"""
 
 
-def tenants_of_id(schema: str) -> str:
-    """The tenants holding memory ``$1`` (no lock: Citus, before a delete without tenant)."""
-    return f"SELECT DISTINCT tenant_id FROM {schema}.memories WHERE id = $1"
-
-
 def lock_scope_batch(schema: str, scope_sql: str, limit_param: str) -> str:
     """Lock the next batch of a scope's memories for deletion."""
     return f"""

@@ -22,7 +22,7 @@ import asyncpg
 import numpy as np
 
 from memsvc.changes.signal import signals_changes
-from memsvc.core.errors import ConflictError, ValidationError
+from memsvc.core.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.core.ids import new_id, parse_id
 from memsvc.core.models import Memory, SearchHit, real_value
 from memsvc.core.scope import Include, Scope, validate_include
@@ -432,6 +432,7 @@ class MemoryRepository(MemoryReads):
             return await self._space.embeddings_for(text, embedding)
 
         generation, (vector, nexts) = await self._space.consistent(embed)
+        tenant = await self._routed("memories", memory_id, tenant, conn)
         sql = q.update_memory(self._schema, tenant is not None)
         args = [
             memory_id, tenant, expected_version,
@@ -484,6 +485,7 @@ class MemoryRepository(MemoryReads):
         if not isinstance(patch, Mapping):
             raise ValidationError("patch", "must be a mapping")
         patch_json = validate_metadata(patch, self._settings.max_metadata_bytes, "patch")
+        tenant = await self._routed("memories", memory_id, tenant, conn)
         sql = q.patch_metadata(self._schema, tenant is not None)
         args = [memory_id, patch_json, tenant, self._settings.max_metadata_bytes]
 
@@ -510,16 +512,10 @@ class MemoryRepository(MemoryReads):
     ) -> bool:
         """Delete a memory (and its assembly memberships). False if it did not exist."""
         memory_id = parse_id("id", id)
-        if tenant is None and await self._on_citus():
-            # Citus locks rows only in a statement routed to one shard: find
-            # the tenant first (no lock), then delete as with a tenant.
-            async with self._connection(conn, tenant=None, writes=False) as active:
-                tenants = await active.fetch(q.tenants_of_id(self._schema), memory_id)
-            if len(tenants) > 1:
-                raise ConflictError(f"memory id {memory_id} exists in several tenants")
-            if not tenants:
-                return False
-            tenant = tenants[0]["tenant_id"]
+        try:
+            tenant = await self._routed("memories", memory_id, tenant, conn)
+        except NotFoundError:
+            return False
         args: builtins.list[object] = [[memory_id]]
         if tenant is not None:
             args.append(tenant)
