@@ -25,6 +25,7 @@ from memsvc.core.models import (
     Checkpoint,
     Memory,
     MemoryEvent,
+    Policy,
     SearchHit,
     TaskState,
 )
@@ -44,9 +45,11 @@ from memsvc.extraction import (
     OpenAIChatExtractor,
     OpenAIChatSummarizer,
     Summarizer,
+    SummaryMember,
     extractor_from_spec,
     summarizer_from_spec,
 )
+from memsvc.ops.consolidation import ConsolidationReport
 from memsvc.remember import RememberResult
 from memsvc.service import MemoryService
 
@@ -58,6 +61,7 @@ __all__ = [
     "CitusUnsupportedError",
     "ConcurrencyError",
     "ConflictError",
+    "ConsolidationReport",
     "CursorExpiredError",
     "Embedder",
     "EmbeddingError",
@@ -75,6 +79,7 @@ __all__ = [
     "OpenAIChatExtractor",
     "OpenAIChatSummarizer",
     "OpenAIEmbedder",
+    "Policy",
     "RedisUnavailableError",
     "RememberResult",
     "SchemaError",
@@ -84,6 +89,7 @@ __all__ = [
     "Settings",
     "StorageError",
     "Summarizer",
+    "SummaryMember",
     "TaskState",
     "ValidationError",
     "WorkingMemoryError",

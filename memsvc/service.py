@@ -35,15 +35,17 @@ from memsvc.extraction.protocols import Extractor
 from memsvc.langgraph_db.checkpoints import LangGraphCheckpointRepository
 from memsvc.langgraph_db.store_indexes import NamespaceIndexes
 from memsvc.memories.embedding_space import EmbeddingSpace
+from memsvc.memories.policies import PolicyRepository
 from memsvc.memories.ranking import Reranker
 from memsvc.memories.repository import MemoryRepository
 from memsvc.ops.maintenance import Maintenance
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.remember.pipeline import Remembering
 from memsvc.remember.result import RememberResult
+from memsvc.remember.session import SessionMemory
 from memsvc.telemetry import unwatch, watch
 from memsvc.transfer.index_repair import find_broken_indexes, rebuild_broken_indexes
-from memsvc.working import WorkingMemory, WorkingStore, open_working_store
+from memsvc.working import WorkingStore, open_working_store
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,9 @@ TENANT_TABLES = (
     "langgraph_store_vectors",
     "langgraph_store_namespace_indexes",
     "remembered_messages",
+    "consolidation_clusters",
+    "consolidation_members",
+    "memory_policies",
 )
 
 
@@ -83,6 +88,7 @@ class MemoryService:
     memories: MemoryRepository
     assemblies: AssemblyRepository
     checkpoints: CheckpointRepository
+    policies: PolicyRepository
     maintenance: Maintenance
 
     def __init__(
@@ -123,6 +129,7 @@ class MemoryService:
             pool, settings, reads=self._reads, space=self.embedding_space
         )
         self.checkpoints = CheckpointRepository(pool, settings, reads=self._reads)
+        self.policies = PolicyRepository(pool, settings, reads=self._reads)
         self.memories = MemoryRepository(
             pool,
             settings,
@@ -132,6 +139,7 @@ class MemoryService:
             embeddings_changed=self.assemblies.embeddings_changed,
             reads=self._reads,
             space=self.embedding_space,
+            policies=self.policies,
         )
         self._feed = ChangeFeed(pool, settings, dsn=dsn)
         self._notifier = ChangeNotifier(dsn, settings)
@@ -144,6 +152,7 @@ class MemoryService:
             checkpoints=self.checkpoints,
             memories=self.memories,
             reads=self._reads,
+            space=self.embedding_space,
         )
         # Erasure gets its repositories from the service, routed and tracked
         # like every other (the integrations make their own per store or saver).
@@ -339,12 +348,17 @@ class MemoryService:
         """The extractor :meth:`remember` uses when a call names none."""
         return self._remembering.default_extractor()
 
-    def working(self, scope: Scope) -> WorkingMemory:
+    def working(self, scope: Scope) -> SessionMemory:
         """The working memory of a session (``scope`` must name a session).
 
-        Its checkpoints are stored durably in PostgreSQL (``svc.checkpoints``).
+        Its checkpoints are stored durably in PostgreSQL (``svc.checkpoints``);
+        ``consolidate()`` remembers its scratchpad into the session scope's
+        long-term memory (see :class:`memsvc.remember.SessionMemory`).
         """
-        return WorkingMemory(scope, self.working_store, self.settings, self.checkpoints)
+        return SessionMemory(
+            scope, self.working_store, self.settings, self.checkpoints,
+            remembering=self._remembering,
+        )
 
     async def erase(
         self,

@@ -30,10 +30,14 @@ SURFACE: dict[str, str] = {
     "svc.checkpoints": "memsvc.checkpoints.repository:CheckpointRepository",
     "svc.maintenance": "memsvc.ops.maintenance:Maintenance",
     "svc.reads": "memsvc.db.replicas:ReadRouter",
-    "svc.working(scope)": "memsvc.working.memory:WorkingMemory",
+    "svc.working(scope)": "memsvc.remember.session:SessionMemory",
+    "memsvc.remember.ScratchpadConsolidation": "memsvc.remember.session:ScratchpadConsolidation",
     "memsvc.sync.SyncMemoryService": "memsvc.sync:SyncMemoryService",
     "memsvc.integrations.langgraph.MemsvcSaver": "memsvc.integrations.langgraph:MemsvcSaver",
     "memsvc.integrations.langgraph.MemsvcStore": "memsvc.integrations.langgraph:MemsvcStore",
+    "memsvc.integrations.langgraph.remember_node": (
+        "memsvc.integrations.langgraph:remember_node"
+    ),
     "memsvc.integrations.langchain.MemsvcVectorStore": (
         "memsvc.integrations.langchain:MemsvcVectorStore"
     ),

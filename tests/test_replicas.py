@@ -158,6 +158,22 @@ async def test_reads_run_on_the_replica_and_see_the_services_writes(pair: Pair) 
         assert svc.reads.status()[0].state == "ok"
 
 
+async def test_reads_by_validity_run_on_the_replica_and_see_supersessions(pair: Pair) -> None:
+    march, june = datetime(2024, 3, 1, tzinfo=UTC), datetime(2024, 6, 1, tzinfo=UTC)
+    async with opened(pair.settings(replica_wait_s=60)) as svc:
+        paris = await svc.memories.add(SCOPE, "Ana lives in Paris", valid_from=march)
+        berlin = await svc.memories.supersede(paris.id, "Ana lives in Berlin", valid_from=june)
+        on_replica = replica_reads(svc)
+        hits = await svc.memories.search(SCOPE, "Ana lives", k=5)
+        assert [h.memory.id for h in hits] == [berlin.id]
+        april = datetime(2024, 4, 1, tzinfo=UTC)
+        hits = await svc.memories.search(SCOPE, "Ana lives", k=5, valid_at=april)
+        assert [h.memory.id for h in hits] == [paris.id]
+        assert await svc.memories.count(SCOPE, valid="all") == 2
+        assert (await svc.memories.get(paris.id)).superseded_by == berlin.id
+        assert replica_reads(svc) - on_replica == 4
+
+
 async def test_writes_and_reads_on_a_callers_connection_stay_on_the_primary(
     pair: Pair,
 ) -> None:

@@ -124,6 +124,30 @@ async def test_tenants_never_see_or_change_each_others_rows(
         assert await svc.memories.count(Scope("alpha", "p", "a", "s")) == 4
 
 
+async def test_valid_time_writes_and_reads_stay_within_the_tenant(
+    rls_database: tuple[str, str],
+) -> None:
+    _, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    march = datetime(2024, 3, 1, tzinfo=UTC)
+    async with MemoryService.open(settings) as svc:
+        alpha = await svc.memories.add(Scope("alpha"), "alpha lives in Paris", valid_from=march)
+        beta = await svc.memories.add(Scope("beta"), "beta lives in Paris", valid_from=march)
+        # another tenant's memory cannot be superseded, invalidated, or linked
+        with pytest.raises(NotFoundError):
+            await svc.memories.supersede(alpha.id, "stolen", tenant="beta")
+        with pytest.raises(NotFoundError):
+            await svc.memories.invalidate(alpha.id, tenant="beta")
+        with pytest.raises(NotFoundError):
+            await svc.memories.add(Scope("beta"), "stolen", supersedes=[alpha.id])
+        new = await svc.memories.supersede(beta.id, "beta lives in Rome", tenant="beta")
+        hits = await svc.memories.search(Scope("beta"), "lives", mode="text", k=10)
+        assert [h.memory.id for h in hits] == [new.id]
+        past = await svc.memories.list(Scope("beta"), valid_at=datetime(2024, 4, 1, tzinfo=UTC))
+        assert [m.id for m in past] == [beta.id]
+        assert (await svc.memories.get(alpha.id, tenant="alpha")).valid_to is None
+
+
 async def test_without_a_tenant_the_runtime_role_sees_nothing(
     rls_database: tuple[str, str],
 ) -> None:
@@ -274,6 +298,8 @@ SAMPLE_ARGUMENTS = {
     "ids": lambda: [uuid.uuid4()],
     "memory_ids": lambda: [uuid.uuid4()],
     "patch": lambda: {"k": 1},
+    "old_id": lambda: uuid.uuid4(),
+    "content": lambda: "a new version",
 }
 
 

@@ -39,6 +39,37 @@ def test_as_of_reads_without_await(sync_service: SyncMemoryService, scope: Scope
         sync_service.memories.get_by_key(scope, "status", as_of=then)
 
 
+def test_valid_time_without_await(sync_service: SyncMemoryService, scope: Scope) -> None:
+    march, june = datetime(2024, 3, 1, tzinfo=UTC), datetime(2024, 6, 1, tzinfo=UTC)
+    paris = sync_service.memories.add(scope, "Ana lives in Paris", valid_from=march)
+    berlin = sync_service.memories.supersede(paris.id, "Ana lives in Berlin", valid_from=june)
+    hits = sync_service.memories.search(scope, "Ana lives", k=5)
+    assert [h.memory.id for h in hits] == [berlin.id]
+    april = datetime(2024, 4, 1, tzinfo=UTC)
+    assert [m.id for m in sync_service.memories.list(scope, valid_at=april)] == [paris.id]
+    ended = sync_service.memories.invalidate(berlin.id, at=datetime(2024, 9, 1, tzinfo=UTC))
+    assert ended.valid_to is not None and sync_service.memories.count(scope) == 0
+    with pytest.raises(ConflictError):
+        sync_service.memories.supersede(paris.id, "Ana lives in Rome")
+
+
+def test_forgetting_and_dedupe_without_await(
+    sync_service: SyncMemoryService, scope: Scope
+) -> None:
+    tenant = Scope(scope.tenant)
+    policy = sync_service.policies.set(tenant, half_life=3600)
+    assert sync_service.policies.get(tenant) == policy
+    weak = sync_service.memories.add(scope, "trivial", importance=0.0)
+    vector = [1.0] + [0.0] * 383
+    first = sync_service.memories.add(scope, "Ana lives in Porto", embedding=vector)
+    again = sync_service.memories.add(
+        scope, "Ana lives in Porto.", embedding=vector, dedupe="semantic"
+    )
+    assert again.merged and again.id == first.id and again.reinforced_count == 1
+    assert sync_service.memories.restore(weak.id).forgotten_at is None
+    assert sync_service.policies.delete(tenant)
+
+
 def test_10_threads_x_20_puts_and_adds_leave_200_memories(
     sync_service: SyncMemoryService,
 ) -> None:

@@ -5,6 +5,7 @@
     python -m benchmarks.memory_quality --rows 0             # quality only
     python -m benchmarks.memory_quality --write data.json    # the dataset and answer key, then exit
     python -m benchmarks.memory_quality --dedupe-sweep       # cosine-threshold dedup, no database
+    python -m benchmarks.memory_quality --pipeline           # the history through svc.remember
 
 Generates a seeded multi-session history (``generator``), embeds every
 memory and question with all-MiniLM-L6-v2 (cached outside the project,
@@ -43,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.memory_quality import sweep
+from benchmarks.memory_quality import pipeline, sweep
 from benchmarks.memory_quality.extractor import Capabilities, Extractor, Store
 from benchmarks.memory_quality.generator import filler, generate
 from benchmarks.memory_quality.model import (
@@ -293,7 +294,8 @@ class QualityBench:
             await conn.execute(f"ANALYZE {self.svc.settings.db_schema}.memories")
         print(
             f"  {stored:,} rows in one scope ({store.name} store), "
-            f"written in {time.perf_counter() - started:.0f}s"
+            f"written in {time.perf_counter() - started:.0f}s; "
+            f"{extractor.refused_supersessions} supersessions/invalidations refused by the store"
         )
         questions = [q for q in self.data.questions if q.stream == "history"]
         best = Strategy("at scale", store.name, "vector", store.supersession)
@@ -494,6 +496,13 @@ def main() -> None:
         action="store_true",
         help="print what cosine-threshold dedup does to the streams (no database), and exit",
     )
+    parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="feed the history through svc.remember with a perfect scripted extractor, compare "
+        "with writing it directly (benchmarks/memory_quality/pipeline.py), and exit",
+    )
+    parser.add_argument("--pipeline-runs", type=int, default=3, help="timed runs of --pipeline")
     parser.add_argument("--json", type=Path, help="write the results as JSON")
     args = parser.parse_args()
 
@@ -512,6 +521,9 @@ def main() -> None:
     if args.dedupe_sweep:
         for stream in data.streams:
             sweep.show(sweep.sweep(data, stream, vectors), stream)
+        return
+    if args.pipeline:
+        asyncio.run(pipeline.run(args, data, vectors))
         return
     asyncio.run(run(args, data, vectors))
 

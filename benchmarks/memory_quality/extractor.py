@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.memory_quality.model import Add, Invalidate, Operation
-from memsvc import MemoryService, Scope, ValidationError
+from memsvc import ConflictError, MemoryService, Scope, ValidationError
 
 BATCH = 1_000
 
@@ -120,6 +120,12 @@ class Extractor:
         # Writes answered with a memory that states another fact (or none):
         # a dedupe that merged what it should have kept apart.
         self.wrong_merges = 0
+        # Supersessions and invalidations the store refused (a memory already
+        # closed, or dated before the moment it would end): a refused
+        # supersession is written as a plain add instead. Only
+        # the latency scope's filler histories make them, where exact dedupe
+        # merges one text told of several people at different dates.
+        self.refused_supersessions = 0
         self.dedupe: dict[str, Any] = {}
         if store.dedupe is not None:
             self.dedupe["dedupe"] = store.dedupe
@@ -188,7 +194,11 @@ class Extractor:
         kwargs["valid_from"] = _moment(op.valid_from)
         older = self.known(op.supersedes)
         if older and self.caps.supersedes_on_add:
-            memory = await self.memories.add(scope, op.content, supersedes=older, **kwargs)
+            try:
+                memory = await self.memories.add(scope, op.content, supersedes=older, **kwargs)
+            except (ConflictError, ValidationError):
+                self.refused_supersessions += 1
+                memory = await self.memories.add(scope, op.content, **kwargs)
         elif older:
             memory = await self.memories.supersede(older[0], op.content, **kwargs)
             for memory_id in older[1:]:
@@ -204,7 +214,10 @@ class Extractor:
 
     async def end(self, op: Invalidate) -> None:
         for memory_id in self.known(op.memories):
-            await self.memories.invalidate(memory_id, at=_moment(op.at))
+            try:
+                await self.memories.invalidate(memory_id, at=_moment(op.at))
+            except (ConflictError, ValidationError):
+                self.refused_supersessions += 1
 
     def known(self, keys: list[str]) -> list[Any]:
         """The ids of these memory keys, each once (dedupe may have merged some)."""

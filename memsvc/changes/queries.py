@@ -61,9 +61,12 @@ def refined_watermark(schema: str) -> str:
     """:data:`REFINED_WATERMARK` for ``schema``'s ledgers."""
     return REFINED_WATERMARK.format(unrelated=_UNRELATED_TRANSACTIONS.format(schema=schema))
 
-_MEMORY_VALUES = """CASE WHEN e.kind IN ('created', 'updated') THEN coalesce(
+_MEMORY_VALUES = """CASE WHEN e.kind IN ('created', 'updated', 'superseded', 'invalidated')
+    THEN coalesce(
         (SELECT jsonb_build_object('content', m.content, 'metadata', m.metadata,
-                'importance', m.importance, 'key', m.key, 'expires_at', m.expires_at)
+                'importance', m.importance, 'key', m.key, 'expires_at', m.expires_at,
+                'valid_from', coalesce(m.valid_from, m.created_at), 'valid_to', m.valid_to,
+                'supersedes', to_jsonb(m.supersedes), 'superseded_by', m.superseded_by)
          FROM {schema}.memories AS m
          WHERE m.tenant_id = e.tenant_id AND m.id = e.memory_id AND m.version = e.version),
         (SELECT n.prior - 'version' - 'scope' FROM {schema}.memory_events AS n

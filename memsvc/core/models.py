@@ -7,7 +7,7 @@ import functools
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -70,7 +70,13 @@ def _short_repr(obj: Any, vector_field: str) -> str:
 # search's client work (and a dict literal merged in costs a dict more).
 @dataclass(frozen=True)
 class Memory:
-    """A long-term memory."""
+    """A long-term memory.
+
+    ``valid_from`` / ``valid_to`` say when its fact held (valid time; ``valid_to``
+    None: it still holds); ``supersedes`` lists the memories it replaced and
+    ``superseded_by`` names the one that replaced it (see
+    docs/how-to/valid-time.md).
+    """
 
     id: uuid.UUID
     scope: Scope
@@ -86,6 +92,17 @@ class Memory:
     expires_at: datetime | None = None
     access_count: int = 0
     last_accessed_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    supersedes: tuple[uuid.UUID, ...] = ()
+    superseded_by: uuid.UUID | None = None
+    pinned: bool = False
+    forgotten_at: datetime | None = None
+    reinforced_count: int = 0
+    last_reinforced_at: datetime | None = None
+    # True on the memory an add returns when semantic deduplication merged
+    # the write into it (nothing new was stored); False on every read.
+    merged: bool = False
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], scope: Scope | None = None) -> Memory:
@@ -111,10 +128,45 @@ class Memory:
         fields["expires_at"] = row["expires_at"]
         fields["access_count"] = row["access_count"]
         fields["last_accessed_at"] = row["last_accessed_at"]
+        # Rows written before valid time hold NULL: valid since their creation.
+        valid_from = row["valid_from"]
+        fields["valid_from"] = row["created_at"] if valid_from is None else valid_from
+        fields["valid_to"] = row["valid_to"]
+        supersedes = row["supersedes"]
+        fields["supersedes"] = () if supersedes is None else tuple(supersedes)
+        fields["superseded_by"] = row["superseded_by"]
+        fields["pinned"] = row["pinned"]
+        fields["forgotten_at"] = row["forgotten_at"]
+        fields["reinforced_count"] = row["reinforced_count"]
+        fields["last_reinforced_at"] = row["last_reinforced_at"]
+        fields["merged"] = False
         return memory
 
     def __repr__(self) -> str:
         return _short_repr(self, "embedding")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How fast the memories of a tenant or scope fade (``svc.policies``).
+
+    A memory's strength is ``importance x 0.5 ** (age / half_life)``, its age
+    counted from the latest of its creation, its last tracked access and its
+    restoration; the policy of the most specific scope on its path applies.
+    """
+
+    scope: Scope
+    half_life: timedelta
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Policy:
+        """Build a Policy from a ``memory_policies`` row."""
+        return cls(
+            scope=scope_from_row(row),
+            half_life=timedelta(seconds=row["half_life_s"]),
+            updated_at=row["updated_at"],
+        )
 
 
 @dataclass(frozen=True)
@@ -165,7 +217,12 @@ class SearchHit:
 
 @dataclass(frozen=True, slots=True)
 class MemoryEvent:
-    """One entry of a memory's history (created, updated, deleted)."""
+    """One entry of a memory's history.
+
+    ``kind``: created, updated, deleted, erased, superseded or invalidated.
+    ``links``: the successor of a ``superseded`` event, the memories a
+    ``created`` one superseded (empty otherwise).
+    """
 
     event_id: int
     memory_id: uuid.UUID
@@ -173,10 +230,12 @@ class MemoryEvent:
     version: int
     prior: dict[str, Any] | None
     at: datetime
+    links: tuple[uuid.UUID, ...] = ()
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> MemoryEvent:
         """Build an event from a ``memory_events`` row."""
+        links = row.get("links")
         return cls(
             event_id=row["event_id"],
             memory_id=row["memory_id"],
@@ -184,6 +243,7 @@ class MemoryEvent:
             version=row["version"],
             prior=row["prior"],
             at=row["at"],
+            links=() if links is None else tuple(links),
         )
 
 
@@ -193,9 +253,10 @@ class Change:
 
     ``entity`` is ``"memory"``, ``"assembly"`` or ``"checkpoint"`` and
     ``entity_id`` its id; ``memory_id`` is the same id (the memory's, for
-    memory changes). ``kind`` is ``created``, ``updated``, ``deleted`` or
-    ``erased``; ``version`` the row's version after the change (checkpoints
-    have no versions: 1). ``values`` holds the values after the change when
+    memory changes). ``kind`` is ``created``, ``updated``, ``deleted``,
+    ``erased``, or (memories' valid time) ``superseded`` / ``invalidated``;
+    ``version`` the row's version after the change (checkpoints have no
+    versions: 1). ``values`` holds the values after the change when
     asked for with ``with_values=True`` (None for deletions, and when the row
     has changed again since: a later change carries them). ``cursor`` is an
     opaque string: pass the last one processed as ``since`` to resume.

@@ -13,6 +13,7 @@ from typing import Any
 from pgvector.sqlalchemy import HALFVEC, VECTOR
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Computed,
@@ -176,6 +177,24 @@ def store_vector_index_expression(settings: Settings) -> str:
     return f"(embedding::halfvec({int(settings.embedding_dim)}))"
 
 
+PINNED_COMMENT = "True: never forgotten, whatever its strength (see memory_policies)."
+FORGOTTEN_AT_COMMENT = (
+    "When a forget pass took the memory out of every read (its strength had fallen "
+    "below the floor); NULL: not forgotten. gc deletes it after the grace period."
+)
+REINFORCED_COUNT_COMMENT = "How many writes semantic deduplication merged into the memory."
+LAST_REINFORCED_AT_COMMENT = (
+    "When semantic deduplication last merged a write into the memory (renews its strength)."
+)
+CONTENT_UNIQUE_COMMENT = (
+    "False: added with dedupe='off', outside the unique index on content (its scope "
+    "may hold the same content again)."
+)
+POLICIES_COMMENT = (
+    "Half-life per tenant or scope: a memory's strength is importance x "
+    "0.5 ^ (age / half_life), by the most specific policy on its scope's path."
+)
+
 AT_COMMENT = "When the writing transaction started (now()); committed_at is when it committed."
 COMMITTED_AT_COMMENT = (
     "When the writing transaction committed (from pg_xact_commit_timestamp, "
@@ -305,6 +324,31 @@ def build_metadata(settings: Settings) -> MetaData:
             comment="When the memory was last returned by get.",
         ),
         Column(
+            "valid_from",
+            DateTime(timezone=True),
+            nullable=True,
+            server_default=text("now()"),
+            comment="When the fact started to hold (NULL: since created_at).",
+        ),
+        Column(
+            "valid_to",
+            DateTime(timezone=True),
+            nullable=True,
+            comment="When the fact stopped holding (NULL: holds).",
+        ),
+        Column(
+            "supersedes",
+            ARRAY(UUID(as_uuid=True)),
+            nullable=True,
+            comment="The memories this one superseded (NULL: none).",
+        ),
+        Column(
+            "superseded_by",
+            UUID(as_uuid=True),
+            nullable=True,
+            comment="The memory that superseded this one (NULL: none).",
+        ),
+        Column(
             "content_tsv",
             TSVECTOR,
             Computed(content_tsv_expression(settings.text_search_config), persisted=True),
@@ -312,6 +356,36 @@ def build_metadata(settings: Settings) -> MetaData:
         ),
         change_key_column("the memory's latest write"),
         created_xid_column(),
+        Column(
+            "pinned",
+            Boolean,
+            nullable=False,
+            server_default=text("false"),
+            comment=PINNED_COMMENT,
+        ),
+        Column(
+            "forgotten_at", DateTime(timezone=True), nullable=True, comment=FORGOTTEN_AT_COMMENT
+        ),
+        Column(
+            "reinforced_count",
+            Integer,
+            nullable=False,
+            server_default=text("0"),
+            comment=REINFORCED_COUNT_COMMENT,
+        ),
+        Column(
+            "last_reinforced_at",
+            DateTime(timezone=True),
+            nullable=True,
+            comment=LAST_REINFORCED_AT_COMMENT,
+        ),
+        Column(
+            "content_unique",
+            Boolean,
+            nullable=False,
+            server_default=text("true"),
+            comment=CONTENT_UNIQUE_COMMENT,
+        ),
         PrimaryKeyConstraint("tenant_id", "id"),
         CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
         CheckConstraint("content_hash LIKE 'sha256:%'", name="content_hash_format"),
@@ -325,7 +399,9 @@ def build_metadata(settings: Settings) -> MetaData:
         memories.c.content_hash,
         unique=True,
         postgresql_nulls_not_distinct=True,
-        postgresql_where=text("key IS NULL"),
+        # Exact deduplication matches only memories whose validity is open (and
+        # not stored with dedupe="off").
+        postgresql_where=text("key IS NULL AND valid_to IS NULL AND content_unique"),
     )
     Index(
         "uq_memories_key",
@@ -339,6 +415,11 @@ def build_metadata(settings: Settings) -> MetaData:
         "ix_memories_expires_at",
         memories.c.expires_at,
         postgresql_where=text("expires_at IS NOT NULL"),
+    )
+    Index(
+        "ix_memories_forgotten_at",
+        memories.c.forgotten_at,
+        postgresql_where=text("forgotten_at IS NOT NULL"),
     )
     Index("ix_memories_metadata", memories.c.metadata, postgresql_using="gin")
     # fastupdate off: new rows go straight into the index instead of a pending
@@ -371,7 +452,10 @@ def build_metadata(settings: Settings) -> MetaData:
         ),
         Column("memory_id", UUID(as_uuid=True), nullable=False, comment="The memory changed."),
         Column(
-            "kind", Text, nullable=False, comment="created, updated, deleted or erased."
+            "kind",
+            Text,
+            nullable=False,
+            comment="created, updated, deleted, erased, superseded or invalidated.",
         ),
         Column("version", Integer, nullable=False, comment="The memory's version after the event."),
         Column(
@@ -398,7 +482,17 @@ def build_metadata(settings: Settings) -> MetaData:
         Column("session_id", Text, nullable=True, comment="Session of the memory."),
         change_key_column("the event"),
         PrimaryKeyConstraint("tenant_id", "event_id"),
-        CheckConstraint("kind IN ('created', 'updated', 'deleted', 'erased')", name="kind"),
+        Column(
+            "links",
+            ARRAY(UUID(as_uuid=True)),
+            nullable=True,
+            comment="Memories the event links: a supersession's successor, "
+            "a creation's predecessors.",
+        ),
+        CheckConstraint(
+            "kind IN ('created', 'updated', 'deleted', 'erased', 'superseded', 'invalidated')",
+            name="kind",
+        ),
         comment="Append-only history of memories, written in the same transaction as each change.",
     )
     Index("ix_memory_events_memory", events.c.tenant_id, events.c.memory_id, events.c.event_id)
@@ -464,6 +558,8 @@ def build_metadata(settings: Settings) -> MetaData:
     _add_langgraph_tables(metadata)
     _add_langgraph_store_tables(metadata, vector_type, settings, hnsw_with)
     _add_remembered_messages_table(metadata)
+    _add_consolidation_tables(metadata, settings)
+    _add_policies_table(metadata)
     add_range_checks(metadata)
     return metadata
 
@@ -629,6 +725,121 @@ def _add_remembered_messages_table(metadata: MetaData) -> None:
         "uq_remembered_messages_message",
         *(remembered.c[c] for c in ("tenant_id", "project_id", "agent_id", "session_id")),
         remembered.c.message_id,
+        unique=True,
+        postgresql_nulls_not_distinct=True,
+    )
+
+
+def _add_consolidation_tables(metadata: MetaData, settings: Settings) -> None:
+    """The state of ``svc.maintenance.consolidate``: its clusters and the memories it has seen."""
+    schema = settings.db_schema
+    clusters = Table(
+        "consolidation_clusters",
+        metadata,
+        Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
+        Column(
+            "assembly_id",
+            UUID(as_uuid=True),
+            nullable=False,
+            comment="The cluster's assembly (its members; its scope is the cluster's).",
+        ),
+        Column(
+            "summary_id",
+            UUID(as_uuid=True),
+            nullable=True,
+            comment="The summary memory (NULL until the first summary commits).",
+        ),
+        Column(
+            "summarized_count",
+            Integer,
+            nullable=False,
+            server_default=text("0"),
+            comment="Members the current summary was written from.",
+        ),
+        Column(
+            "summarizer",
+            Text,
+            nullable=False,
+            comment="The summarizer that wrote the summary: name/version.",
+        ),
+        Column("model", Text, nullable=True, comment="The summarizer's model, if any."),
+        PrimaryKeyConstraint("tenant_id", "assembly_id"),
+        ForeignKeyConstraint(
+            ["tenant_id", "assembly_id"],
+            [f"{schema}.assemblies.tenant_id", f"{schema}.assemblies.id"],
+            ondelete="CASCADE",
+        ),
+        comment="Clusters svc.maintenance.consolidate made: one assembly and one summary "
+        "memory each.",
+    )
+    seen = Table(
+        "consolidation_members",
+        metadata,
+        Column("tenant_id", Text, nullable=False, comment=SCOPE_COMMENTS["tenant_id"]),
+        Column("memory_id", UUID(as_uuid=True), nullable=False, comment="The memory."),
+        Column(
+            "assembly_id",
+            UUID(as_uuid=True),
+            nullable=True,
+            comment="Its cluster (NULL: considered, in no cluster yet).",
+        ),
+        Column(
+            "memory_version",
+            Integer,
+            nullable=False,
+            comment="The memory's version when it was considered or last summarized.",
+        ),
+        Column(
+            "summarized",
+            Boolean,
+            nullable=False,
+            server_default=text("false"),
+            comment="Whether the cluster's current summary was written from it.",
+        ),
+        PrimaryKeyConstraint("tenant_id", "memory_id"),
+        ForeignKeyConstraint(
+            ["tenant_id", "memory_id"],
+            [f"{schema}.memories.tenant_id", f"{schema}.memories.id"],
+            ondelete="CASCADE",
+        ),
+        ForeignKeyConstraint(
+            ["tenant_id", "assembly_id"],
+            [clusters.c.tenant_id, clusters.c.assembly_id],
+            ondelete="CASCADE",
+        ),
+        comment="Memories svc.maintenance.consolidate has considered, one row each (the key "
+        "keeps a memory in at most one cluster); a memory with no row is new to it.",
+    )
+    Index("ix_consolidation_members_assembly", seen.c.tenant_id, seen.c.assembly_id)
+
+
+def _add_policies_table(metadata: MetaData) -> None:
+    """Half-life policies per tenant or scope (forgetting, ``svc.policies``)."""
+    policies = Table(
+        "memory_policies",
+        metadata,
+        *_scope_columns(),
+        Column("id", UUID(as_uuid=True), nullable=False, comment="Policy id."),
+        Column(
+            "half_life_s",
+            DOUBLE_PRECISION,
+            nullable=False,
+            comment="Half-life of the strength of the scope's memories, in seconds.",
+        ),
+        Column(
+            "updated_at",
+            DateTime(timezone=True),
+            nullable=False,
+            server_default=text("now()"),
+            comment="When the policy was last set.",
+        ),
+        PrimaryKeyConstraint("tenant_id", "id"),
+        CheckConstraint("half_life_s > 0", name="half_life_positive"),
+        comment=POLICIES_COMMENT,
+    )
+    Index(
+        "uq_memory_policies_scope",
+        *(policies.c[c] for c in ("tenant_id", "project_id", "agent_id", "session_id")),
         unique=True,
         postgresql_nulls_not_distinct=True,
     )

@@ -220,6 +220,7 @@ def _operation(
             ref=ref,
             content=_content(item.get("content"), "content", limits),
             valid_from=_moment(item.get("valid_from"), "valid_from"),
+            metadata=_metadata(item.get("metadata"), limits),
         )
     return INVALIDATE(ref=ref, at=_moment(item.get("at"), "at"))
 

@@ -58,11 +58,13 @@ class SUPERSEDE:
         ref: The shown memory's handle.
         content: The fact that replaces it.
         valid_from: When the new fact became true (None: now).
+        metadata: JSON object stored with the new memory, as for ADD.
     """
 
     ref: str
     content: str
     valid_from: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
     op: ClassVar[str] = "SUPERSEDE"
 
 

@@ -98,6 +98,10 @@ def _document(memory: Memory) -> Document:
 class MemsvcVectorStore(VectorStore):
     """A LangChain ``VectorStore`` whose documents are memsvc memories of one scope.
 
+    Searches return the documents valid now (a memory invalidated with
+    ``svc.memories.invalidate`` is left out); pass ``valid="all"`` or
+    ``valid_at=<datetime>`` as keyword arguments to any search to choose.
+
     Args:
         svc: An open MemoryService or SyncMemoryService.
         embedding: The LangChain embeddings; their size must be the
@@ -243,7 +247,11 @@ class MemsvcVectorStore(VectorStore):
         where: dict[str, Any] | None,
         *,
         with_embeddings: bool = False,
+        options: dict[str, Any] | None = None,
     ) -> list[SearchHit]:
+        # Valid time: the documents valid now by default; a search's keyword
+        # arguments may ask for valid="all" or valid_at=<datetime>.
+        options = options or {}
         return await self._service.memories.search(
             self.scope,
             list(vector),
@@ -251,6 +259,8 @@ class MemsvcVectorStore(VectorStore):
             include="exact",
             where=where,
             with_embeddings=with_embeddings,
+            valid=options.get("valid", "now"),
+            valid_at=options.get("valid_at"),
         )
 
     # ------------------------------------------------------------------ writes
@@ -321,7 +331,7 @@ class MemsvcVectorStore(VectorStore):
         **kwargs: Any,
     ) -> list[tuple[Document, float]]:
         """The ``k`` nearest documents with their similarity (higher is closer)."""
-        hits = self._bridge.run(self._search(embedding, k, filter))
+        hits = self._bridge.run(self._search(embedding, k, filter, options=kwargs))
         return [(_document(hit.memory), hit.score) for hit in hits]
 
     async def asimilarity_search_with_score_by_vector(
@@ -332,7 +342,7 @@ class MemsvcVectorStore(VectorStore):
         **kwargs: Any,
     ) -> list[tuple[Document, float]]:
         """Async :meth:`similarity_search_with_score_by_vector`."""
-        hits = await self._bridge.arun(self._search(embedding, k, filter))
+        hits = await self._bridge.arun(self._search(embedding, k, filter, options=kwargs))
         return [(_document(hit.memory), hit.score) for hit in hits]
 
     def similarity_search_with_score(
@@ -348,7 +358,7 @@ class MemsvcVectorStore(VectorStore):
         ``{"kind": "rule", "year": {"$gte": 2024}}``.
         """
         vector = self._embedding.embed_query(query)
-        return self.similarity_search_with_score_by_vector(vector, k, filter)
+        return self.similarity_search_with_score_by_vector(vector, k, filter, **kwargs)
 
     async def asimilarity_search_with_score(
         self,
@@ -359,7 +369,7 @@ class MemsvcVectorStore(VectorStore):
     ) -> list[tuple[Document, float]]:
         """Async :meth:`similarity_search_with_score`."""
         vector = await self._embedding.aembed_query(query)
-        return await self.asimilarity_search_with_score_by_vector(vector, k, filter)
+        return await self.asimilarity_search_with_score_by_vector(vector, k, filter, **kwargs)
 
     def similarity_search(
         self,
@@ -369,7 +379,7 @@ class MemsvcVectorStore(VectorStore):
         **kwargs: Any,
     ) -> list[Document]:
         """The ``k`` documents nearest to ``query`` (``filter``: memsvc ``where``)."""
-        return [doc for doc, _ in self.similarity_search_with_score(query, k, filter)]
+        return [doc for doc, _ in self.similarity_search_with_score(query, k, filter, **kwargs)]
 
     async def asimilarity_search(
         self,
@@ -379,7 +389,7 @@ class MemsvcVectorStore(VectorStore):
         **kwargs: Any,
     ) -> list[Document]:
         """Async :meth:`similarity_search`."""
-        hits = await self.asimilarity_search_with_score(query, k, filter)
+        hits = await self.asimilarity_search_with_score(query, k, filter, **kwargs)
         return [doc for doc, _ in hits]
 
     def similarity_search_by_vector(
@@ -390,7 +400,7 @@ class MemsvcVectorStore(VectorStore):
         **kwargs: Any,
     ) -> list[Document]:
         """The ``k`` documents nearest to an embedding."""
-        hits = self.similarity_search_with_score_by_vector(embedding, k, filter)
+        hits = self.similarity_search_with_score_by_vector(embedding, k, filter, **kwargs)
         return [doc for doc, _ in hits]
 
     async def asimilarity_search_by_vector(
@@ -401,7 +411,7 @@ class MemsvcVectorStore(VectorStore):
         **kwargs: Any,
     ) -> list[Document]:
         """Async :meth:`similarity_search_by_vector`."""
-        hits = await self.asimilarity_search_with_score_by_vector(embedding, k, filter)
+        hits = await self.asimilarity_search_with_score_by_vector(embedding, k, filter, **kwargs)
         return [doc for doc, _ in hits]
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
@@ -456,6 +466,7 @@ class MemsvcVectorStore(VectorStore):
                 self._fetch_k(k, fetch_k, lambda_mult),
                 filter,
                 with_embeddings=True,  # maximal marginal relevance compares them
+                options=kwargs,
             )
         )
         return self._diverse(embedding, hits, k, lambda_mult)
@@ -476,6 +487,7 @@ class MemsvcVectorStore(VectorStore):
                 self._fetch_k(k, fetch_k, lambda_mult),
                 filter,
                 with_embeddings=True,  # maximal marginal relevance compares them
+                options=kwargs,
             )
         )
         return self._diverse(embedding, hits, k, lambda_mult)
@@ -491,7 +503,9 @@ class MemsvcVectorStore(VectorStore):
     ) -> list[Document]:
         """Max marginal relevance search for a text query."""
         vector = self._embedding.embed_query(query)
-        return self.max_marginal_relevance_search_by_vector(vector, k, fetch_k, lambda_mult, filter)
+        return self.max_marginal_relevance_search_by_vector(
+            vector, k, fetch_k, lambda_mult, filter, **kwargs
+        )
 
     async def amax_marginal_relevance_search(
         self,
@@ -505,7 +519,7 @@ class MemsvcVectorStore(VectorStore):
         """Async :meth:`max_marginal_relevance_search`."""
         vector = await self._embedding.aembed_query(query)
         return await self.amax_marginal_relevance_search_by_vector(
-            vector, k, fetch_k, lambda_mult, filter
+            vector, k, fetch_k, lambda_mult, filter, **kwargs
         )
 
     # ------------------------------------------------------------ construction

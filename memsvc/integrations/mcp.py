@@ -56,6 +56,7 @@ from memsvc.core.scope import Include, Scope
 from memsvc.core.settings import Settings
 from memsvc.embedding import embedder_from_spec
 from memsvc.integrations.loop_bridge import ServiceTypeError
+from memsvc.ops.consolidation import CLUSTER_THRESHOLD, MAX_MEMBERS
 from memsvc.service import MemoryService
 from memsvc.working import WorkingMemory
 
@@ -69,7 +70,9 @@ INSTRUCTIONS = (
     "Long-term memory and per-session working memory for this agent. Store durable facts "
     "with memory_add (or memory_put under a stable key), find them with memory_search; keep "
     "short-lived state of a conversation with working_set/working_get and notes with "
-    "scratchpad_append. Scope (tenant, project, agent) is fixed by the server."
+    "scratchpad_append. memory_remember turns a conversation into memories (when the server "
+    "has an extractor); memory_consolidate groups related memories under summaries. Scope "
+    "(tenant, project, agent) is fixed by the server."
 )
 
 # ----------------------------------------------------------------- tool results
@@ -100,6 +103,18 @@ class MemoryResult(BaseModel):
     created_at: datetime
     updated_at: datetime
     expires_at: datetime | None = Field(default=None, description="Null: kept until deleted.")
+    valid_from: datetime | None = Field(
+        default=None, description="When the fact started to hold."
+    )
+    valid_to: datetime | None = Field(
+        default=None, description="When the fact stopped holding; null: it still holds."
+    )
+    supersedes: list[str] = Field(
+        default_factory=list, description="Ids of the memories this one replaced."
+    )
+    superseded_by: str | None = Field(
+        default=None, description="Id of the memory that replaced this one."
+    )
 
     @classmethod
     def of(cls, memory: Memory, *, full: bool = False) -> MemoryResult:
@@ -122,6 +137,10 @@ class MemoryResult(BaseModel):
             created_at=memory.created_at,
             updated_at=memory.updated_at,
             expires_at=memory.expires_at,
+            valid_from=memory.valid_from,
+            valid_to=memory.valid_to,
+            supersedes=[str(i) for i in memory.supersedes],
+            superseded_by=None if memory.superseded_by is None else str(memory.superseded_by),
         )
 
 
@@ -173,6 +192,58 @@ class ScratchpadResult(BaseModel):
     entries: list[ScratchpadEntry]
 
 
+class ConversationMessage(BaseModel):
+    """One message of a conversation, as ``memory_remember`` takes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "assistant", "system", "tool"] = Field(description="Who said it.")
+    content: str = Field(description="What was said.")
+    id: str = Field(
+        description="The message's id, unique in the conversation: a message already "
+        "remembered in this scope is skipped."
+    )
+    at: datetime | None = Field(
+        default=None, description="When it was said (ISO 8601 with a time zone), if known."
+    )
+
+
+class AppliedOperation(BaseModel):
+    """An operation the extractor decided and memsvc applied."""
+
+    op: str = Field(description="ADD, UPDATE, SUPERSEDE, INVALIDATE or NOOP.")
+    memory: MemoryResult | None = Field(description="The memory written or changed (NOOP: none).")
+
+
+class SkippedOperation(BaseModel):
+    """An operation (or answer) refused, and why."""
+
+    index: int | None = Field(description="Its position in the answer (null: the whole answer).")
+    reason: str
+
+
+class RememberToolResult(BaseModel):
+    """What ``memory_remember`` did."""
+
+    applied: list[AppliedOperation]
+    skipped: list[SkippedOperation]
+    remembered: list[str] = Field(description="Ids of the messages applied now.")
+    already_remembered: list[str] = Field(description="Ids applied by an earlier call.")
+    pending: list[str] = Field(description="Ids the extractor's answer left unusable: resend.")
+    model_calls: int
+
+
+class ConsolidateResult(BaseModel):
+    """What ``memory_consolidate`` did."""
+
+    made: int = Field(description="Clusters made, each with a summary memory.")
+    joined: int = Field(description="Memories that joined an existing cluster.")
+    redone: int = Field(description="Clusters summarized again: a member changed or left.")
+    dissolved: int = Field(description="Clusters removed: too few members left.")
+    considered: int = Field(description="Memories considered for the first time.")
+    summaries: list[str] = Field(description="Ids of the summary memories written.")
+
+
 # ----------------------------------------------------------------- arguments
 
 Content = Annotated[str, Field(description="The text to remember, self-contained.")]
@@ -193,6 +264,10 @@ OptionalSession = Annotated[
 ]
 Session = Annotated[str, Field(description="The session (conversation) id.")]
 MemoryId = Annotated[str, Field(description="A memory id (UUID) returned by another tool.")]
+Moment = Annotated[
+    datetime | None,
+    Field(description="An ISO 8601 moment with a timezone, e.g. 2024-06-01T00:00:00Z."),
+]
 
 
 def _is_under(scope: Scope, base: Scope) -> bool:
@@ -407,11 +482,27 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
                 f"{PREVIEW_CHARS} characters; memory_get reads one memory in full)."
             ),
         ] = False,
+        valid: Annotated[
+            Literal["now", "all"],
+            Field(
+                description="now: only facts that hold now (superseded and invalidated "
+                "memories left out); all: whatever their validity."
+            ),
+        ] = "now",
+        valid_at: Annotated[
+            datetime | None,
+            Field(
+                description="Only facts that held at this ISO 8601 moment (with a timezone), "
+                "e.g. to answer where someone lived in April 2024."
+            ),
+        ] = None,
     ) -> SearchResult:
         """Find the memories closest in meaning to a query, best first, with their scores and
-        a preview of each (full_content for all of it)."""
+        a preview of each (full_content for all of it). By default only facts that hold now."""
         target = _scoped(scope, session)
-        hits = await memories.search(target, query, k=k, include=include, where=where)
+        hits = await memories.search(
+            target, query, k=k, include=include, where=where, valid=valid, valid_at=valid_at
+        )
         return SearchResult(
             hits=[
                 SearchResultItem(score=h.score, memory=MemoryResult.of(h.memory, full=full_content))
@@ -444,14 +535,41 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
     )
 
+    async def owned(memory_id: str) -> Memory:
+        memory = await visible(memory_id)
+        if not _is_under(memory.scope, scope):
+            # Readable from here (stored above this scope) but not this server's to change.
+            raise NotFoundError(f"memory {memory_id} not found in this server's scope")
+        return memory
+
     @_tool(tools, deletes)
     async def memory_delete(id: MemoryId) -> DeleteResult:
         """Delete a memory stored in this server's scope or one of its sessions."""
-        memory = await visible(id)
-        if not _is_under(memory.scope, scope):
-            # Readable from here (stored above this scope) but not this server's to delete.
-            raise NotFoundError(f"memory {id} not found in this server's scope")
+        memory = await owned(id)
         return DeleteResult(deleted=await memories.delete(memory.id, tenant=scope.tenant))
+
+    @_tool(tools, writes)
+    async def memory_supersede(
+        id: Annotated[str, Field(description="The id of the memory whose fact changed.")],
+        content: Content,
+        valid_from: Moment = None,
+        metadata: Metadata = None,
+    ) -> MemoryResult:
+        """Record that a fact changed: store its new version and end the old memory's
+        validity at valid_from (default: now), linking the two. Searches then return the new
+        version; the old one stays readable for questions about the past."""
+        memory = await owned(id)
+        new = await memories.supersede(
+            memory.id, content, valid_from=valid_from, metadata=metadata, tenant=scope.tenant
+        )
+        return MemoryResult.of(new)
+
+    @_tool(tools, writes)
+    async def memory_invalidate(id: MemoryId, at: Moment = None) -> MemoryResult:
+        """Record that a fact stopped being true at a moment (default: now), with nothing
+        replacing it. Searches then leave it out; it stays readable for the past."""
+        memory = await owned(id)
+        return MemoryResult.of(await memories.invalidate(memory.id, at=at, tenant=scope.tenant))
 
     @_tool(tools, writes)
     async def working_set(
@@ -502,6 +620,71 @@ def create_server(service: MemoryService, scope: Scope) -> MCPServer[Any]:
         """Read a session's scratchpad notes, oldest first, with their timestamps."""
         target = _scoped(scope, session)
         return await _scratchpad(service.working(target), session)
+
+    @_tool(tools, writes)
+    async def memory_remember(
+        messages: Annotated[
+            list[ConversationMessage],
+            Field(min_length=1, description="The conversation's new messages, oldest first."),
+        ],
+        session: OptionalSession = None,
+    ) -> RememberToolResult:
+        """Remember what a conversation's messages state: the server's extractor decides which
+        facts are new, reword or replace a memory, or are noise, and memsvc applies that, each
+        message once (messages already remembered are skipped)."""
+        if service.extractor is None:
+            raise ValidationError(
+                "extractor",
+                "this MCP server has no extractor: start it with MEMSVC_EXTRACTOR set "
+                "(openai:<model>, with MEMSVC_EXTRACTOR_BASE_URL and MEMSVC_EXTRACTOR_API_KEY)",
+            )
+        sent = [m.model_dump(exclude_none=True) for m in messages]
+        result = await service.remember(_scoped(scope, session), sent)
+        return RememberToolResult(
+            applied=[
+                AppliedOperation(
+                    op=a.operation.op,
+                    memory=None if a.memory is None else MemoryResult.of(a.memory),
+                )
+                for a in result.applied
+            ],
+            skipped=[SkippedOperation(index=r.index, reason=r.reason) for r in result.skipped],
+            remembered=list(result.remembered),
+            already_remembered=list(result.already_remembered),
+            pending=list(result.pending),
+            model_calls=result.model_calls,
+        )
+
+    @_tool(tools, writes)
+    async def memory_consolidate(
+        session: OptionalSession = None,
+        min_cluster: Annotated[
+            int,
+            Field(ge=2, le=MAX_MEMBERS, description="Fewest related memories a cluster holds."),
+        ] = 3,
+        threshold: Annotated[
+            float,
+            Field(
+                gt=0, le=1,
+                description="Cosine similarity at which memories belong together "
+                "(for the server's embedder; the default suits all-MiniLM-L6-v2).",
+            ),
+        ] = CLUSTER_THRESHOLD,
+    ) -> ConsolidateResult:
+        """Group related memories of this scope (or one session, exactly that scope) into
+        clusters, each under a summary memory that searches ranked for recall show first;
+        only memories new since the last run are considered. The members are kept."""
+        report = await service.maintenance.consolidate(
+            _scoped(scope, session), min_cluster=min_cluster, threshold=threshold
+        )
+        return ConsolidateResult(
+            made=report.made,
+            joined=report.joined,
+            redone=report.redone,
+            dissolved=report.dissolved,
+            considered=report.considered,
+            summaries=[str(summary) for summary in report.summaries],
+        )
 
     return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, tools=tools)
 

@@ -38,6 +38,11 @@ from memsvc.core.scope import Include, Scope
 from memsvc.core.time_limits import validate_time
 from memsvc.db.sql import Params, scope_condition
 from memsvc.memories import asof_queries as q
+from memsvc.memories.queries import valid_at
+from memsvc.memories.validity import Validity
+
+# Every memory, whatever its validity.
+ALL: Validity = ("all", None)
 
 # Reads again when a commit at or before t was not yet visible to the
 # snapshot (a window of microseconds to a WAL flush); these many times.
@@ -68,13 +73,21 @@ def by_ids_statement(
     return q.by_ids(schema, None if tenant is None else "$3"), values
 
 
+def _validity_at(validity: Validity, t_param: str, params: Params) -> str:
+    """The validity condition of an as-of read: ``"now"`` is the ``as_of`` moment."""
+    if validity[0] == "now":
+        return " AND " + valid_at(t_param)
+    return "" if validity[0] == "all" else " AND " + valid_at(params.add(validity[1]))
+
+
 def count_statement(
-    schema: str, scope: Scope, include: Include, moment: datetime
+    schema: str, scope: Scope, include: Include, moment: datetime, validity: Validity = ALL
 ) -> tuple[str, list[object]]:
     """The statement (and values) counting a scope's memories at ``moment``."""
     params = Params(scope.tenant, moment)
     scope_sql = scope_condition(scope, include, params)
     row_scope_sql = scope_condition(scope, include, params, alias="m")
+    scope_sql += _validity_at(validity, "$2", params)
     return q.count_in_scope(schema, "$1", scope_sql, row_scope_sql, "$2"), params.values
 
 
@@ -87,15 +100,18 @@ def in_scope_statement(
     key: str | None = None,
     after: Any = None,
     limit: int | None = None,
+    validity: Validity = ALL,
 ) -> tuple[str, list[object]]:
     """The statement (and values) of a scope's memories at ``moment``, in id order.
 
-    Under a ``key``, or a page (``limit`` rows after the id ``after``).
+    Under a ``key``, or a page (``limit`` rows after the id ``after``), of
+    the memories valid as asked (``"now"``: at ``moment``).
     """
     params = Params()
     tenant_param, t_param = params.add(scope.tenant), params.add(moment)
     scope_sql = scope_condition(scope, include, params)
     row_scope_sql = scope_condition(scope, include, params, alias="m")
+    scope_sql += _validity_at(validity, t_param, params)
     sql = q.in_scope(
         schema,
         tenant_param,

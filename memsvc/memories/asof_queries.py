@@ -110,7 +110,8 @@ WITH {_guard(schema, t).strip()}, later AS (
 ), asof AS (
     SELECT m.tenant_id, m.project_id, m.agent_id, m.session_id, m.id, m.key, m.content,
            m.content_hash, m.metadata, {current_embedding} AS embedding, m.importance,
-           m.version, m.created_at, m.updated_at, m.expires_at
+           m.version, m.created_at, m.updated_at, m.expires_at,
+           m.valid_from, m.valid_to, m.supersedes, m.superseded_by
     FROM {schema}.memories AS m
     WHERE {row_filter}
       AND NOT EXISTS (
@@ -127,15 +128,29 @@ WITH {_guard(schema, t).strip()}, later AS (
            coalesce((SELECT p.at {before_l} AND p.kind = 'created'
                      ORDER BY p.event_id DESC LIMIT 1), l.at),
            coalesce((SELECT p.at {before_l} ORDER BY p.event_id DESC LIMIT 1), l.at),
-           (l.prior->>'expires_at')::timestamptz
+           (l.prior->>'expires_at')::timestamptz,
+           -- Valid time: absent from events written before it (NULL: valid
+           -- since creation, never superseded).
+           (l.prior->>'valid_from')::timestamptz, (l.prior->>'valid_to')::timestamptz,
+           CASE WHEN jsonb_typeof(l.prior->'supersedes') = 'array' THEN ARRAY(
+               SELECT jsonb_array_elements_text(l.prior->'supersedes')::uuid) END,
+           (l.prior->>'superseded_by')::uuid
     FROM later AS l
-    WHERE l.kind IN ('updated', 'deleted') AND l.prior IS NOT NULL
+    WHERE l.kind IN ('updated', 'deleted', 'superseded', 'invalidated') AND l.prior IS NOT NULL
 )"""
 
 
 def _select(where: str, t: str) -> str:
-    columns = MEMORY_COLUMNS.replace("access_count", "0 AS access_count").replace(
-        "last_accessed_at", "NULL::timestamptz AS last_accessed_at"
+    # Access statistics, forgetting and reinforcement are not history: an
+    # as-of read shows none of them (a forgotten memory as it was stored).
+    columns = (
+        MEMORY_COLUMNS.replace("access_count", "0 AS access_count")
+        .replace("last_accessed_at", "NULL::timestamptz AS last_accessed_at")
+        .replace("pinned", "false AS pinned")
+        .replace("forgotten_at", "NULL::timestamptz AS forgotten_at")
+        .replace("reinforced_count", "0 AS reinforced_count")
+        .replace("last_reinforced_at", "NULL::timestamptz AS last_reinforced_at")
+        .replace("content_unique", "true AS content_unique")
     )
     return f"""
     SELECT {columns} FROM asof

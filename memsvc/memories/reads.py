@@ -24,12 +24,14 @@ from memsvc.db.repository import Repository, citus_limited
 from memsvc.db.sql import Params, scope_condition
 from memsvc.memories import queries as q
 from memsvc.memories.asof import (
+    ALL,
     AsOfReads,
     by_ids_statement,
     count_statement,
     in_scope_statement,
     validate_as_of,
 )
+from memsvc.memories.validity import Valid, Validity, check_validity, validity_sql
 from memsvc.telemetry import traced_operations
 
 MAX_PAGE = 10_000
@@ -175,6 +177,8 @@ class MemoryReads(Repository):
         after: uuid.UUID | str | None = None,
         include: Include = "exact",
         as_of: datetime | None = None,
+        valid: Valid = "now",
+        valid_at: datetime | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[Memory]:
         """One page of live memories in creation order.
@@ -182,20 +186,25 @@ class MemoryReads(Repository):
         Pass the last id of a page as ``after`` to get the next one (keyset
         pagination: stable and fast however deep you page). ``as_of``: the
         memories of the scope as committed at that moment (see :meth:`get`);
-        page through them with the same ``as_of``.
+        page through them with the same ``as_of``. ``valid``: ``now`` (only
+        memories valid now; with ``as_of``, valid at that moment) or ``all``;
+        ``valid_at``: only memories valid at that moment (see
+        docs/how-to/valid-time.md).
         """
         scope = validate_scope(scope)
         include = validate_include(include)
         limit = validate_limit(limit, "limit", MAX_PAGE)
+        validity = check_validity(valid, valid_at)
         if as_of is not None:
             after_id = None if after is None else parse_id("after", after)
             return await self._read_as_of(
-                scope, include, as_of, conn, after=after_id, limit=limit
+                scope, include, as_of, conn, after=after_id, limit=limit, validity=validity
             )
         params = Params()
         scope_sql = scope_condition(scope, include, params)
         after_param = None if after is None else params.add(parse_id("after", after))
-        sql = q.list_page(self._schema, scope_sql, after_param, params.add(limit))
+        valid_sql = validity_sql(validity, params.add)
+        sql = q.list_page(self._schema, scope_sql, after_param, params.add(limit), valid_sql)
         rows = await self._read(
             conn, lambda active: active.fetch(sql, *params.values), tenant=scope.tenant
         )
@@ -207,20 +216,27 @@ class MemoryReads(Repository):
         *,
         include: Include = "exact",
         as_of: datetime | None = None,
+        valid: Valid = "now",
+        valid_at: datetime | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> int:
-        """Number of live memories in a scope (``as_of``: at that moment, see :meth:`get`)."""
+        """Number of live memories in a scope (``as_of``: at that moment, see :meth:`get`).
+
+        ``valid`` and ``valid_at`` as in :meth:`list`.
+        """
         scope = validate_scope(scope)
+        validity = check_validity(valid, valid_at)
         if as_of is not None:
             moment = validate_as_of(as_of)
             as_of_sql, values = count_statement(
-                self._schema, scope, validate_include(include), moment
+                self._schema, scope, validate_include(include), moment, validity
             )
             rows = await self._as_of_rows(conn, as_of_sql, values, moment, scope.tenant)
             counted: int = rows[0]["n"]
             return counted
         params = Params()
-        sql = q.count(self._schema, scope_condition(scope, validate_include(include), params))
+        scope_sql = scope_condition(scope, validate_include(include), params)
+        sql = q.count(self._schema, scope_sql, validity_sql(validity, params.add))
         result: int = await self._read(
             conn, lambda active: active.fetchval(sql, *params.values), tenant=scope.tenant
         )
@@ -236,11 +252,13 @@ class MemoryReads(Repository):
         key: str | None = None,
         after: uuid.UUID | None = None,
         limit: int | None = None,
+        validity: Validity = ALL,
     ) -> builtins.list[Memory]:
         """A scope's memories at ``as_of`` (under a key, or a page after an id), id order."""
         moment = validate_as_of(as_of)
         sql, values = in_scope_statement(
-            self._schema, scope, include, moment, key=key, after=after, limit=limit
+            self._schema, scope, include, moment, key=key, after=after, limit=limit,
+            validity=validity,
         )
         rows = await self._as_of_rows(conn, sql, values, moment, scope.tenant)
         return [Memory.from_row(row) for row in rows if row["id"] is not None]
@@ -269,7 +287,7 @@ class MemoryReads(Repository):
         tenant: str | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[MemoryEvent]:
-        """The memory's events (created, updated, deleted), oldest first."""
+        """The memory's events, oldest first (see :class:`memsvc.core.models.MemoryEvent`)."""
         memory_id = parse_id("id", id)
         tenant_param, args = self._by_id(memory_id, tenant)
         sql = q.history(self._schema, tenant_param)

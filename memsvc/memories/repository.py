@@ -10,8 +10,6 @@ one statement, cached by shape) and run in :mod:`memsvc.memories.search`
 from __future__ import annotations
 
 import builtins
-import functools
-import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -24,7 +22,7 @@ import numpy as np
 from memsvc.changes.signal import signals_changes
 from memsvc.core.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.core.ids import new_id, parse_id
-from memsvc.core.models import Memory, SearchHit, real_value
+from memsvc.core.models import Memory
 from memsvc.core.scope import Include, Scope, validate_include
 from memsvc.core.settings import Settings
 from memsvc.core.validation import (
@@ -40,31 +38,38 @@ from memsvc.db.repository import citus_limited
 from memsvc.db.sql import Params, scope_condition
 from memsvc.embedding import Embedder
 from memsvc.memories import queries as q
-from memsvc.memories import ranking
+from memsvc.memories import ranking, validity
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.inserts import (
     batch_memories,
     find_duplicate,
     insert_batch,
     insert_one,
+    inserted_memory,
     scope_params,
 )
-from memsvc.memories.reads import KEY_MAX_LENGTH, MAX_PAGE, MemoryReads
+from memsvc.memories.policies import PolicyRepository
+from memsvc.memories.reads import KEY_MAX_LENGTH, MAX_PAGE
+from memsvc.memories.restoring import Restoring
 from memsvc.memories.search import SearchRunner
 from memsvc.memories.search_plan import (
     MAX_K,
     MAX_QUERY_CHARS,
-    PlannedSearch,
-    Rank,
-    SearchMode,
-    SearchPlan,
     SearchPlanner,
+)
+from memsvc.memories.searching import MemorySearches
+from memsvc.memories.semantic import (
+    Dedupe,
+    SemanticDedupe,
+    validate_dedupe,
+    validate_threshold,
 )
 from memsvc.memories.write_inputs import (
     content_hash,
     prepare,
     prepare_items,
     prepare_update,
+    validate_pinned,
 )
 from memsvc.telemetry import traced_operations
 
@@ -88,9 +93,10 @@ DeleteHook = Callable[[asyncpg.Connection, list[str], list[uuid.UUID]], Awaitabl
 
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
 @signals_changes(
-    "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked", "delete_scope"
+    "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked", "delete_scope",
+    "supersede", "invalidate", "restore",
 )
-class MemoryRepository(MemoryReads):
+class MemoryRepository(MemorySearches, Restoring):
     """Store, fetch, change and search long-term memories.
 
     Writes never lose or duplicate under concurrency: exact duplicates within a
@@ -111,8 +117,11 @@ class MemoryRepository(MemoryReads):
         embeddings_changed: DeleteHook | None = None,
         reads: ReadRouter | None = None,
         space: EmbeddingSpace | None = None,
+        policies: PolicyRepository | None = None,
     ) -> None:
         super().__init__(pool, settings, reads=reads)
+        # Half-life policies, read by rank="recall" (see memsvc.memories.strength).
+        self._policies = policies
         self._init_reads()
         # The embedder and dimension in use; they change at the switch of an
         # embedding-model migration (see memsvc.memories.embedding_space).
@@ -122,6 +131,7 @@ class MemoryRepository(MemoryReads):
         # when a memory's embedding changed (assemblies recompute centroids).
         self._embeddings_changed = embeddings_changed
         self._insert_sql = q.insert_memory(self._schema)
+        self._semantic = SemanticDedupe(settings)
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
         # The one search path: arguments -> plan (its statement cached by
         # shape) -> rows -> hits (see memsvc.memories.search_plan).
@@ -157,17 +167,32 @@ class MemoryRepository(MemoryReads):
         importance: float = 0.5,
         ttl: float | Any | None = None,
         id: uuid.UUID | str | None = None,
+        valid_from: datetime | None = None,
+        supersedes: Iterable[uuid.UUID | str] | None = None,
+        pinned: bool = False,
+        dedupe: Dedupe | None = None,
+        dedupe_threshold: float | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> Memory:
         """Store a memory and return it.
 
-        Adding content that already exists in the same exact scope returns the
-        existing memory instead of a duplicate (a unique index decides, so
-        racing writers agree). Passing your own ``id`` makes a retried call
+        Adding content that already exists in the same exact scope, in a
+        memory whose validity is open (not superseded or invalidated),
+        returns that memory instead of a duplicate (a unique index decides,
+        so racing writers agree); content stated again after its memory was
+        superseded is a new memory. Passing your own ``id`` makes a retried call
         idempotent; reusing an id for different content is a ConflictError.
-        An expired memory (not yet collected by gc) counts as gone: the add
-        removes it and stores a new memory (see
+        An expired or forgotten memory (not yet collected by gc) counts as
+        gone: the add removes it and stores a new memory (see
         :mod:`memsvc.memories.expired`).
+
+        With ``dedupe="semantic"`` a near-duplicate counts too: if a memory of
+        the exact scope, valid now and live, is at least ``dedupe_threshold``
+        similar (cosine) and holds the same identifier-like tokens, nothing
+        new is stored; that memory is reinforced and returned with
+        ``merged=True`` (see docs/how-to/deduplication.md). A write that
+        supersedes memories is always stored. ``dedupe="off"`` stores even
+        an exact duplicate.
 
         Args:
             scope: Where the memory lives.
@@ -177,14 +202,59 @@ class MemoryRepository(MemoryReads):
             importance: In [0, 1].
             ttl: Seconds (or a timedelta) until the memory expires; None keeps it.
             id: A client-chosen UUID.
+            valid_from: When the fact started to hold (timezone-aware); default:
+                the writing transaction's time.
+            supersedes: Memories of the same exact scope this one replaces:
+                their validity ends at this one's ``valid_from``, in the same
+                transaction (see :meth:`supersede`).
+            pinned: Never forget this memory, whatever its strength (see
+                docs/how-to/forgetting.md).
+            dedupe: ``exact``, ``semantic`` or ``off``; default ``Settings.dedupe``.
+            dedupe_threshold: Semantic mode's cosine similarity; default
+                ``Settings.semantic_dedupe_threshold``.
             conn: A connection (and transaction) of your own to run on.
         """
+        mode, threshold = self._dedupe_options(dedupe, dedupe_threshold)
+        return await self._add(
+            scope, content, embedding, metadata, importance, ttl, id,
+            validity.check_optional_time(valid_from, "valid_from"),
+            validity.check_predecessors(supersedes), {}, conn,
+            pinned=validate_pinned(pinned), mode=mode, threshold=threshold,
+        )  # fmt: skip
+
+    def _dedupe_options(self, dedupe: object, threshold: object) -> tuple[Dedupe, float]:
+        """The call's dedupe mode and threshold, checked (the settings' by default)."""
+        mode = validate_dedupe(self._settings.dedupe if dedupe is None else dedupe)
+        if threshold is None:
+            return mode, self._settings.semantic_dedupe_threshold
+        return mode, validate_threshold(threshold)
+
+    async def _add(
+        self,
+        scope: Scope,
+        content: str,
+        embedding: Sequence[float] | np.ndarray[Any, Any] | None,
+        metadata: Mapping[str, Any] | None,
+        importance: float,
+        ttl: float | Any | None,
+        id: uuid.UUID | str | None,
+        valid_from: datetime | None,
+        predecessors: builtins.list[uuid.UUID],
+        expected: Mapping[uuid.UUID, int | None],
+        conn: asyncpg.Connection | None,
+        *,
+        pinned: bool = False,
+        mode: Dedupe = "exact",
+        threshold: float = 1.0,
+    ) -> Memory:
+        """:meth:`add`, with the versions the predecessors must have (``expected``)."""
         scope = validate_scope(scope)
         fields = prepare(self._settings, content, metadata, importance, ttl)
         text, digest, meta, weight, ttl_s = fields
         memory_id = new_id() if id is None else parse_id("id", id)
         await self._follow_space()
-        if embedding is None and self._space.embedder is not None:
+        exact = mode == "exact" and not predecessors
+        if exact and embedding is None and self._space.embedder is not None:
             # Content already stored here comes back as it is, as the insert
             # below would return it: embedding the text again would be wasted.
             # Only a shortcut: the insert's conflict handling stays the truth.
@@ -200,39 +270,168 @@ class MemoryRepository(MemoryReads):
             lambda: self._space.embeddings_for(text, embedding)
         )
         args = [*scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
+        args += [valid_from, predecessors or None, pinned, mode != "off"]
+        # A new version of a fact is stored whatever it resembles.
+        semantic = mode == "semantic" and vector is not None and not predecessors
 
         async def attempt() -> Memory:
-            async with self._writing(scope, conn) as active:
+            transaction = bool(predecessors)
+            async with self._writing(
+                scope, conn, always_transaction=transaction, lock=semantic
+            ) as active:
                 vector = args[8] = self._space.held_vector(generation, args[8], nexts and nexts[0])
+                if semantic:
+                    found = await self._semantic.match(active, scope, text, vector, threshold)
+                    merged = found and await self._semantic.merge(active, found, text, meta, weight)
+                    if merged:
+                        return merged
+                if predecessors:
+                    done = await self._close_predecessors(
+                        active, scope, predecessors, memory_id, valid_from, expected, args
+                    )
+                    if done is not None:
+                        return done
                 row, existing = await insert_one(
                     active, self._schema, self._insert_sql, scope, args, self.delete_locked
                 )
+                if existing is not None and predecessors:
+                    raise ConflictError(
+                        f"the new content is already stored, valid now, as memory {existing.id}"
+                    )
+                if existing is not None and semantic:
+                    return await self._semantic.merge_found(active, existing, text, meta, weight)
                 if existing is not None:
                     return existing
                 if nexts is not None:
                     await self._space.write_next(
                         active, [scope.tenant], [memory_id], [digest], nexts
                     )
-            return Memory(
-                id=memory_id,
-                scope=scope,
-                content=text,
-                content_hash=digest,
-                metadata=json.loads(meta),
-                embedding=None if vector is None else vector.tolist(),
-                # the column is REAL: report what a read returns
-                importance=real_value(weight),
-                version=row["version"],
-                created_at=row["created_at"],
-                updated_at=row["updated_at"],
-                expires_at=row["expires_at"],
-            )
+            return inserted_memory(scope, args, row, vector)
 
         return await self._retrying(attempt, owns_transaction=conn is None)
 
+    async def _close_predecessors(
+        self,
+        conn: asyncpg.Connection,
+        scope: Scope,
+        ids: builtins.list[uuid.UUID],
+        successor: uuid.UUID,
+        valid_from: datetime | None,
+        expected: Mapping[uuid.UUID, int | None],
+        args: builtins.list[Any],
+    ) -> Memory | None:
+        """End the validity of the memories ``ids`` at the new memory's ``valid_from``.
+
+        Sets the new memory's ``valid_from`` in ``args`` (the transaction's
+        time by default). Returns the successor when a retry finds the work
+        done, else None.
+        """
+        rows, done = await validity.lock_open(
+            conn, self._schema, ids, scope.tenant, successor=successor, expected=expected
+        )
+        if done:
+            row = await conn.fetchrow(self._by_ids_sql[False, True, True], successor, scope.tenant)
+            if row is None:
+                raise ConflictError(f"memory {successor} was deleted after it superseded {ids}")
+            return Memory.from_row(row)
+        moment = rows[0]["now"] if valid_from is None else valid_from
+        validity.check_closable(rows, moment, "valid_from", scope)
+        args[11] = moment
+        await validity.close(conn, self._schema, scope.tenant, ids, moment, successor)
+        return None
+
+    async def supersede(
+        self,
+        old_id: uuid.UUID | str,
+        content: str,
+        *,
+        valid_from: datetime | None = None,
+        embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        importance: float | None = None,
+        ttl: float | Any | None = None,
+        id: uuid.UUID | str | None = None,
+        expected_version: int | None = None,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Memory:
+        """Store ``content`` as the new version of a fact and end the old memory's validity.
+
+        In one transaction: the new memory is written in the old one's scope
+        (valid from ``valid_from``, by default the transaction's time), the
+        old memory's ``valid_to`` becomes that moment, and each links the
+        other (``superseded_by`` / ``supersedes``, and their history
+        events). The old memory must still be valid: of racing supersessions
+        exactly one wins, the others get a ConflictError (as does a
+        mismatched ``expected_version``). ``valid_from`` must come after the
+        old memory's ``valid_from`` (ValidationError). ``metadata`` and
+        ``importance`` default to the old memory's; the other arguments are
+        :meth:`add`'s. Returns the new memory.
+        """
+        old = parse_id("old_id", old_id)
+        moment = validity.check_optional_time(valid_from, "valid_from")
+        expected = {old: validity.check_expected_version(expected_version)}
+        sql = self._by_ids_sql[False, True, tenant is not None]
+        args: builtins.list[object] = [old] if tenant is None else [old, Scope(tenant).tenant]
+        rows = await self._read(
+            conn, lambda active: active.fetch(sql, *args), routed=False, tenant=tenant
+        )
+        if len(rows) != 1:
+            self._exactly_one(len(rows), f"memory {old}")
+        prior = Memory.from_row(rows[0])
+        return await self._add(
+            prior.scope, content, embedding,
+            prior.metadata if metadata is None else metadata,
+            prior.importance if importance is None else importance,
+            ttl, id, moment, [old], expected, conn,
+        )  # fmt: skip
+
+    async def invalidate(
+        self,
+        id: uuid.UUID | str,
+        *,
+        at: datetime | None = None,
+        expected_version: int | None = None,
+        tenant: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> Memory:
+        """End a memory's validity at ``at`` (default: now) without a successor.
+
+        For a fact that stopped being true. The memory stays readable (``get``,
+        ``valid="all"``, ``valid_at`` before ``at``) with an ``invalidated``
+        history event. A memory already superseded or invalidated is a
+        ConflictError, as is a mismatched ``expected_version``; ``at`` must
+        come after the memory's ``valid_from`` (ValidationError). Returns
+        the memory as changed.
+        """
+        memory_id = parse_id("id", id)
+        moment = validity.check_optional_time(at, "at")
+        expected = {memory_id: validity.check_expected_version(expected_version)}
+        if tenant is not None:
+            tenant = Scope(tenant).tenant
+
+        async def attempt() -> Any:
+            async with self._transaction(conn, tenant=tenant) as active:
+                rows, _ = await validity.lock_open(
+                    active, self._schema, [memory_id], tenant, successor=None, expected=expected
+                )
+                when = rows[0]["now"] if moment is None else moment
+                validity.check_closable(rows, when, "at", None)
+                closed = await validity.close(
+                    active, self._schema, rows[0]["tenant_id"], [memory_id], when, None
+                )
+            return closed[0]
+
+        return Memory.from_row(await self._retrying(attempt, owns_transaction=conn is None))
+
     @asynccontextmanager
     async def _writing(
-        self, scope: Scope, conn: asyncpg.Connection | None, *, always_transaction: bool = False
+        self,
+        scope: Scope,
+        conn: asyncpg.Connection | None,
+        *,
+        always_transaction: bool = False,
+        lock: bool = False,
     ) -> AsyncIterator[asyncpg.Connection]:
         """Where writes to a scope run, enforcing ``max_memories_per_scope``.
 
@@ -240,10 +439,11 @@ class MemoryRepository(MemoryReads):
         lock, write, then count: past the limit the transaction rolls back
         with a ConflictError. Counting under the lock, after the write, is what
         stops racing writers from each seeing room for one more (write skew).
+        ``lock``: take the scope's lock anyway (semantic deduplication).
         """
         limit = self._settings.max_memories_per_scope
         migrating = self._space.migrating
-        if limit is None and not always_transaction and not migrating:
+        if limit is None and not always_transaction and not migrating and not lock:
             async with self._connection(conn, tenant=scope.tenant) as active:
                 yield active
             return
@@ -251,9 +451,8 @@ class MemoryRepository(MemoryReads):
             # During an embedding-model migration the write runs wholly before
             # or wholly after the switch (see EmbeddingSpace.hold).
             await self._space.hold(active)
-            if limit is not None:
-                key = json.dumps([self._schema, "memories", *scope.levels])
-                await active.execute(q.LOCK_SCOPE, key)
+            if limit is not None or lock:
+                await self._semantic.lock(active, scope)
             yield active
             if limit is not None:
                 params = Params()
@@ -317,20 +516,26 @@ class MemoryRepository(MemoryReads):
         scope: Scope,
         items: Iterable[str | Mapping[str, Any]],
         *,
+        dedupe: Dedupe | None = None,
+        dedupe_threshold: float | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[Memory]:
         """Store many memories in one transaction: all of them, or none.
 
         Each item is a string (the content) or a mapping with ``content`` and
-        optionally ``embedding``, ``metadata``, ``importance``, ``ttl``, ``id``.
-        Every item is validated before anything is sent. Duplicates (of stored
-        memories or within the batch) come back as the existing memory, so the
-        result has one memory per item, in order; an expired memory counts as
-        gone, as in :meth:`add`.
+        optionally ``embedding``, ``metadata``, ``importance``, ``ttl``, ``id``,
+        ``valid_from``, ``pinned``. Every item is validated before anything
+        is sent. Duplicates (of stored memories or within the batch) come back
+        as the existing memory, so the result has one memory per item, in
+        order; an expired memory counts as gone, as in :meth:`add`.
+        ``dedupe`` and ``dedupe_threshold`` as in :meth:`add`: in semantic
+        mode each item is compared, in order, with the scope's memories and
+        the items stored before it.
         """
         scope = validate_scope(scope)
+        mode, threshold = self._dedupe_options(dedupe, dedupe_threshold)
         batch = validate_sequence(items, "items")
-        ids, texts, digests, metas, vectors, weights, ttls = prepare_items(
+        ids, texts, digests, metas, vectors, weights, ttls, starts, pins = prepare_items(
             self._settings, self._space, batch
         )
         await self._follow_space()
@@ -349,18 +554,28 @@ class MemoryRepository(MemoryReads):
             return []
         vector_type = self._settings.vector_type
 
+        semantic = mode == "semantic"
+
         async def attempt() -> tuple[dict[uuid.UUID, Memory], dict[str, Memory]]:
-            async with self._writing(scope, conn, always_transaction=True) as active:
+            async with self._writing(scope, conn, always_transaction=True, lock=semantic) as active:
                 for j, i in enumerate(embedded):
                     next_vector = None if nexts is None else nexts[j]
                     vectors[i] = self._space.held_vector(generation, vectors[i], next_vector)
                 wire = [None if v is None else vector_bytes(v, vector_type) for v in vectors]
+                unique = [mode != "off"] * len(ids)
                 columns: builtins.list[builtins.list[Any]] = [
-                    ids, texts, digests, metas, wire, weights, ttls
+                    ids, texts, digests, metas, wire, weights, ttls, starts, pins, unique
                 ]
-                found = await insert_batch(
-                    active, self._schema, self._insert_many_sql, scope, columns, self.delete_locked
-                )
+                if semantic:
+                    found = await self._semantic.add_each(
+                        active, scope, columns, vectors, threshold, self._insert_sql,
+                        self.delete_locked,
+                    )
+                else:
+                    found = await insert_batch(
+                        active, self._schema, self._insert_many_sql, scope, columns,
+                        self.delete_locked,
+                    )
                 if nexts is not None:
                     await self._space.write_next(
                         active,
@@ -372,6 +587,9 @@ class MemoryRepository(MemoryReads):
             return found
 
         by_id, by_digest = await self._retrying(attempt, owns_transaction=conn is None)
+        if semantic:
+            # add_each keys the memories it merged or found by item position.
+            return [by_id.get(ids[i]) or by_digest[str(i)] for i in range(len(ids))]
         return batch_memories(scope, ids, digests, by_id, by_digest)
 
     async def _embed_missing(
@@ -408,6 +626,7 @@ class MemoryRepository(MemoryReads):
         importance: float | None = None,
         embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
         expected_version: int | None = None,
+        pinned: bool | None = None,
         tenant: str | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> Memory:
@@ -417,11 +636,14 @@ class MemoryRepository(MemoryReads):
         memory since you read it; otherwise ConflictError. New content without
         a new embedding is re-embedded when the service has an embedder.
         ``metadata`` replaces the whole object (see :meth:`patch_metadata`).
+        ``pinned`` pins (True) or unpins (False) the memory: a pinned memory
+        is never forgotten (see docs/how-to/forgetting.md).
         """
         memory_id = parse_id("id", id)
         text, digest, meta, weight = prepare_update(
             self._settings, content, metadata, importance, expected_version
         )
+        pin = None if pinned is None else validate_pinned(pinned)
         await self._follow_space()
 
         async def embed() -> tuple[Any, builtins.list[Any] | None]:
@@ -440,6 +662,7 @@ class MemoryRepository(MemoryReads):
             meta is not None, meta,
             weight is not None, weight,
             vector is not None, vector,
+            pin is not None, pin,
         ]  # fmt: skip
 
         async def attempt() -> Any:
@@ -578,138 +801,3 @@ class MemoryRepository(MemoryReads):
             total += deleted
             if deleted == 0:
                 return total
-
-    async def search(
-        self,
-        scope: Scope,
-        query: str | Sequence[float] | np.ndarray[Any, Any],
-        *,
-        k: int = 10,
-        include: Include = "exact",
-        where: Mapping[str, Any] | None = None,
-        min_importance: float | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        rank: Rank = "similarity",
-        mode: SearchMode | None = None,
-        query_embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
-        diversity: float | None = None,
-        plan: SearchPlan = "auto",
-        with_embeddings: bool = False,
-        conn: asyncpg.Connection | None = None,
-    ) -> builtins.list[SearchHit]:
-        """The ``k`` memories that best match ``query`` within the scope.
-
-        Three modes (see docs/how-to/hybrid-search.md): ``vector`` (nearest
-        embeddings), ``text`` (PostgreSQL full-text search over content,
-        ``websearch_to_tsquery`` syntax) and ``hybrid`` (both arms in one
-        statement, fused by reciprocal rank; a memory holding every
-        identifier token of a question, such as ``ENG-4312``, ranks above
-        those only the vector arm found). Scope, ``include`` and every
-        filter apply to each arm alike, and a filtered search returns k hits
-        whenever k matching rows exist: PostgreSQL reads small scopes exactly
-        and walks the HNSW index (iterative scans) for large ones; when
-        filters leave the index short, memsvc scans exactly. Expired memories
-        are never returned.
-
-        Args:
-            scope: Where to search.
-            query: An embedding, or text.
-            k: How many hits (1-1000).
-            include: ``exact`` scope only, ``ancestors`` (the scope and those
-                above it on its path), or ``descendants`` (the scope and all below).
-            where: Metadata filter (see :mod:`memsvc.memories.filters`).
-            min_importance: Only memories at least this important.
-            created_after: Only memories created after this moment.
-            created_before: Only memories created before this moment.
-            rank: ``similarity`` (the mode's own order), or ``recall``: 0.7 x
-                relevance + 0.2 x importance + 0.1 x 0.5 ** (age / 30 days),
-                over the 4k best candidates.
-            mode: ``vector``, ``text`` or ``hybrid``. Default: ``vector`` for an
-                embedding; for text, ``hybrid`` when the service has an embedder
-                (or ``query_embedding`` is given), else ``text``.
-            query_embedding: The text query's embedding, computed by the app
-                (vector and hybrid modes; the embedder is then not called).
-            diversity: 0..1: maximal marginal relevance over the candidates,
-                trading relevance for hits unlike each other (0 = pure relevance).
-            plan: How the vector arm runs: ``auto``; ``exact`` forces an exact
-                scan, ``index`` lets the planner choose without the exact
-                fallback (benchmarks, tests).
-            with_embeddings: Also return each hit's embedding
-                (``hit.memory.embedding``); by default it is None, which saves
-                sending and decoding vectors most callers never read.
-            conn: A connection of your own to run on.
-
-        Returns:
-            Hits, best first (see :class:`memsvc.core.models.SearchHit` for scores).
-        """
-        # _follow_space()'s body, without its coroutine (a search's client
-        # work is a few such layers).
-        if self._space.refresh_due():
-            await self._space.refresh(self._pool)
-        self._space.check()
-        arguments = (
-            scope, query, k, include, where, min_importance, created_after, created_before,
-            rank, mode, query_embedding, diversity, plan, with_embeddings,
-        )  # fmt: skip
-        if self._space.migrating:
-            planned, (rows, terms) = await self._search_held(arguments, conn)
-        else:
-            planned = await self._planner.plan(*arguments)
-            rows, terms = await self._read(
-                conn, functools.partial(self._runner.rows, planned), tenant=planned.scope.tenant
-            )
-        hits = self._runner.hits(planned, rows, terms)
-        if planned.reordered:
-            return await self._runner.reorder(planned, hits)
-        return hits
-
-    async def _search_held(
-        self, arguments: tuple[Any, ...], conn: asyncpg.Connection | None
-    ) -> tuple[PlannedSearch, tuple[builtins.list[Any], int | None]]:
-        """A search during an embedding-model migration, under the migration's row.
-
-        The query is embedded and searched both in the old model, or (if the
-        migration switched meanwhile) both in the new one.
-        """
-        scope = validate_scope(arguments[0])
-
-        async def held() -> tuple[PlannedSearch, tuple[builtins.list[Any], int | None]]:
-            async with self._transaction(conn, tenant=scope.tenant, writes=False) as active:
-                await self._space.hold(active)
-                self._space.check()
-                planned = await self._planner.plan(*arguments)
-                return planned, await self._runner.rows(planned, active)
-
-        return await self._retrying(held, owns_transaction=conn is None, idempotent=True)
-
-    async def explain_search(
-        self,
-        scope: Scope,
-        query: str | Sequence[float] | np.ndarray[Any, Any],
-        *,
-        k: int = 10,
-        include: Include = "exact",
-        where: Mapping[str, Any] | None = None,
-        mode: SearchMode | None = None,
-        query_embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
-        plan: SearchPlan = "auto",
-        conn: asyncpg.Connection | None = None,
-    ) -> str:
-        """``EXPLAIN ANALYZE`` of the search statement: which indexes ran, and how long.
-
-        ``mode``, ``query_embedding`` and ``plan`` as in :meth:`search`.
-        """
-        planned = await self._planner.plan(
-            scope, query, k, include, where, None, None, None, "similarity", mode,
-            query_embedding, None, plan, True,
-        )  # fmt: skip
-        tenant = planned.scope.tenant
-        reading = self._connection(conn, tenant=tenant, writes=False)
-        async with reading as active, active.transaction():
-            if not self._settings.pgbouncer:
-                sql = "EXPLAIN ANALYZE " + planned.statement.sql
-                rows = await active.fetch(sql, *planned.values)
-            else:
-                rows = []
-        return "\n".join(row[0] for row in rows)

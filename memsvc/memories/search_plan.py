@@ -15,7 +15,7 @@ A statement's SQL text, and its exact fallback, depend only on the search's
 search of that shape reuses it, whatever its scope, query or ``k``. The
 values of a call are bound in the order the statement numbers its
 placeholders: the query vector, the text parameters, ``k``, the hybrid
-candidates, the optional filters, then the scope's levels and the metadata
+candidates, the optional filters (``valid_at`` last), then the scope's levels and the metadata
 filter's values (see :meth:`SearchPlanner.plan` and
 :meth:`SearchStatements.build`).
 
@@ -46,6 +46,7 @@ from memsvc.memories import queries as q
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.filters import compile_where
 from memsvc.memories.text_terms import hybrid_terms
+from memsvc.memories.validity import Validity, check_validity, validity_sql
 
 Rank = Literal["similarity", "recall"]
 SearchMode = Literal["vector", "text", "hybrid"]
@@ -75,10 +76,11 @@ _JOINED = re.compile(r"(?<=\w)[-_](?=\w)")
 # the metadata filter's compiled text, whether min_importance, created_after,
 # created_before are given, plan, whether embeddings are read, whether the
 # hybrid text arm splits the question into required and ranked terms, whether
-# it boosts identifiers). A plain tuple: hashed and compared in C, on every
-# search.
+# it boosts identifiers, and which validity it keeps: "now", "at" or "all").
+# A plain tuple: hashed and compared in C, on every search.
 Shape = tuple[
-    str, Include, tuple[bool, bool, bool], str, bool, bool, bool, SearchPlan, bool, bool, bool
+    str, Include, tuple[bool, bool, bool], str, bool, bool, bool, SearchPlan, bool, bool, bool,
+    str,
 ]
 
 
@@ -222,9 +224,10 @@ class SearchStatements:
 
     def build(self, shape: Shape) -> SearchStatement:
         """The statement of ``shape``, numbering placeholders in the order ``plan`` binds values."""
-        mode, include, levels, filter_sql, floor, after, before, plan, embeddings, split, boost = (
-            shape
-        )
+        (
+            mode, include, levels, filter_sql, floor, after, before, plan, embeddings, split,
+            boost, valid,
+        ) = shape  # fmt: skip
         params = Params()  # placeholders only: the values are the call's
         query_param = None if mode == "text" else params.add(None)
         text_param = None if mode == "vector" else params.add(None)
@@ -240,6 +243,7 @@ class SearchStatements:
         ):
             if given:
                 filters.append(condition.format(params.add(None)))
+        filters.append(validity_sql((valid, None), params.add))
         # Any scope with these levels set: the text does not depend on their values.
         project, agent, session = (
             name if present else None
@@ -296,6 +300,8 @@ class SearchPlanner:
         diversity: float | None,
         plan: SearchPlan,
         with_embeddings: bool,
+        valid: object = "now",
+        valid_at: object = None,
     ) -> PlannedSearch:
         """Check the arguments, bind the values, find the statement; embed the query last.
 
@@ -304,6 +310,7 @@ class SearchPlanner:
         scope, include, k, diversity = check_arguments(
             scope, include, k, rank, plan, diversity, with_embeddings
         )
+        validity = check_validity(valid, valid_at)
         mode_name, text = search_mode(
             query, mode, query_embedding, self._space.embedder is not None
         )
@@ -320,7 +327,7 @@ class SearchPlanner:
             candidates = min(MAX_K, max(2 * fetch, HYBRID_MIN_CANDIDATES))
             values.append(candidates)
         filter_sql = self._bind_filters(
-            values, scope, include, where, min_importance, created_after, created_before
+            values, scope, include, where, min_importance, created_after, created_before, validity
         )
         levels = (scope.project is not None, scope.agent is not None, scope.session is not None)
         shape: Shape = (
@@ -336,6 +343,7 @@ class SearchPlanner:
             with_embeddings or diversity is not None,
             split,
             boost,
+            validity[0],
         )
         statement = self.statements.get(shape)
         if mode_name != "text":
@@ -373,6 +381,7 @@ class SearchPlanner:
         min_importance: float | None,
         created_after: datetime | None,
         created_before: datetime | None,
+        validity: Validity,
     ) -> str:
         """Bind the optional filters, the scope, the metadata filter; returns the latter's SQL."""
         if min_importance is not None:
@@ -381,6 +390,8 @@ class SearchPlanner:
             values.append(validate_time(created_after, "created_after"))
         if created_before is not None:
             values.append(validate_time(created_before, "created_before"))
+        if validity[0] == "at":
+            values.append(validity[1])
         values += scope_values(scope, include)
         if where is None:
             return "TRUE"

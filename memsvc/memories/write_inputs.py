@@ -5,11 +5,13 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from memsvc.core.errors import ValidationError
 from memsvc.core.ids import new_id, parse_id
 from memsvc.core.settings import Settings
+from memsvc.core.time_limits import validate_time
 from memsvc.core.validation import (
     validate_content,
     validate_importance,
@@ -22,7 +24,8 @@ from memsvc.memories.embedding_space import EmbeddingSpace
 # importance, and TTL in seconds (None: never expires).
 Fields = tuple[str, str, str, float, float | None]
 # A batch's items as parallel lists: ids, contents, fingerprints, metadata,
-# embeddings (None where the embedder computes them), importances, TTLs.
+# embeddings (None where the embedder computes them), importances, TTLs,
+# valid_from (None: the transaction's time), pinned flags.
 Items = tuple[
     list[uuid.UUID],
     list[str],
@@ -31,9 +34,20 @@ Items = tuple[
     list[Any],
     list[float],
     list[float | None],
+    list[datetime | None],
+    list[bool],
 ]
 
-ITEM_FIELDS = frozenset({"content", "embedding", "metadata", "importance", "ttl", "id"})
+ITEM_FIELDS = frozenset(
+    {"content", "embedding", "metadata", "importance", "ttl", "id", "valid_from", "pinned"}
+)
+
+
+def validate_pinned(value: object, field: str = "pinned") -> bool:
+    """``pinned`` is True or False (never forgotten when True)."""
+    if not isinstance(value, bool):
+        raise ValidationError(field, "must be True or False")
+    return value
 
 
 def content_hash(content: str) -> str:
@@ -85,6 +99,8 @@ def prepare_items(
     vectors: list[Any] = []
     weights: list[float] = []
     ttls: list[float | None] = []
+    starts: list[datetime | None] = []
+    pins: list[bool] = []
     for i, item in enumerate(items):
         spec: Mapping[str, Any] = {"content": item} if isinstance(item, str) else item
         if not isinstance(spec, Mapping) or "content" not in spec:
@@ -104,6 +120,9 @@ def prepare_items(
             ids.append(new_id() if raw_id is None else parse_id("id", raw_id))
             embedding = spec.get("embedding")
             vectors.append(None if embedding is None else space.vector(embedding))
+            start = spec.get("valid_from")
+            starts.append(None if start is None else validate_time(start, "valid_from"))
+            pins.append(validate_pinned(spec.get("pinned", False)))
         except ValidationError as exc:
             raise ValidationError(f"items[{i}].{exc.field}", exc.reason) from exc
         texts.append(text)
@@ -111,4 +130,4 @@ def prepare_items(
         metas.append(meta)
         weights.append(weight)
         ttls.append(ttl_s)
-    return ids, texts, digests, metas, vectors, weights, ttls
+    return ids, texts, digests, metas, vectors, weights, ttls, starts, pins

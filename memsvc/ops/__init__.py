@@ -1,15 +1,17 @@
-"""Operations: gc, stats, doctor, recall audit, re-embedding, roles, Citus.
+"""Operations: gc, stats, doctor, recall audit, re-embedding, roles, Citus, consolidation.
 
 Apps reach them through ``svc.maintenance`` (:class:`Maintenance`); the
 ``memsvc`` command line is a thin layer over the same code. SQL lives in the
 ``*_queries`` modules next to each concept.
 
-May import: the feature packages, ``memsvc.erasure``, ``memsvc.transfer``,
-``memsvc.working``, ``memsvc.db``, ``memsvc.core``.
+May import: the feature packages, ``memsvc.extraction`` (summarizers),
+``memsvc.erasure``, ``memsvc.transfer``, ``memsvc.working``, ``memsvc.db``,
+``memsvc.core``.
 """
 
 from __future__ import annotations
 
+from memsvc.ops.consolidation import ConsolidationReport
 from memsvc.ops.doctor_report import Check, DoctorReport
 from memsvc.ops.gc import GcReport
 from memsvc.ops.maintenance import Maintenance
@@ -21,6 +23,7 @@ from memsvc.transfer.loader import LoadReport, Problem
 
 __all__ = [
     "Check",
+    "ConsolidationReport",
     "DoctorReport",
     "ExportReport",
     "GcReport",

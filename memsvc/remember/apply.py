@@ -1,18 +1,19 @@
 """Applying one batch's checked operations inside the batch's transaction.
 
-Each operation runs in a savepoint: one the store refuses (a content the
-scope already holds under another memory, a scope over its size limit) is
+The operations run one after the other in the batch's transaction, each one
+``svc.memories`` call on the batch's connection: ADD is ``add`` (with its
+``valid_from``), UPDATE ``update``, SUPERSEDE ``supersede`` and INVALIDATE
+``invalidate`` (valid time), the last three holding the memory to the
+version shown to the extractor. When the store refuses one (a content the
+scope already holds under another memory, a scope over its size limit), the
+batch starts over with each operation in a savepoint: the refused one is
 rolled back alone and reported with the store's reason, so no operation is
-ever half-applied. ADD and UPDATE use today's ``svc.memories`` API on the
-batch's connection; SUPERSEDE and INVALIDATE call the store's ``supersede``
-and ``invalidate`` where it has them (valid time, issue 29) and are refused
-up front where it does not.
+ever half-applied, and a batch the store accepts whole pays no savepoints.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,31 +36,13 @@ from memsvc.memories.repository import MemoryRepository
 from memsvc.remember.candidates import Shown
 from memsvc.remember.result import Applied
 
-# The ops every store applies; SUPERSEDE and INVALIDATE need valid time.
-ALWAYS_SUPPORTED = ("ADD", "UPDATE", "NOOP")
+# The ops the store applies, in the wire order.
+SUPPORTED = ("ADD", "UPDATE", "SUPERSEDE", "INVALIDATE", "NOOP")
 
 
 def supported_operations(memories: MemoryRepository) -> tuple[str, ...]:
-    """The ops this store can apply, in the wire order.
-
-    SEAM(issue 29): ``supersede`` and ``invalidate`` arrive with valid time.
-    """
-    found = list(ALWAYS_SUPPORTED)
-    if callable(getattr(memories, "supersede", None)):
-        found.insert(2, "SUPERSEDE")
-    if callable(getattr(memories, "invalidate", None)):
-        found.insert(len(found) - 1, "INVALIDATE")
-    return tuple(found)
-
-
-def _accepts(method: Callable[..., Any], name: str) -> bool:
-    return name in inspect.signature(method).parameters
-
-
-def _keywords(method: Callable[..., Any], **candidates: Any) -> dict[str, Any]:
-    """The keyword arguments among ``candidates`` that ``method`` takes (None ones left out)."""
-    parameters = inspect.signature(method).parameters
-    return {k: v for k, v in candidates.items() if v is not None and k in parameters}
+    """The ops ``memories`` applies, in the wire order (all of them)."""
+    return SUPPORTED
 
 
 @dataclass(frozen=True)
@@ -83,6 +66,10 @@ class Provenance:
         return recorded
 
 
+class StoreRefused(Exception):
+    """The store refused an operation applied without a savepoint: redo the batch isolated."""
+
+
 class BatchApplier:
     """Applies checked operations on one connection (the batch's transaction)."""
 
@@ -101,26 +88,27 @@ class BatchApplier:
         self._shown = shown
         self._provenance = provenance
         self._embeddings = embeddings
-        # SEAM(issue 29): the valid-time methods, where this store has them
-        # (supported_operations() offers their ops only then).
-        self._store_supersede: Callable[..., Awaitable[Any]] | None = getattr(
-            memories, "supersede", None
-        )
-        self._store_invalidate: Callable[..., Awaitable[Any]] | None = getattr(
-            memories, "invalidate", None
-        )
 
     async def apply(
-        self, accepted: Sequence[tuple[int, Operation]]
+        self, accepted: Sequence[tuple[int, Operation]], *, isolated: bool = True
     ) -> tuple[list[Applied], list[Rejected]]:
-        """Apply each operation in its own savepoint; the store's refusals are reported."""
+        """Apply the operations; the store's refusals are reported.
+
+        ``isolated``: each in its own savepoint. Otherwise a refusal raises
+        :class:`StoreRefused` (the transaction is then unusable).
+        """
         applied: list[Applied] = []
         refused: list[Rejected] = []
         for index, operation in accepted:
             try:
-                async with self._conn.transaction():
+                if isolated:
+                    async with self._conn.transaction():
+                        memory = await self._one(operation)
+                else:
                     memory = await self._one(operation)
             except (ValidationError, ConflictError, NotFoundError) as exc:
+                if not isolated:
+                    raise StoreRefused from exc
                 refused.append(Rejected(index, f"refused by the store: {exc}", "", "apply"))
                 continue
             applied.append(Applied(operation, memory, index))
@@ -143,21 +131,14 @@ class BatchApplier:
         return {**base, PROVENANCE_KEY: self._provenance.for_operation(operation, **extra)}
 
     async def _add(self, operation: ADD) -> Memory:
-        add = self._memories.add
-        valid_from = operation.valid_from
-        stated = None
-        if valid_from is not None and not _accepts(add, "valid_from"):
-            # SEAM(issue 29): until add() takes valid_from, the stated time is kept here.
-            stated, valid_from = valid_from.isoformat(), None
-        extra = _keywords(add, valid_from=valid_from)
-        return await add(
+        return await self._memories.add(
             self._scope,
             operation.content,
-            metadata=self._metadata(operation.metadata, operation, stated_valid_from=stated),
+            metadata=self._metadata(operation.metadata, operation),
             importance=operation.importance,
             embedding=self._embeddings.get(operation.content),
+            valid_from=operation.valid_from,
             conn=self._conn,
-            **extra,
         )
 
     async def _update(self, operation: UPDATE) -> Memory:
@@ -173,42 +154,24 @@ class BatchApplier:
         )
 
     async def _supersede(self, operation: SUPERSEDE) -> Memory:
-        # SEAM(issue 29): svc.memories.supersede(old_id, content, *, valid_from=None, ...).
-        # Only its documented arguments are passed, each where it is accepted;
-        # the integrator wires the rest (expected version) when the API lands.
         shown = self._shown[operation.ref]
-        supersede = self._store_supersede
-        if supersede is None:
-            raise ValidationError("op", "SUPERSEDE is not supported by this memsvc")
-        result: Memory = await supersede(
+        return await self._memories.supersede(
             shown.memory_id,
             operation.content,
-            **_keywords(
-                supersede,
-                valid_from=operation.valid_from,
-                metadata=self._metadata({}, operation),
-                embedding=self._embeddings.get(operation.content),
-                expected_version=shown.version,
-                tenant=self._scope.tenant,
-                conn=self._conn,
-            ),
+            valid_from=operation.valid_from,
+            metadata=self._metadata(operation.metadata, operation),
+            embedding=self._embeddings.get(operation.content),
+            expected_version=shown.version,
+            tenant=self._scope.tenant,
+            conn=self._conn,
         )
-        return result
 
-    async def _invalidate(self, operation: INVALIDATE) -> Memory | None:
-        # SEAM(issue 29): svc.memories.invalidate(id, at=t).
+    async def _invalidate(self, operation: INVALIDATE) -> Memory:
         shown = self._shown[operation.ref]
-        invalidate = self._store_invalidate
-        if invalidate is None:
-            raise ValidationError("op", "INVALIDATE is not supported by this memsvc")
-        result = await invalidate(
+        return await self._memories.invalidate(
             shown.memory_id,
-            **_keywords(
-                invalidate,
-                at=operation.at,
-                expected_version=shown.version,
-                tenant=self._scope.tenant,
-                conn=self._conn,
-            ),
+            at=operation.at,
+            expected_version=shown.version,
+            tenant=self._scope.tenant,
+            conn=self._conn,
         )
-        return result if isinstance(result, Memory) else None

@@ -9,7 +9,6 @@ as read (id and version), which the apply step holds the memories to.
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -55,22 +54,10 @@ class CandidateSet:
                 ref=ref,
                 content=shown.memory.content,
                 created_at=shown.memory.created_at,
-                # SEAM(issue 29): memories gain valid_from; shown when present.
-                valid_from=getattr(shown.memory, "valid_from", None),
+                valid_from=shown.memory.valid_from,
             )
             for ref, shown in self.by_ref.items()
         )
-
-
-def valid_now_options(memories: MemoryRepository) -> dict[str, Any]:
-    """Search options restricting candidates to memories valid now.
-
-    SEAM(issue 29): valid time adds ``valid=`` to ``search`` (default
-    ``"now"``). Passing it where it exists keeps candidates valid-now even if
-    that default changes; until then every stored memory counts as valid.
-    """
-    parameters = inspect.signature(memories.search).parameters
-    return {"valid": "now"} if "valid" in parameters else {}
 
 
 async def embed_facts(space: EmbeddingSpace | None, facts: Sequence[str]) -> list[Any]:
@@ -96,13 +83,12 @@ async def find_candidates(
     """
     if not facts:
         return CandidateSet()
-    options = valid_now_options(memories)
     by_id: dict[uuid.UUID, str] = {}
     by_ref: dict[str, Shown] = {}
     related: list[Fact] = []
     for text, vector in zip(facts, vectors, strict=True):
         hits = await memories.search(
-            scope, text, k=k, include="exact", query_embedding=vector, conn=conn, **options
+            scope, text, k=k, include="exact", query_embedding=vector, valid="now", conn=conn
         )
         refs: list[str] = []
         for hit in hits:

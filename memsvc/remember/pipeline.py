@@ -44,7 +44,7 @@ from memsvc.extraction.specs import extractor_from_spec
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.repository import MemoryRepository
 from memsvc.remember import queries as q
-from memsvc.remember.apply import BatchApplier, Provenance, supported_operations
+from memsvc.remember.apply import BatchApplier, Provenance, StoreRefused, supported_operations
 from memsvc.remember.candidates import CandidateSet, embed_facts, find_candidates
 from memsvc.remember.result import Applied, RememberResult
 
@@ -252,7 +252,7 @@ class Remembering(Repository):
         batch_id = uuid.uuid4()
         label = f"{provenance.extractor}/{provenance.extractor_version}"
 
-        async def attempt() -> tuple[list[Applied], list[Rejected]]:
+        async def attempt(isolated: bool) -> tuple[list[Applied], list[Rejected]]:
             async with self._transaction(tenant=scope.tenant) as conn:
                 recorded = await conn.fetch(
                     q.record(self._schema), *scope.levels, ids, batch_id, label, provenance.model
@@ -263,9 +263,14 @@ class Remembering(Repository):
                 applier = BatchApplier(
                     conn, self._memories, scope, shown.by_ref, provenance, embeddings
                 )
-                return await applier.apply(answer.accepted)
+                return await applier.apply(answer.accepted, isolated=isolated)
 
-        return await self._retrying(attempt, owns_transaction=True)
+        # Every operation at once; only when the store refuses one, the batch
+        # again with each operation in a savepoint (two more round trips each).
+        try:
+            return await self._retrying(lambda: attempt(False), owns_transaction=True)
+        except StoreRefused:
+            return await self._retrying(lambda: attempt(True), owns_transaction=True)
 
     async def _check_versions(
         self, conn: asyncpg.Connection, scope: Scope, expected: dict[uuid.UUID, int]

@@ -49,6 +49,8 @@ except ImportError:  # pragma: no cover - depends on the user's environment
 T = TypeVar("T")
 TEST_DATABASE_URL_ENV = "MEMSVC_TEST_DATABASE_URL"
 TABLES = (
+    "consolidation_members",
+    "consolidation_clusters",
     "assembly_members",
     "assemblies",
     "memory_events",
@@ -62,6 +64,7 @@ TABLES = (
     "langgraph_store_items",
     "langgraph_store_namespace_indexes",
     "remembered_messages",
+    "memory_policies",
 )
 
 

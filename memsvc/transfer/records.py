@@ -7,7 +7,12 @@ Every line has a ``type``:
 - ``memory``: ``id``, ``tenant``, ``project``, ``agent``, ``session``,
   ``key``, ``content``, ``content_hash``, ``metadata``, ``embedding`` (a
   list of floats, or null), ``importance``, ``version``, ``created_at``,
-  ``updated_at``, ``expires_at``, ``access_count``, ``last_accessed_at``;
+  ``updated_at``, ``expires_at``, ``access_count``, ``last_accessed_at``,
+  ``valid_from``, ``valid_to``, ``supersedes`` (a list of ids),
+  ``superseded_by`` (valid time: absent or null in older files);
+  and when set ``pinned`` (true), ``forgotten_at``, ``reinforced_count``,
+  ``last_reinforced_at``, ``content_unique`` (false: stored with
+  ``dedupe="off"``);
 - ``assembly``: ``id``, the scope, ``name``, ``description``, ``metadata``,
   ``member_ids``, ``version``, ``created_at``, ``updated_at`` (counts and
   centroid are derived from the members on import);
@@ -106,6 +111,15 @@ class MemoryRecord:
     expires_at: datetime | None = None
     access_count: int = 0
     last_accessed_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    supersedes: list[uuid.UUID] | None = None
+    superseded_by: uuid.UUID | None = None
+    pinned: bool = False
+    forgotten_at: datetime | None = None
+    reinforced_count: int = 0
+    last_reinforced_at: datetime | None = None
+    content_unique: bool = True
 
 
 @dataclass(slots=True)
@@ -331,7 +345,40 @@ def memory_from_json(obj: Mapping[str, Any], settings: Settings) -> MemoryRecord
         expires_at=parse_time("expires_at", obj.get("expires_at")),
         access_count=_int("access_count", obj.get("access_count"), 0, 0),
         last_accessed_at=parse_time("last_accessed_at", obj.get("last_accessed_at")),
+        pinned=_flag("pinned", obj.get("pinned", False)),
+        forgotten_at=parse_time("forgotten_at", obj.get("forgotten_at")),
+        reinforced_count=_int("reinforced_count", obj.get("reinforced_count"), 0, 0),
+        last_reinforced_at=parse_time("last_reinforced_at", obj.get("last_reinforced_at")),
+        content_unique=_flag("content_unique", obj.get("content_unique", True)),
+        **_validity_fields(obj),
     )
+
+
+def _flag(field: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(field, "must be true or false")
+    return value
+
+
+def _validity_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A memory line's valid time, checked (``valid_to`` after ``valid_from``)."""
+    valid_from = parse_time("valid_from", obj.get("valid_from"))
+    valid_to = parse_time("valid_to", obj.get("valid_to"))
+    start = valid_from or parse_time("created_at", obj.get("created_at"))
+    if valid_to is not None and start is not None and valid_to <= start:
+        raise ValidationError("valid_to", "must be after valid_from")
+    links = obj.get("supersedes")
+    if links is not None and not isinstance(links, list):
+        raise ValidationError("supersedes", "must be a list of memory ids")
+    successor = obj.get("superseded_by")
+    return {
+        "valid_from": valid_from,
+        "valid_to": valid_to,
+        "supersedes": None
+        if not links
+        else [parse_id(f"supersedes[{i}]", value) for i, value in enumerate(links)],
+        "superseded_by": None if successor is None else parse_id("superseded_by", successor),
+    }
 
 
 def assembly_from_json(obj: Mapping[str, Any], settings: Settings) -> AssemblyRecord:
@@ -542,7 +589,22 @@ def memory_line(row: Mapping[str, Any]) -> str:
         "expires_at": _time(row["expires_at"]),
         "access_count": row["access_count"],
         "last_accessed_at": _time(row["last_accessed_at"]),
+        "valid_from": _time(row["valid_from"] or row["created_at"]),
+        "valid_to": _time(row["valid_to"]),
+        "supersedes": [str(i) for i in row["supersedes"] or ()],
+        "superseded_by": None if row["superseded_by"] is None else str(row["superseded_by"]),
     }
+    # Written only when set, so lines of memories never pinned or forgotten
+    # read as before.
+    if row["pinned"]:
+        obj["pinned"] = True
+    if row["forgotten_at"] is not None:
+        obj["forgotten_at"] = _time(row["forgotten_at"])
+    if row["reinforced_count"]:
+        obj["reinforced_count"] = row["reinforced_count"]
+        obj["last_reinforced_at"] = _time(row["last_reinforced_at"])
+    if not row["content_unique"]:
+        obj["content_unique"] = False
     return _dumps(obj, "embedding", row["embedding"])
 
 

@@ -5,9 +5,9 @@ It keeps working memory in this process (a
 do is *remove* things only here: Redis, which other processes read, may hold
 the same sessions from before the outage, and a ``clear`` or an erasure that
 reported success while Redis kept them would be a lie. So every removal
-(``delete``, ``clear``, ``clear_scratchpad``, erasing sessions) first reaches
-Redis, pinging within a bound (:meth:`RedisStore.reach`), removes there, then
-here; if Redis does not answer it raises
+(``delete``, ``clear``, ``clear_scratchpad``, removing scratchpad entries,
+erasing sessions) first reaches Redis, pinging within a bound
+(:meth:`RedisStore.reach`), removes there, then here; if Redis does not answer it raises
 :class:`~memsvc.core.errors.RedisUnavailableError` and removes nothing.
 
 Results are this process's view (what the in-process store held), like
@@ -62,6 +62,12 @@ class FallbackStore(LocalStore):
         await self._redis.reach()
         await self._redis.clear_scratchpad(scope)
         return await super().clear_scratchpad(scope)
+
+    async def remove_scratchpad_entries(self, scope: Scope, entries: list[str]) -> int:
+        """Remove the entries in Redis, then here; how many went here."""
+        await self._redis.reach()
+        await self._redis.remove_scratchpad_entries(scope, entries)
+        return await super().remove_scratchpad_entries(scope, entries)
 
     async def erase_sessions(self, scope: Scope, *, descendants: bool) -> int:
         """Drop the sessions in Redis, then here; sessions dropped in each, added."""

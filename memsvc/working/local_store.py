@@ -277,6 +277,22 @@ class LocalStore:
             session.scratchpad.clear()
             return count
 
+    async def remove_scratchpad_entries(self, scope: Scope, entries: list[str]) -> int:
+        """Remove one occurrence of each of ``entries``, under the lock; how many went."""
+        with self._lock:
+            session = self._find(scope)
+            if session is None:
+                return 0
+            session.expire_state(_monotonic())
+            removed = 0
+            for entry in entries:
+                try:
+                    session.scratchpad.remove(entry)
+                except ValueError:
+                    continue
+                removed += 1
+            return removed
+
     # --- whole session ---------------------------------------------------------
     async def snapshot(self, scope: Scope) -> SessionSnapshot:
         """User keys (with remaining TTLs), task state and scratchpad, under one lock."""

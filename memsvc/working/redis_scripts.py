@@ -231,6 +231,18 @@ return count
 """
 )
 
+# ARGV[2..]: entries as stored; removes one occurrence of each, returns how many went.
+REMOVE_SCRATCHPAD = (
+    _PRELUDE
+    + """
+local removed = 0
+for i = 2, #ARGV do
+  removed = removed + redis.call('LREM', pad, 1, ARGV[i])
+end
+return removed
+"""
+)
+
 # Returns {{name, value, pttl, ...}, {task field, value, ...}, {entries...}}.
 SNAPSHOT = (
     _PRELUDE

@@ -121,6 +121,7 @@ class RedisStore:
         self._update_task = register(redis_scripts.UPDATE_TASK)
         self._append_scratchpad = register(redis_scripts.APPEND_SCRATCHPAD)
         self._clear_scratchpad = register(redis_scripts.CLEAR_SCRATCHPAD)
+        self._remove_scratchpad = register(redis_scripts.REMOVE_SCRATCHPAD)
         self._snapshot = register(redis_scripts.SNAPSHOT)
         self._restore = register(redis_scripts.RESTORE)
         self._stats = register(redis_scripts.STATS)
@@ -276,6 +277,13 @@ class RedisStore:
     async def clear_scratchpad(self, scope: Scope) -> int:
         """LLEN + DEL in one script."""
         return int(await self._read(self._clear_scratchpad, scope))
+
+    @_translate_errors
+    async def remove_scratchpad_entries(self, scope: Scope, entries: list[str]) -> int:
+        """LREM of each entry, once, in one script."""
+        if not entries:
+            return 0
+        return int(await self._read(self._remove_scratchpad, scope, *entries))
 
     # --- whole session ---------------------------------------------------------
     @_translate_errors

@@ -139,6 +139,13 @@ class WorkingStore(Protocol):
         """Empty the scratchpad; returns how many entries it held."""
         ...
 
+    async def remove_scratchpad_entries(self, scope: Scope, entries: list[str]) -> int:
+        """Remove one occurrence of each of ``entries`` (as stored) in one step; how many went.
+
+        Entries appended meanwhile, and entries not among ``entries``, stay.
+        """
+        ...
+
     async def snapshot(self, scope: Scope) -> SessionSnapshot:
         """Read user keys, task state and scratchpad at one instant."""
         ...

@@ -42,6 +42,15 @@ def test_a_good_answer_becomes_operations_of_each_kind() -> None:
     ]
 
 
+def test_a_supersede_carries_the_new_facts_metadata() -> None:
+    answer = operations(
+        {**supersede("m2", "Ana works at Globex."), "metadata": [{"key": "slot", "value": "job"}]}
+    )
+    accepted, rejected = check(json.dumps(answer))
+    assert rejected == []
+    assert accepted == [SUPERSEDE("m2", "Ana works at Globex.", None, {"slot": "job"})]
+
+
 def test_an_answer_that_is_not_json_is_refused_whole() -> None:
     checked = check_operations("Sure! Here you go: ADD Ana", shown=SHOWN, limits=LIMITS)
     assert checked.unusable and checked.accepted == ()

@@ -98,6 +98,26 @@ async def test_filters_use_memsvc_where_language(store: MemsvcVectorStore) -> No
     assert await _ids(store, {"tags": ["drink"]}) == {"d2"}
 
 
+async def test_searches_return_what_is_valid_now_unless_asked(
+    store: MemsvcVectorStore, small_service: MemoryService
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    await store.aadd_texts(["the office is in Paris", "the office opens at 9"], ids=["a", "b"])
+    before = datetime.now(UTC)
+    paris = await small_service.memories.get_by_key(SCOPE, "a")
+    await small_service.memories.invalidate(paris.id, at=before + timedelta(microseconds=1))
+    found = await store.asimilarity_search("office", k=5)
+    assert [d.id for d in found] == ["b"]
+    assert {d.id for d in await store.asimilarity_search("office", k=5, valid="all")} == {
+        "a", "b"
+    }
+    then = await store.asimilarity_search("office", k=5, valid_at=before)
+    assert {d.id for d in then} == {"a", "b"}
+    mmr = await store.amax_marginal_relevance_search("office", k=2, valid="all")
+    assert {d.id for d in mmr} == {"a", "b"}
+
+
 async def test_numeric_filters_compare_numbers_not_text(store: MemsvcVectorStore) -> None:
     await _catalogue(store)
     # As text "9" > "10"; as numbers it is not.

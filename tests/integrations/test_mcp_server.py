@@ -31,6 +31,7 @@ from memsvc.core.errors import ValidationError
 from memsvc.embedding import HashingEmbedder, embedder_from_spec
 from memsvc.integrations.mcp import create_server
 from memsvc.sync import SyncMemoryService
+from tests.extraction.fake_chat import serving as serving_chat
 
 TOOLS = {
     "memory_add",
@@ -38,10 +39,14 @@ TOOLS = {
     "memory_search",
     "memory_get",
     "memory_delete",
+    "memory_supersede",
+    "memory_invalidate",
     "working_set",
     "working_get",
     "scratchpad_append",
     "scratchpad_get",
+    "memory_remember",
+    "memory_consolidate",
 }
 
 ServerFactory = Callable[..., StdioServerParameters]
@@ -122,6 +127,37 @@ async def test_tools_are_listed_with_descriptions_and_schemas(
 
 
 # --------------------------------------------------------------------- every tool
+
+
+async def test_supersede_invalidate_and_search_by_validity_over_stdio(
+    stdio_server: ServerFactory,
+) -> None:
+    async with Client(stdio_server("--tenant", _tenant(), "--project", "bridge")) as client:
+        paris = await _ok(client, "memory_add", {"content": "Ana lives in Paris"})
+        berlin = await _ok(client, "memory_supersede", {
+            "id": paris["id"], "content": "Ana lives in Berlin",
+            "valid_from": "2099-01-01T00:00:00Z",
+        })
+        assert berlin["supersedes"] == [paris["id"]]
+        assert berlin["valid_from"].startswith("2099-01-01")
+        now = await _ok(client, "memory_search", {"query": "where does Ana live", "k": 5})
+        assert [h["memory"]["id"] for h in now["hits"]] == [paris["id"]]
+        later = await _ok(client, "memory_search", {
+            "query": "where does Ana live", "valid_at": "2099-06-01T00:00:00Z",
+        })
+        assert [h["memory"]["id"] for h in later["hits"]] == [berlin["id"]]
+        old = await _ok(client, "memory_get", {"id": paris["id"]})
+        assert old["superseded_by"] == berlin["id"] and old["valid_to"].startswith("2099")
+        ended = await _ok(client, "memory_invalidate", {
+            "id": berlin["id"], "at": "2099-09-01T00:00:00Z",
+        })
+        assert ended["valid_to"].startswith("2099-09-01")
+        every = await _ok(client, "memory_search", {"query": "Ana", "valid": "all"})
+        assert len(every["hits"]) == 2
+        assert "no longer valid" in await _error(
+            client, "memory_invalidate", {"id": berlin["id"]}
+        )
+
 
 
 async def test_every_tool_over_stdio(
@@ -499,3 +535,68 @@ def test_create_server_says_which_client_to_pass(settings: Settings) -> None:
         for given in (client, object()):
             with pytest.raises(TypeError, match="MemoryService opened on the loop"):
                 create_server(given, Scope("t"))  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------- remember, consolidate
+
+
+async def test_memory_remember_uses_the_servers_extractor_once_per_message(
+    server_env: dict[str, str], memsvc_service: MemoryService
+) -> None:
+    tenant = _tenant()
+    messages = [
+        {"role": "user", "content": "I live in Porto. I have two kids.", "id": "u1",
+         "at": "2026-11-01T09:00:00+00:00"},
+        {"role": "assistant", "content": "Good to know!", "id": "a1"},
+    ]
+    with serving_chat() as chat:
+        env = {**server_env, "MEMSVC_EXTRACTOR": "openai:test-model",
+               "MEMSVC_EXTRACTOR_BASE_URL": chat.base_url}
+        parameters = StdioServerParameters(
+            command=sys.executable, args=["-m", "memsvc.cli", "mcp", "--tenant", tenant], env=env
+        )
+        async with Client(parameters) as client:
+            done = await _ok(client, "memory_remember", {"messages": messages, "session": "s-1"})
+            assert [a["op"] for a in done["applied"]] == ["ADD", "ADD"]
+            assert done["remembered"] == ["u1", "a1"] and done["model_calls"] == 2
+            again = await _ok(client, "memory_remember", {"messages": messages, "session": "s-1"})
+            assert again["applied"] == [] and again["already_remembered"] == ["u1", "a1"]
+            bad = await _error(client, "memory_remember", {
+                "messages": [{"role": "user", "content": "hi", "id": "x", "mood": "happy"}]
+            })
+            assert "mood" in bad
+        assert chat.steps() == ["facts", "operations"]
+        assert chat.requests[0].body["model"] == "test-model"
+    stored = await memsvc_service.memories.list(Scope(tenant, session="s-1"))
+    assert sorted(m.content for m in stored) == ["I have two kids.", "I live in Porto."]
+    assert stored[0].metadata["provenance"]["model"] == "test-model"
+
+
+async def test_memory_remember_without_an_extractor_is_a_clear_tool_error(
+    stdio_server: ServerFactory,
+) -> None:
+    async with Client(stdio_server("--tenant", _tenant())) as client:
+        text = await _error(client, "memory_remember", {
+            "messages": [{"role": "user", "content": "I live in Porto.", "id": "u1"}]
+        })
+    assert "no extractor" in text and "MEMSVC_EXTRACTOR" in text
+
+
+async def test_memory_consolidate_groups_related_memories_under_a_summary(
+    stdio_server: ServerFactory, memsvc_service: MemoryService
+) -> None:
+    tenant = _tenant()
+    related = ["the user has a cat called Miso", "the user has a cat called Miso who is three",
+               "the user has a cat called Miso and feeds it at six"]
+    async with Client(stdio_server("--tenant", tenant)) as client:
+        for content in [*related, "deploys happen on Tuesdays"]:
+            await _ok(client, "memory_add", {"content": content, "session": "s-1"})
+        done = await _ok(client, "memory_consolidate", {"session": "s-1", "threshold": 0.6})
+        assert (done["made"], done["considered"], len(done["summaries"])) == (1, 4, 1)
+        summary = await _ok(client, "memory_get", {"id": done["summaries"][0]})
+        assert summary["metadata"]["kind"] == "summary"
+        assert len(summary["metadata"]["derived_from"]) == 3
+        again = await _ok(client, "memory_consolidate", {"session": "s-1", "threshold": 0.6})
+        assert (again["made"], again["considered"]) == (0, 0)
+        assert "threshold" in await _error(client, "memory_consolidate", {"threshold": 2})
+    assert await memsvc_service.memories.count(Scope(tenant, session="s-1")) == 5

@@ -18,7 +18,8 @@ from .conftest import Cli
 MEMORY_ROWS = """
 SELECT tenant_id, project_id, agent_id, session_id, id, key, content, content_hash, metadata,
        embedding::text AS embedding, importance, version, created_at, updated_at, expires_at,
-       access_count, last_accessed_at
+       access_count, last_accessed_at, pinned, forgotten_at, reinforced_count,
+       last_reinforced_at, content_unique
 FROM memsvc.memories ORDER BY tenant_id, id"""
 ASSEMBLY_ROWS = """
 SELECT tenant_id, project_id, agent_id, session_id, id, name, description, metadata,
@@ -68,6 +69,18 @@ async def _populate(service: MemoryService) -> None:
     await service.memories.add(Scope("other"), "no embedding here")  # embedder computes one
     await service.memories.put(session, "prefs/units", "metric", metadata={"v": 2})
     await service.memories.add(session, "expires soon", ttl=3600)
+    # Pinned, and forgotten (under a policy): both survive the round trip.
+    await service.memories.update(added[20].id, pinned=True)
+    await service.policies.set(Scope("acme"), half_life=60)
+    forgotten = await service.maintenance.forget(session, below=0.05)
+    assert set(forgotten.ids) == {added[0].id, added[10].id}  # importance 0; 20 is pinned
+    await service.policies.delete(Scope("acme"))
+    # A near-duplicate merged (reinforced), and an exact copy kept with dedupe="off".
+    said = await service.memories.add(project, "the bridge opens at six", dedupe="off")
+    again = await service.memories.add(project, "the bridge opens at six", dedupe="off")
+    assert again.id != said.id
+    merged = await service.memories.add(project, "the bridge opens at six", dedupe="semantic")
+    assert merged.merged and merged.id in (said.id, again.id)
     await service.assemblies.create(
         session, "first ten", description="d", memory_ids=[m.id for m in added[:10]] + [wide.id]
     )
@@ -84,7 +97,7 @@ async def test_export_then_import_into_a_fresh_database_reproduces_every_row(
     dump = tmp_path / "dump.jsonl"
     exported = await cli("export", str(dump))
     assert exported.exit_code == 0, exported.output
-    assert "exported 34 memories, 2 assemblies, 2 checkpoints" in exported.output
+    assert "exported 36 memories, 2 assemblies, 2 checkpoints" in exported.output
     lines = [json.loads(line) for line in dump.read_text(encoding="utf-8").splitlines()]
     assert lines[0]["type"] == "header" and lines[0]["embedding_dim"] == 384
     assert {line["type"] for line in lines[1:-1]} == {"memory", "assembly", "checkpoint"}
@@ -92,14 +105,14 @@ async def test_export_then_import_into_a_fresh_database_reproduces_every_row(
 
     imported = await cli("import", str(dump), dsn=other_database)
     assert imported.exit_code == 0, imported.output
-    assert "memories: 34 inserted, 0 already present, 0 rejected" in imported.output
+    assert "memories: 36 inserted, 0 already present, 0 rejected" in imported.output
     source, copy = await _rows(memsvc_database_url), await _rows(other_database)
     assert copy == source
 
     events_before = await _count(other_database, "memory_events")
     again = await cli("import", str(dump), dsn=other_database)
     assert again.exit_code == 0, again.output
-    assert "memories: 0 inserted, 34 already present, 0 rejected" in again.output
+    assert "memories: 0 inserted, 36 already present, 0 rejected" in again.output
     assert "assemblies: 0 inserted, 2 already present" in again.output
     assert "checkpoints: 0 inserted, 2 already present" in again.output
     assert await _rows(other_database) == source
@@ -116,7 +129,7 @@ async def test_export_of_one_scope_takes_it_and_what_is_under_it(
     memories = [
         json.loads(line) for line in dump.read_text().splitlines() if '"type":"memory"' in line
     ]
-    assert len(memories) == 33
+    assert len(memories) == 35
     assert {m["tenant"] for m in memories} == {"acme"}
 
 
@@ -246,3 +259,45 @@ async def _count(dsn: str, table: str) -> int:
         return int(await conn.fetchval(f"SELECT count(*) FROM memsvc.{table}"))
     finally:
         await conn.close()
+
+
+VALIDITY_ROWS = """
+SELECT id, content, valid_from, valid_to, supersedes, superseded_by, version
+FROM memsvc.memories ORDER BY tenant_id, id"""
+
+
+async def test_export_import_round_trips_valid_time_and_links(
+    service: MemoryService, cli: Cli, memsvc_database_url: str, other_database: str,
+    tmp_path: Path,
+) -> None:
+    from datetime import UTC, datetime
+
+    scope = Scope("acme", "bridge")
+    lisbon = await service.memories.add(
+        scope, "Ana lives in Lisbon.", valid_from=datetime(2023, 1, 1, tzinfo=UTC)
+    )
+    porto = await service.memories.supersede(
+        lisbon.id, "Ana lives in Porto.", valid_from=datetime(2024, 3, 1, tzinfo=UTC)
+    )
+    # The same content again, valid again: two rows of one text in one scope.
+    await service.memories.supersede(
+        porto.id, "Ana lives in Lisbon.", valid_from=datetime(2025, 2, 1, tzinfo=UTC)
+    )
+    project = await service.memories.add(scope, "Ana works on Apollo")
+    await service.memories.invalidate(project.id)
+    dump = tmp_path / "valid.jsonl"
+    assert (await cli("export", str(dump))).exit_code == 0
+    imported = await cli("import", str(dump), dsn=other_database)
+    assert imported.exit_code == 0, imported.output
+    assert "memories: 4 inserted, 0 already present, 0 rejected" in imported.output
+
+    async def rows(dsn: str) -> list[dict[str, object]]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            return [dict(r) for r in await conn.fetch(VALIDITY_ROWS)]
+        finally:
+            await conn.close()
+
+    source, copy = await rows(memsvc_database_url), await rows(other_database)
+    assert copy == source
+    assert sum(1 for r in copy if r["valid_to"] is None) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -201,7 +202,9 @@ async def test_an_answer_that_is_not_json_applies_nothing(
 async def test_bad_operations_are_refused_one_by_one_and_the_rest_applied(
     service: MemoryService, extractor: OpenAIChatExtractor, chat: FakeChatServer
 ) -> None:
-    await service.memories.add(SCOPE, "The user lives in Paris.")
+    await service.memories.add(
+        SCOPE, "The user lives in Paris.", valid_from=datetime(2024, 1, 1, tzinfo=UTC)
+    )
     chat.then(
         Reply(answer=facts("The user lives in Berlin.", "The user likes tea.")),
         Reply(
@@ -219,18 +222,20 @@ async def test_bad_operations_are_refused_one_by_one_and_the_rest_applied(
     result = await service.remember(
         SCOPE, said("Moved to Berlin; tea please."), extractor=extractor
     )
-    assert [a.index for a in result.applied] == [0, 5]
+    assert [a.index for a in result.applied] == [0, 2, 5]
     tea = result.applied[0].memory
     assert tea is not None and tea.importance == 0.8 and tea.metadata["kind"] == "preference"
+    berlin = result.applied[1].memory
+    assert berlin is not None and berlin.valid_from == datetime(2024, 6, 1, tzinfo=UTC)
     assert [(r.index, r.reason) for r in result.skipped] == [
         (1, "content: is 5000 characters, over the limit of 2000"),
-        (2, "SUPERSEDE is not supported by this memsvc"),
-        (3, "INVALIDATE is not supported by this memsvc"),
+        (3, "'m1' is already acted on by operation 2"),
         (4, "unknown op 'MERGE': must be one of ADD, UPDATE, SUPERSEDE, INVALIDATE, NOOP"),
     ]
     assert result.remembered == ("msg-1",)
-    # Without valid time the extractor is offered only what this store applies.
-    assert chat.requests[-1].payload["allowed"] == ["ADD", "UPDATE", "NOOP"]
+    assert chat.requests[-1].payload["allowed"] == [
+        "ADD", "UPDATE", "SUPERSEDE", "INVALIDATE", "NOOP"
+    ]
 
 
 async def test_too_many_operations_refuse_the_answer_whole(

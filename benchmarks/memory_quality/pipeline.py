@@ -1,0 +1,349 @@
+"""``--pipeline``: the history fed through ``svc.remember`` by a perfect extractor.
+
+    python -m benchmarks.memory_quality --pipeline --people 10 --sessions 40
+
+The history stream's sessions become conversations: each session's messages
+(id, role, text, time) go to ``svc.remember`` in one call. The extractor is
+``OpenAIChatExtractor`` talking to a scripted local chat completions server
+that answers as the answer key does (``AnswerKey``): the facts a batch's
+messages state are the memories the key writes for them, and the operations
+ADD each one with the key's metadata, SUPERSEDE the memory it replaces (when
+that memory is among the candidates memsvc showed, and this memsvc has valid
+time) and INVALIDATE the memories it ends. The same operations are also
+written directly, one call each (``Extractor`` with no batching), into
+another scope.
+
+Reported: accuracy of both scopes on the history's questions (the pipeline
+must add no loss), rows and operations, what the pipeline could not do
+(a replaced memory not shown among the candidates), ``remember``'s
+throughput with the time spent in the extractor (HTTP and the scripted
+model) left out, against the direct writes', and model calls per message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from benchmarks.memory_quality.extractor import Capabilities, Extractor, Store, metadata
+from benchmarks.memory_quality.model import Add, Dataset, Invalidate, Message, Operation
+from benchmarks.memory_quality.scoring import Strategy, evaluate
+from benchmarks.retrieval.dataset import embed_cached
+from benchmarks.scratch import scratch_dir
+from memsvc import MemoryService, OpenAIChatExtractor, Scope, Settings
+from memsvc.extraction import ExtractionRequest
+from memsvc.extraction import Message as SentMessage
+from tests.extraction.fake_chat import add, facts, invalidate, operations, serving, supersede
+
+TENANT = "bench-pipeline"
+STREAM = "history"
+KINDS = ("current", "past", "paraphrase")
+
+
+def _moment(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+class AnswerKey:
+    """Answers the chat server's requests as the dataset's ground truth does."""
+
+    def __init__(self, data: Dataset, stream: str) -> None:
+        self.by_message: dict[tuple[str, datetime], list[Message]] = {}
+        self.content: dict[str, str] = {}  # memory key -> its text
+        self.adds: dict[str, Add] = {}  # fact text -> the Add stating it
+        self.ends: dict[str, Invalidate] = {}  # fact text -> the Invalidate it stands for
+        for session in data.streams[stream]:
+            for message in session.messages:
+                key = (message.text, _moment(message.at))
+                self.by_message.setdefault(key, []).append(message)
+                for op in message.ops:
+                    if isinstance(op, Add):
+                        self.content[op.memory] = op.content
+        self.not_shown = 0  # replaced or ended memories missing from the candidates
+        self.operations: Counter[str] = Counter()
+
+    def _ops(self, payload: dict[str, Any]) -> list[Operation]:
+        found: list[Operation] = []
+        for sent in payload["messages"]:
+            for message in self.by_message.get((sent["content"], _moment(sent["at"])), [])[:1]:
+                found.extend(message.ops)
+        return found
+
+    def fact_of(self, op: Operation) -> str:
+        """The fact text standing for an operation (an Invalidate: its memory's text)."""
+        if isinstance(op, Add):
+            return op.content
+        return self.content[op.memories[0]]
+
+    def __call__(self, step: str, payload: dict[str, Any]) -> Any:
+        if step == "facts":
+            stated = []
+            for op in self._ops(payload):
+                if isinstance(op, Invalidate) and not any(m in self.content for m in op.memories):
+                    continue
+                text = self.fact_of(op)
+                if isinstance(op, Add):
+                    self.adds[text] = op
+                else:
+                    self.ends[text] = op
+                stated.append(text)
+            return facts(*dict.fromkeys(stated))
+        if step == "operations":
+            return operations(*self._decide(payload))
+        raise AssertionError(f"no answer for {step!r}")
+
+    def _decide(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        shown = {m["content"]: m["ref"] for m in payload["memories"]}
+        allowed = set(payload["allowed"])
+        decided: list[dict[str, Any]] = []
+        for item in payload["facts"]:
+            text = item["fact"]
+            op = self.adds.get(text)
+            if op is not None:
+                decided.extend(self._write(op, shown, allowed))
+            elif (ended := self.ends.get(text)) is not None and "INVALIDATE" in allowed:
+                decided.extend(self._end(ended.memories, ended.at, shown))
+        self.operations.update(d["op"] for d in decided)
+        return decided
+
+    def _write(self, op: Add, shown: dict[str, str], allowed: set[str]) -> list[dict[str, Any]]:
+        meta = metadata(op)
+        if not op.supersedes or "SUPERSEDE" not in allowed:
+            return [add(op.content, metadata=meta, valid_from=op.valid_from)]
+        refs = [shown.get(self.content.get(key, "")) for key in op.supersedes]
+        present = [ref for ref in refs if ref is not None]
+        self.not_shown += len(refs) - len(present)
+        if not present:
+            return [add(op.content, metadata=meta, valid_from=op.valid_from)]
+        first = supersede(present[0], op.content, valid_from=op.valid_from)
+        first["metadata"] = meta
+        rest = [invalidate(ref, op.valid_from) for ref in present[1:]]
+        return [first, *rest]
+
+    def _end(self, keys: list[str], at: str, shown: dict[str, str]) -> list[dict[str, Any]]:
+        refs = [shown.get(self.content.get(key, "")) for key in keys]
+        self.not_shown += sum(ref is None for ref in refs)
+        return [invalidate(ref, at) for ref in refs if ref is not None]
+
+
+class TimedExtractor:
+    """An extractor, with the time spent waiting for it (HTTP and model) added up."""
+
+    def __init__(self, inner: OpenAIChatExtractor) -> None:
+        self.inner = inner
+        self.name, self.version, self.model = inner.name, inner.version, inner.model
+        self.waited = 0.0
+
+    async def facts(self, messages: Sequence[SentMessage]) -> object:
+        started = time.perf_counter()
+        try:
+            return await self.inner.facts(messages)
+        finally:
+            self.waited += time.perf_counter() - started
+
+    async def operations(self, request: ExtractionRequest) -> object:
+        started = time.perf_counter()
+        try:
+            return await self.inner.operations(request)
+        finally:
+            self.waited += time.perf_counter() - started
+
+
+class OneCallEach(Extractor):
+    """The answer key written directly, one call per operation, as remember writes them."""
+
+    async def apply(
+        self, scope: Scope, ops: Sequence[Operation], vectors: dict[str, np.ndarray]
+    ) -> None:
+        for op in ops:
+            if isinstance(op, Add):
+                await self.write_one(scope, op, vectors[op.memory])
+            elif self.store.supersession:
+                await self.end(op)
+
+
+class LookupEmbedder:
+    """The benchmark's cached all-MiniLM-L6-v2 vectors by text (new texts embedded and cached)."""
+
+    def __init__(self, by_text: dict[str, np.ndarray], cache_dir: Any) -> None:
+        self.by_text = by_text
+        self.cache_dir = cache_dir
+
+    async def __call__(self, texts: Sequence[str]) -> list[np.ndarray]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.by_text]
+        if missing:
+            self.by_text.update(zip(missing, embed_cached(missing, self.cache_dir), strict=True))
+        return [self.by_text[t] for t in texts]
+
+
+def conversations(data: Dataset) -> list[list[dict[str, Any]]]:
+    """Each session of the stream as the messages ``remember`` takes."""
+    return [
+        [{"id": m.id, "role": m.role, "content": m.text, "at": m.at} for m in session.messages]
+        for session in data.streams[STREAM]
+    ]
+
+
+async def rows_in(svc: MemoryService, scope: Scope) -> int:
+    async with svc.pool.acquire() as conn:
+        count = await conn.fetchval(
+            f"SELECT count(*) FROM {svc.settings.db_schema}.memories "
+            "WHERE tenant_id = $1 AND project_id = $2",
+            scope.tenant, scope.project,
+        )
+    return int(count)
+
+
+async def write_directly(
+    svc: MemoryService, store: Store, ops: list[Operation], vectors: dict[str, np.ndarray],
+    scope: Scope,
+) -> float:
+    started = time.perf_counter()
+    await OneCallEach(svc, Capabilities.of(svc), store).apply(scope, ops, vectors)
+    return time.perf_counter() - started
+
+
+async def remember_all(
+    svc: MemoryService, talks: list[list[dict[str, Any]]], key: AnswerKey, scope: Scope
+) -> dict[str, Any]:
+    with serving(answerer=key) as chat:
+        extractor = TimedExtractor(OpenAIChatExtractor(chat.base_url, "answer-key"))
+        calls = skipped = 0
+        started = time.perf_counter()
+        for talk in talks:
+            result = await svc.remember(scope, talk, extractor=extractor)
+            calls += result.model_calls
+            skipped += len(result.skipped)
+        spent = time.perf_counter() - started
+    return {"s": spent, "extractor_s": extractor.waited, "calls": calls, "skipped": skipped}
+
+
+async def one_run(
+    svc: MemoryService, data: Dataset, vectors: dict[str, np.ndarray], run: int
+) -> dict[str, Any]:
+    """Both ways into scopes of their own; which goes first alternates between runs."""
+    caps = Capabilities.of(svc)
+    store = Store("supersession", supersession=True) if caps.supersession else Store("plain")
+    ops = [op for s in data.streams[STREAM] for m in s.messages for op in m.ops]
+    direct, piped = Scope(TENANT, f"direct-{run}"), Scope(TENANT, f"pipeline-{run}")
+    key = AnswerKey(data, STREAM)
+    talks = conversations(data)
+    if run % 2 == 0:
+        direct_s = await write_directly(svc, store, ops, vectors, direct)
+        remembered = await remember_all(svc, talks, key, piped)
+    else:
+        remembered = await remember_all(svc, talks, key, piped)
+        direct_s = await write_directly(svc, store, ops, vectors, direct)
+    messages = sum(len(t) for t in talks)
+    return {
+        "store": store.name,
+        "operations": len(ops),
+        "sessions": len(talks),
+        "messages": messages,
+        "direct_s": direct_s,
+        "pipeline_s": remembered["s"],
+        "extractor_s": remembered["extractor_s"],
+        "pipeline_without_model_s": remembered["s"] - remembered["extractor_s"],
+        "model_calls": remembered["calls"],
+        "skipped": remembered["skipped"],
+        "applied": dict(key.operations),
+        "not_shown": key.not_shown,
+        "scopes": (direct, piped),
+        "rows": (await rows_in(svc, direct), await rows_in(svc, piped)),
+    }
+
+
+async def accuracy(
+    svc: MemoryService, data: Dataset, vectors: dict[str, np.ndarray], scope: Scope, store: str
+) -> dict[str, Any]:
+    questions = [q for q in data.questions if q.stream == STREAM]
+    strategy = Strategy(store, store, "vector", store == "supersession")
+    scopes = {STREAM: scope}
+    return {
+        lens: await evaluate(svc.memories, scopes, questions, vectors, strategy, None, lens)
+        for lens in ("asked", "slot")
+    }
+
+
+async def run(args: argparse.Namespace, data: Dataset, vectors: dict[str, np.ndarray]) -> None:
+    if args.database_url:
+        settings = Settings(database_url=args.database_url, auto_migrate=True, pool_max_size=4)
+    else:
+        settings = Settings(
+            data_dir=scratch_dir("memsvc-pipeline-"), auto_migrate=True, pool_max_size=4
+        )
+    by_text: dict[str, np.ndarray] = {}
+    for stream in data.streams:
+        for _message, op in data.adds(stream):
+            by_text[op.content] = vectors[op.memory]
+    for question in data.questions:
+        by_text[question.text] = vectors[question.id]
+    embedder = LookupEmbedder(by_text, args.cache_dir)
+    async with MemoryService.open(settings, embedder=embedder) as svc:
+        runs = []
+        quality: dict[str, Any] = {}
+        for n in range(args.pipeline_runs):
+            # Each run on an empty tenant: searches cost what they cost at this size.
+            await clear(svc)
+            runs.append(await one_run(svc, data, vectors, n))
+            if n == 0:
+                direct, piped = runs[0]["scopes"]
+                quality["direct"] = await accuracy(svc, data, vectors, direct, runs[0]["store"])
+                quality["pipeline"] = await accuracy(svc, data, vectors, piped, runs[0]["store"])
+        await clear(svc)
+    report(runs[0], runs, quality)
+
+
+async def clear(svc: MemoryService) -> None:
+    schema = svc.settings.db_schema
+    async with svc.pool.acquire() as conn:
+        for table in ("memories", "remembered_messages"):
+            await conn.execute(f"DELETE FROM {schema}.{table} WHERE tenant_id = $1", TENANT)
+        await conn.execute(f"VACUUM ANALYZE {schema}.memories")
+
+
+def report(first: dict[str, Any], runs: list[dict[str, Any]], quality: dict[str, Any]) -> None:
+    print(
+        f"pipeline: {first['messages']:,} messages in {first['sessions']} sessions "
+        f"({first['store']} store), {first['operations']:,} answer-key operations"
+    )
+    print(
+        f"  rows: direct {first['rows'][0]:,}, pipeline {first['rows'][1]:,}; "
+        f"operations applied {first['applied']}; skipped {first['skipped']}; "
+        f"replaced or ended memories not among the candidates: {first['not_shown']}"
+    )
+    for lens, title in (("asked", "as asked"), ("slot", "within the slot")):
+        cells = []
+        for kind in KINDS:
+            d = quality["direct"][lens].get(kind, {})
+            p = quality["pipeline"][lens].get(kind, {})
+            if not d.get("questions"):
+                continue
+            cells.append(
+                f"{kind} top-1 {d['top1']:.3f} / {p['top1']:.3f}, "
+                f"top-5 {d['top5']:.3f} / {p['top5']:.3f}"
+            )
+        print(f"  accuracy {title} (direct / pipeline): " + "; ".join(cells))
+    ratios = [r["direct_s"] / r["pipeline_without_model_s"] for r in runs]
+    print(
+        f"  throughput without the extractor's time, pipeline / direct (per run: "
+        f"{', '.join(f'{x:.2f}' for x in ratios)}): median {statistics.median(ratios):.2f}x "
+        "(target >= 0.8x)"
+    )
+    for r in runs:
+        print(
+            f"    direct {r['operations'] / r['direct_s']:.0f} ops/s; pipeline "
+            f"{r['operations'] / r['pipeline_without_model_s']:.0f} ops/s without the "
+            f"extractor ({r['pipeline_s']:.1f}s in all, {r['extractor_s']:.1f}s waiting for it)"
+        )
+    print(
+        f"  model calls per message: {first['model_calls'] / first['messages']:.3f} "
+        f"({first['model_calls']:,} calls for {first['messages']:,} messages)"
+    )
