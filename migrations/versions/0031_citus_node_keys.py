@@ -22,7 +22,7 @@ tables need ``citus.enable_unsafe_triggers`` (each trigger touches only rows
 of its own row's tenant, in co-located shards).
 
 Revision ID: 0031
-Revises: 0026
+Revises: 0030
 Create Date: 2026-11-27
 """
 
@@ -36,7 +36,7 @@ from memsvc.db.migrate import settings_for_migration
 from memsvc.db.tables import CURRENT_XID, FIRST_CHANGE_KEY
 
 revision: str = "0031"
-down_revision: str | None = "0026"
+down_revision: str | None = "0030"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
