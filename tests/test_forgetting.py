@@ -398,3 +398,15 @@ async def test_under_row_level_security_tenants_keep_their_policies_and_memories
             await svc.memories.restore(a.id, tenant="b")
         assert (await svc.memories.restore(a.id, tenant="a")).forgotten_at is None
         assert b.id != a.id
+
+
+async def test_erasing_a_scope_removes_its_policies_and_those_below(
+    service: MemoryService,
+) -> None:
+    await service.policies.set(TENANT, half_life=DAY)
+    await service.policies.set(PROJECT, half_life=DAY)
+    await service.policies.set(Scope("acme", "bridge", "planner", "s-1"), half_life=DAY)
+    await service.policies.set(Scope("acme", "deck"), half_life=DAY)
+    receipt = await service.erase(PROJECT)
+    assert receipt.removed["memory_policies"] == 2
+    assert [p.scope for p in await service.policies.list()] == [TENANT, Scope("acme", "deck")]
