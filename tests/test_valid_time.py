@@ -338,6 +338,23 @@ async def test_put_makes_a_replaced_value_valid_again(service: MemoryService, sc
     assert replaced.valid_to is None and await service.memories.count(scope) == 1
 
 
+async def test_put_takes_the_moment_its_value_started_to_hold(
+    service: MemoryService, scope: Scope
+) -> None:
+    march = datetime(2024, 3, 1, tzinfo=UTC)
+    first = await service.memories.put(scope, "city", "Paris", valid_from=march)
+    assert first.valid_from == march
+    june = datetime(2024, 6, 1, tzinfo=UTC)
+    replaced = await service.memories.put(scope, "city", "Berlin", valid_from=june)
+    assert replaced.id == first.id and replaced.valid_from == june
+    plain = await service.memories.put(scope, "city", "Lyon")
+    assert plain.valid_from > june  # the default: the write's own time
+    with pytest.raises(ValidationError) as raised:
+        await service.memories.put(scope, "city", "Rome", valid_from=datetime(2024, 1, 1))
+    assert raised.value.field == "valid_from"
+    assert (await service.memories.get(first.id)).content == "Lyon"
+
+
 async def test_the_change_feed_carries_supersessions_and_invalidations(
     service: MemoryService, scope: Scope
 ) -> None:

@@ -52,13 +52,22 @@ def _moment(text: str) -> datetime:
 
 
 class AnswerKey:
-    """Answers the chat server's requests as the dataset's ground truth does."""
+    """Answers the chat server's requests as the dataset's ground truth does.
+
+    Facts: each memory the key writes for the batch's messages, and, for a
+    memory it replaces or ends, that memory's own text too (a lookup: it
+    makes the search show the memory, as "Ana no longer lives in Paris"
+    would). Operations: ADD, or SUPERSEDE the first replaced memory still
+    valid and shown (INVALIDATE the others), or INVALIDATE what an
+    Invalidate ends; each memory acted on once.
+    """
 
     def __init__(self, data: Dataset, stream: str) -> None:
         self.by_message: dict[tuple[str, datetime], list[Message]] = {}
         self.content: dict[str, str] = {}  # memory key -> its text
         self.adds: dict[str, Add] = {}  # fact text -> the Add stating it
         self.ends: dict[str, Invalidate] = {}  # fact text -> the Invalidate it stands for
+        self.ended: set[str] = set()  # memory keys the key has ended so far
         for session in data.streams[stream]:
             for message in session.messages:
                 key = (message.text, _moment(message.at))
@@ -66,7 +75,9 @@ class AnswerKey:
                 for op in message.ops:
                     if isinstance(op, Add):
                         self.content[op.memory] = op.content
-        self.not_shown = 0  # replaced or ended memories missing from the candidates
+        self.not_shown = 0  # replaced or ended memories (still valid) not among the candidates
+        self.same_batch = 0  # ... written by the same batch (not stored when it is asked)
+        self.batch: set[str] = set()  # memory keys the current batch writes
         self.operations: Counter[str] = Counter()
 
     def _ops(self, payload: dict[str, Any]) -> list[Operation]:
@@ -76,24 +87,25 @@ class AnswerKey:
                 found.extend(message.ops)
         return found
 
-    def fact_of(self, op: Operation) -> str:
-        """The fact text standing for an operation (an Invalidate: its memory's text)."""
-        if isinstance(op, Add):
-            return op.content
-        return self.content[op.memories[0]]
+    def _open(self, keys: list[str]) -> list[str]:
+        """The keys not ended yet (the key's own state), each once."""
+        return [k for k in dict.fromkeys(keys) if k in self.content and k not in self.ended]
 
     def __call__(self, step: str, payload: dict[str, Any]) -> Any:
         if step == "facts":
-            stated = []
-            for op in self._ops(payload):
-                if isinstance(op, Invalidate) and not any(m in self.content for m in op.memories):
-                    continue
-                text = self.fact_of(op)
+            stated: list[str] = []
+            ops = self._ops(payload)
+            self.batch = {op.memory for op in ops if isinstance(op, Add)}
+            for op in ops:
                 if isinstance(op, Add):
-                    self.adds[text] = op
+                    self.adds[op.content] = op
+                    stated.append(op.content)
+                    ending = op.supersedes
                 else:
-                    self.ends[text] = op
-                stated.append(text)
+                    ending = op.memories
+                    if self._open(ending):
+                        self.ends[self.content[self._open(ending)[0]]] = op
+                stated.extend(self.content[k] for k in self._open(ending))
             return facts(*dict.fromkeys(stated))
         if step == "operations":
             return operations(*self._decide(payload))
@@ -102,35 +114,50 @@ class AnswerKey:
     def _decide(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
         shown = {m["content"]: m["ref"] for m in payload["memories"]}
         allowed = set(payload["allowed"])
+        used: set[str] = set()  # one operation per memory in an answer
         decided: list[dict[str, Any]] = []
         for item in payload["facts"]:
             text = item["fact"]
-            op = self.adds.get(text)
+            op = self.adds.pop(text, None)
             if op is not None:
-                decided.extend(self._write(op, shown, allowed))
-            elif (ended := self.ends.get(text)) is not None and "INVALIDATE" in allowed:
-                decided.extend(self._end(ended.memories, ended.at, shown))
+                decided.extend(self._write(op, shown, allowed, used))
+            elif (ended := self.ends.pop(text, None)) is not None and "INVALIDATE" in allowed:
+                decided.extend(self._end(ended.memories, ended.at, shown, used))
         self.operations.update(d["op"] for d in decided)
         return decided
 
-    def _write(self, op: Add, shown: dict[str, str], allowed: set[str]) -> list[dict[str, Any]]:
+    def _targets(self, keys: list[str], shown: dict[str, str], used: set[str]) -> list[str]:
+        """The refs of the still-valid memories ``keys`` names, shown and not yet acted on."""
+        refs = []
+        for key in self._open(keys):
+            ref = shown.get(self.content[key])
+            self.ended.add(key)
+            if ref is None and key in self.batch:
+                self.same_batch += 1
+            elif ref is None:
+                self.not_shown += 1
+            elif ref not in used:
+                used.add(ref)
+                refs.append(ref)
+        return refs
+
+    def _write(
+        self, op: Add, shown: dict[str, str], allowed: set[str], used: set[str]
+    ) -> list[dict[str, Any]]:
         meta = metadata(op)
         if not op.supersedes or "SUPERSEDE" not in allowed:
             return [add(op.content, metadata=meta, valid_from=op.valid_from)]
-        refs = [shown.get(self.content.get(key, "")) for key in op.supersedes]
-        present = [ref for ref in refs if ref is not None]
-        self.not_shown += len(refs) - len(present)
-        if not present:
+        refs = self._targets(op.supersedes, shown, used)
+        if not refs:
             return [add(op.content, metadata=meta, valid_from=op.valid_from)]
-        first = supersede(present[0], op.content, valid_from=op.valid_from)
+        first = supersede(refs[0], op.content, valid_from=op.valid_from)
         first["metadata"] = meta
-        rest = [invalidate(ref, op.valid_from) for ref in present[1:]]
-        return [first, *rest]
+        return [first, *(invalidate(ref, op.valid_from) for ref in refs[1:])]
 
-    def _end(self, keys: list[str], at: str, shown: dict[str, str]) -> list[dict[str, Any]]:
-        refs = [shown.get(self.content.get(key, "")) for key in keys]
-        self.not_shown += sum(ref is None for ref in refs)
-        return [invalidate(ref, at) for ref in refs if ref is not None]
+    def _end(
+        self, keys: list[str], at: str, shown: dict[str, str], used: set[str]
+    ) -> list[dict[str, Any]]:
+        return [invalidate(ref, at) for ref in self._targets(keys, shown, used)]
 
 
 class TimedExtractor:
@@ -215,12 +242,13 @@ async def remember_all(
 ) -> dict[str, Any]:
     with serving(answerer=key) as chat:
         extractor = TimedExtractor(OpenAIChatExtractor(chat.base_url, "answer-key"))
-        calls = skipped = 0
+        calls = 0
+        skipped: Counter[str] = Counter()
         started = time.perf_counter()
         for talk in talks:
             result = await svc.remember(scope, talk, extractor=extractor)
             calls += result.model_calls
-            skipped += len(result.skipped)
+            skipped.update(r.reason.split(":")[0] for r in result.skipped)
         spent = time.perf_counter() - started
     return {"s": spent, "extractor_s": extractor.waited, "calls": calls, "skipped": skipped}
 
@@ -255,6 +283,7 @@ async def one_run(
         "skipped": remembered["skipped"],
         "applied": dict(key.operations),
         "not_shown": key.not_shown,
+        "same_batch": key.same_batch,
         "scopes": (direct, piped),
         "rows": (await rows_in(svc, direct), await rows_in(svc, piped)),
     }
@@ -316,8 +345,9 @@ def report(first: dict[str, Any], runs: list[dict[str, Any]], quality: dict[str,
     )
     print(
         f"  rows: direct {first['rows'][0]:,}, pipeline {first['rows'][1]:,}; "
-        f"operations applied {first['applied']}; skipped {first['skipped']}; "
-        f"replaced or ended memories not among the candidates: {first['not_shown']}"
+        f"operations applied {first['applied']}; skipped {dict(first['skipped'])}; "
+        f"memories to replace or end the extractor could not name: {first['not_shown']} not "
+        f"among the candidates, {first['same_batch']} written by the same batch"
     )
     for lens, title in (("asked", "as asked"), ("slot", "within the slot")):
         cells = []

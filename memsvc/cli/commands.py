@@ -26,6 +26,7 @@ from memsvc.embedding import embedder_from_spec
 from memsvc.erasure.eraser import MAX_BATCH as ERASE_MAX_BATCH
 from memsvc.erasure.receipt import ErasureReceipt
 from memsvc.ops.citus import citus_sql
+from memsvc.ops.consolidation import CLUSTER_THRESHOLD, MAX_MEMBERS, ConsolidationReport
 from memsvc.ops.doctor import Doctor
 from memsvc.ops.doctor_report import DoctorReport
 from memsvc.ops.gc import MAX_BATCH, GcReport
@@ -438,6 +439,45 @@ def gc(batch_size: int, idle_days: float | None, max_batches: int | None) -> Non
     with _progress() as progress:
         report = _run(run(progress))
     _echo(gc_lines(report))
+
+
+@main.command()
+@click.option("--tenant", required=True, help="The scope's tenant.")
+@click.option("--project", help="The scope's project.")
+@click.option("--agent", help="The scope's agent.")
+@click.option("--session", help="The scope's session.")
+@click.option("--min-cluster", default=3, show_default=True,
+              type=click.IntRange(2, MAX_MEMBERS), help="Fewest memories a cluster holds.")
+@click.option("--threshold", default=CLUSTER_THRESHOLD, show_default=True,
+              type=click.FloatRange(0, 1, min_open=True),
+              help="Cosine similarity at which memories belong together.")
+def consolidate(
+    tenant: str, project: str | None, agent: str | None, session: str | None,
+    min_cluster: int, threshold: float,
+) -> None:
+    """Group the related memories of one exact scope under summary memories.
+
+    Only memories new since the last run are considered; clusters whose members
+    changed are redone. Safe to run from several processes at once. The summarizer
+    is the one MEMSVC_SUMMARIZER names (extractive by default).
+    """
+    scope = Scope(tenant, project, agent, session)
+
+    async def run(progress: ProgressReporter) -> ConsolidationReport:
+        async with _service(progress) as svc:
+            return await svc.maintenance.consolidate(
+                scope, min_cluster=min_cluster, threshold=threshold
+            )
+
+    with _progress() as progress:
+        report = _run(run(progress))
+    _echo([
+        f"clusters made: {report.made}",
+        f"memories joined to clusters: {report.joined}",
+        f"clusters redone: {report.redone}",
+        f"clusters dissolved: {report.dissolved}",
+        f"memories considered: {report.considered}",
+    ])
 
 
 @main.command()

@@ -208,6 +208,8 @@ FOR UPDATE OF m"""
 def upsert_by_key(schema: str, scope_sql: str) -> str:
     """Insert or replace the memory with a key in a scope, with its event.
 
+    ``$13``: when the value started to hold (NULL: the transaction's time).
+
     ``old`` locks the current row (if any) so the event records what it held;
     the unique index on the key makes racing writers update, never duplicate.
     """
@@ -219,12 +221,12 @@ WITH old AS (
 ), up AS (
     INSERT INTO {schema}.memories AS m
         (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
-         metadata, embedding, importance, expires_at)
+         metadata, embedding, importance, expires_at, valid_from)
     -- Reading "old" here makes it run (and lock) before the upsert; read
     -- only by the event insert, it would run after the row was changed by
     -- this very statement, and FOR UPDATE would skip it.
     SELECT $1, $2, $3, $4, $6, $5, $7, $8, $9::jsonb, $10, $11,
-           now() + $12::float8 * interval '1 second'
+           now() + $12::float8 * interval '1 second', coalesce($13::timestamptz, now())
     WHERE (SELECT count(*) FROM old) >= 0
     ON CONFLICT (tenant_id, project_id, agent_id, session_id, key) WHERE key IS NOT NULL
     DO UPDATE SET content = EXCLUDED.content,
@@ -233,8 +235,8 @@ WITH old AS (
                   embedding = EXCLUDED.embedding,
                   importance = EXCLUDED.importance,
                   expires_at = EXCLUDED.expires_at,
-                  -- the new value holds from now on
-                  valid_from = now(),
+                  -- the new value holds from now on (or from the moment given)
+                  valid_from = EXCLUDED.valid_from,
                   valid_to = NULL,
                   version = m.version + 1,
                   updated_at = now(),

@@ -470,15 +470,19 @@ class MemoryRepository(MemorySearches, Restoring):
         metadata: Mapping[str, Any] | None = None,
         importance: float = 0.5,
         ttl: float | Any | None = None,
+        valid_from: datetime | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> Memory:
         """Insert or replace the memory stored under ``key`` in this exact scope.
 
         One atomic upsert: racing writers never create two rows for a key; each
         replacement bumps ``version`` and records the prior value in history.
+        The value holds from ``valid_from`` (timezone-aware; default: the
+        writing transaction's time), also when it replaces another.
         """
         scope = validate_scope(scope)
         key = validate_name(key, "key", KEY_MAX_LENGTH)
+        moment = validity.check_optional_time(valid_from, "valid_from")
         fields = prepare(self._settings, content, metadata, importance, ttl)
         text, digest, meta, weight, ttl_s = fields
         await self._follow_space()
@@ -486,7 +490,7 @@ class MemoryRepository(MemorySearches, Restoring):
             lambda: self._space.embeddings_for(text, embedding)
         )
         params = Params(*scope_params(scope), key, new_id(), text, digest, meta, vector)
-        params.values.extend([weight, ttl_s])
+        params.values.extend([weight, ttl_s, moment])
         scope_sql = scope_condition(scope, "exact", params)
         sql = q.upsert_by_key(self._schema, scope_sql)
 

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
+import signal
+import subprocess
+import sys
+import textwrap
 import uuid
 import zlib
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -25,6 +31,7 @@ from memsvc import (
 )
 from memsvc.testing.postgres import settings_for_tests
 from tests.extraction.fake_chat import serving
+from tests.ops.conftest import Cli
 from tests.test_row_level_security import rls_database  # noqa: F401
 
 pytestmark = pytest.mark.timeout(300)
@@ -351,3 +358,86 @@ async def test_consolidation_under_row_level_security_stays_in_its_tenant(
         assert await owner.fetchval("SELECT count(*) FROM memsvc.consolidation_clusters") == 1
     finally:
         await owner.close()
+
+
+async def test_a_summary_is_valid_from_its_newest_members_fact(service: MemoryService) -> None:
+    if "valid_from" not in inspect.signature(service.memories.add).parameters:
+        pytest.skip("this memsvc has no valid time")
+    moments = [datetime(2024, month, 1, tzinfo=UTC) for month in (3, 9, 5)]
+    for i, (text, moment) in enumerate(zip(TOPICS["home"], moments, strict=False)):
+        await service.memories.add(
+            SCOPE, text, embedding=near(BASES["home"], i), valid_from=moment
+        )
+    report = await service.maintenance.consolidate(SCOPE)
+    summary = await service.memories.get(report.summaries[0])
+    assert summary.valid_from == datetime(2024, 9, 1, tzinfo=UTC)
+    assert summary.metadata["consolidation"]["valid_from"] == "2024-09-01T00:00:00+00:00"
+
+
+async def test_the_consolidate_command_runs_it_on_a_scope(service: MemoryService, cli: Cli) -> None:
+    await seed_memories(service)
+    scope = ["--tenant", "acme", "--project", "bridge", "--agent", "planner", "--session", "s-1"]
+    first = await cli("consolidate", *scope)
+    assert first.exit_code == 0, first.output
+    assert "clusters made: 3" in first.output and "memories considered: 14" in first.output
+    again = await cli("consolidate", *scope, "--min-cluster", "2", "--threshold", "0.9")
+    assert "clusters made: 0" in again.output and "memories considered: 0" in again.output
+    bad = await cli("consolidate", "--tenant", "acme", "--threshold", "0")
+    assert bad.exit_code == 2 and "threshold" in bad.output
+    assert len(await assert_consistent(service)) == 3
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from memsvc import MemoryService, Scope
+    from memsvc.testing.postgres import settings_for_tests
+
+    async def main():
+        async with MemoryService.open(settings_for_tests(sys.argv[1])) as svc:
+            await svc.maintenance.consolidate(Scope("acme", "bridge", "planner", "s-1"))
+
+    asyncio.run(main())
+    """
+)
+WAITING_FOR_A_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
+
+
+@pytest.mark.slow
+async def test_a_process_killed_inside_a_clusters_transaction_is_resumed_by_the_next_run(
+    service: MemoryService, settings: Settings
+) -> None:
+    ids = await seed_memories(service)
+    dsn = settings.database_url
+    assert dsn is not None
+    admin = await asyncpg.connect(dsn)
+    watcher = await asyncpg.connect(dsn)
+    try:
+        holding = admin.transaction()
+        await holding.start()
+        # The second cluster's transaction waits for this lock on one of its members.
+        await admin.execute(
+            "SELECT 1 FROM memsvc.memories WHERE id = $1 FOR UPDATE", ids["pets"][0]
+        )
+        child = subprocess.Popen([sys.executable, "-c", CHILD, dsn])
+        try:
+            async with asyncio.timeout(120):
+                while not await watcher.fetchval(WAITING_FOR_A_LOCK):
+                    assert child.poll() is None, "the run ended before it reached the lock"
+                    await asyncio.sleep(0.05)
+            child.send_signal(signal.SIGKILL)
+            assert await asyncio.to_thread(child.wait) == -signal.SIGKILL
+        finally:
+            if child.poll() is None:
+                child.kill()
+        await holding.rollback()
+    finally:
+        await admin.close()
+        await watcher.close()
+    assert set(await assert_consistent(service)) == {frozenset(ids["home"])}
+    report = await service.maintenance.consolidate(SCOPE)
+    assert report.made == 2
+    assert set(await assert_consistent(service)) == {frozenset(m) for m in ids.values()}

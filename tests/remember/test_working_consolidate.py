@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import signal
+import subprocess
+import sys
+import textwrap
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import asyncpg
 import pytest
 
 from memsvc import (
@@ -180,3 +186,74 @@ async def test_a_bad_role_is_refused_with_nothing_done(
         await wm.consolidate(extractor=extractor, role="narrator")
     assert raised.value.field == "role"
     assert await wm.get_scratchpad() == [NOTES[0]]
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from memsvc import HashingEmbedder, MemoryService, OpenAIChatExtractor, Scope
+    from memsvc.testing.postgres import settings_for_tests
+
+    async def main():
+        settings = settings_for_tests(sys.argv[1]).model_copy(update={"redis_url": sys.argv[2]})
+        extractor = OpenAIChatExtractor(sys.argv[3], "m")
+        async with MemoryService.open(settings, embedder=HashingEmbedder(384)) as svc:
+            scope = Scope("acme", "bridge", "planner", sys.argv[4])
+            await svc.working(scope).consolidate(extractor=extractor)
+
+    asyncio.run(main())
+    """
+)
+WAITING_FOR_A_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
+
+
+@pytest.mark.slow
+async def test_a_process_killed_before_the_commit_leaves_every_entry_in_the_scratchpad(
+    settings: Settings, redis_url: str, chat: FakeChatServer, extractor: OpenAIChatExtractor
+) -> None:
+    dsn = settings.database_url
+    assert dsn is not None
+    scope = Scope("acme", "bridge", "planner", f"s-{uuid.uuid4().hex[:8]}")
+    redis_settings = settings.model_copy(update={"redis_url": redis_url})
+    async with MemoryService.open(redis_settings, embedder=HashingEmbedder(384)) as svc:
+        wm = svc.working(scope)
+        for note in NOTES:
+            await wm.append_scratchpad(note)
+        admin = await asyncpg.connect(dsn)
+        watcher = await asyncpg.connect(dsn)
+        try:
+            holding = admin.transaction()
+            await holding.start()
+            # An uncommitted memory with a note's text: the child's batch waits for it.
+            content = NOTES[-1]
+            await admin.execute(
+                "INSERT INTO memsvc.memories (tenant_id, project_id, agent_id, session_id, id, "
+                "content, content_hash) VALUES ($1, $2, $3, $4, gen_random_uuid(), $5, $6)",
+                *scope.levels, content, "sha256:" + hashlib.sha256(content.encode()).hexdigest(),
+            )
+            child = subprocess.Popen(
+                [sys.executable, "-c", CHILD, dsn, redis_url, chat.base_url, scope.session or ""]
+            )
+            try:
+                async with asyncio.timeout(120):
+                    while not await watcher.fetchval(WAITING_FOR_A_LOCK):
+                        assert child.poll() is None, "consolidate ended before the lock"
+                        await asyncio.sleep(0.05)
+                child.send_signal(signal.SIGKILL)
+                assert await asyncio.to_thread(child.wait) == -signal.SIGKILL
+            finally:
+                if child.poll() is None:
+                    child.kill()
+            await holding.rollback()
+        finally:
+            await admin.close()
+            await watcher.close()
+        assert await wm.get_scratchpad() == NOTES
+        assert await contents(svc, scope) == []
+        done = await wm.consolidate(extractor=extractor)
+        assert done.cleared == 3 and len(done.result.applied) == 3
+        assert await contents(svc, scope) == sorted(NOTES)
+        assert await wm.get_scratchpad() == []
