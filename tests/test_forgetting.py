@@ -131,8 +131,11 @@ async def test_keyed_pinned_and_assembly_members_are_never_forgotten_unless_aske
     report = await service.maintenance.forget(now=later)
     assert report.ids == [plain.id]
     assert pinned.pinned and (await service.memories.get(pinned.id)).pinned
+    group = await service.assemblies.get_by_name(PROJECT, "group")
+    assert [m.id for m in await service.assemblies.members(group.id)] == [member.id]
     report = await service.maintenance.forget(now=later, assembly_members=True)
     assert report.ids == [member.id]
+    assert await service.assemblies.members(group.id) == []  # out of member pages too
     assert await visible(service, PROJECT) == {keyed.id, pinned.id}
     await service.memories.update(pinned.id, pinned=False)
     assert (await service.maintenance.forget(now=later)).ids == [pinned.id]
