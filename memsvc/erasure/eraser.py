@@ -4,7 +4,8 @@
 (audit). Erasure removes a scope's memories together with every event of
 their history, memberships (surviving assemblies are recomputed), the
 scope's assemblies and session checkpoints with their ledger events, the
-ids of the messages ``svc.remember`` recorded as remembered, LangGraph
+ids of the messages ``svc.remember`` recorded as remembered, the half-life
+policies set on the scope and below it, LangGraph
 rows when the scope is a whole tenant, and working memory; it
 leaves one content-free ``erased`` event per memory (and the ``deleted``
 ledger event of each assembly and checkpoint), so feeds and audits see that
@@ -164,6 +165,8 @@ class Erasure(Repository):
         await self._erase_checkpoints(plan, receipt, progress)
         progress.start("erasing the ids of remembered messages")
         await self._erase_remembered(plan, receipt, progress)
+        progress.start("erasing half-life policies")
+        await self._erase_policies(plan, receipt, progress)
         if plan.whole_tenant:
             progress.start("erasing LangGraph checkpoints and store items")
             await self._erase_langgraph(plan.scope.tenant, plan.batch_size, receipt)
@@ -347,6 +350,18 @@ class Erasure(Repository):
 
         async def run(conn: asyncpg.Connection) -> dict[str, int]:
             return {"remembered_messages": await conn.fetchval(sql, *params.values)}
+
+        await self._batches(run, receipt, progress, tenant=plan.scope.tenant)
+
+    async def _erase_policies(
+        self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter
+    ) -> None:
+        """The scope's half-life policies (they hold its ids, nothing remembered)."""
+        params = Params()
+        sql = q.delete_policies(self._schema, plan.scope_sql(params))
+
+        async def run(conn: asyncpg.Connection) -> dict[str, int]:
+            return {"memory_policies": await conn.fetchval(sql, *params.values)}
 
         await self._batches(run, receipt, progress, tenant=plan.scope.tenant)
 

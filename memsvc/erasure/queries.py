@@ -473,6 +473,15 @@ WITH gone AS (
 SELECT count(*) AS rows FROM gone"""
 
 
+def delete_policies(schema: str, scope_sql: str) -> str:
+    """Delete the half-life policies of the erased scope (few rows: one statement)."""
+    return f"""
+WITH gone AS (
+    DELETE FROM {schema}.memory_policies WHERE {scope_sql} RETURNING 1
+)
+SELECT count(*) FROM gone"""
+
+
 # -------------------------------------------------------------------- LangGraph
 
 
