@@ -234,8 +234,9 @@ WITH old AS (
                   embedding = EXCLUDED.embedding,
                   importance = EXCLUDED.importance,
                   expires_at = EXCLUDED.expires_at,
-                  -- the new value holds from now on
-                  valid_from = now(),
+                  -- the new value holds from now on (the proposed row's
+                  -- default, now(): see updated_at)
+                  valid_from = EXCLUDED.valid_from,
                   valid_to = NULL,
                   version = m.version + 1,
                   -- The proposed row's default, not now(): Citus evaluates
