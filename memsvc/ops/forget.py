@@ -187,36 +187,30 @@ class Forgetting(Repository):
     async def delete_forgotten(self, batch_size: int) -> int:
         """Delete one batch of memories forgotten longer than the grace period (gc)."""
         grace_s = self._settings.forget_grace_days * 86_400.0
-
-        async def batch() -> int:
-            async with self._transaction(tenant=None) as active:
-                rows = await active.fetch(q.lock_forgotten(self._schema), grace_s, batch_size)
-                return await self._memories.delete_locked(active, rows)
-
         if not await self._on_citus():
+
+            async def batch() -> int:
+                async with self._transaction(tenant=None) as active:
+                    rows = await active.fetch(q.lock_forgotten(self._schema), grace_s, batch_size)
+                    return await self._memories.delete_locked(active, rows)
+
             return await self._retrying(batch, owns_transaction=True)
         # Citus locks rows only in a statement routed to one shard: find the
-        # tenants first, without a lock, then lock and delete per tenant.
+        # tenants first (no lock), then lock and delete tenant by tenant.
         tenants = await self._read(
             None,
-            lambda active: active.fetch(
-                q.forgotten_tenants(self._schema), grace_s, batch_size
-            ),
+            lambda active: active.fetch(q.forgotten_tenants(self._schema), grace_s, batch_size),
             tenant=None,
             routed=False,
         )
+        sql = q.lock_forgotten(self._schema, tenant_filter=True)
         deleted = 0
-        for row in tenants:
+        for tenant in [row["tenant_id"] for row in tenants]:
 
-            async def tenant_batch(tenant: str = row["tenant_id"]) -> int:
+            async def of_tenant(tenant: str = tenant) -> int:
                 async with self._transaction(tenant=tenant) as active:
-                    rows = await active.fetch(
-                        q.lock_forgotten(self._schema, tenant_filter=True),
-                        grace_s,
-                        batch_size,
-                        tenant,
-                    )
+                    rows = await active.fetch(sql, grace_s, batch_size, tenant)
                     return await self._memories.delete_locked(active, rows)
 
-            deleted += await self._retrying(tenant_batch, owns_transaction=True)
+            deleted += await self._retrying(of_tenant, owns_transaction=True)
         return deleted

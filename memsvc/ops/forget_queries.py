@@ -87,22 +87,24 @@ SELECT w.tenant_id, w.id FROM ({_weak(schema, scope_sql, now, below, members, af
     LIMIT {limit}) AS w"""
 
 
-def lock_forgotten(schema: str, *, tenant_filter: bool = False) -> str:
-    """Lock a batch of memories forgotten more than ``$1`` seconds ago, to delete them
-    (``tenant_filter``: of tenant ``$3`` only, a statement Citus routes to one shard)."""
-    tenant = "tenant_id = $3 AND " if tenant_filter else ""
+def lock_forgotten(schema: str, tenant_filter: bool = False) -> str:
+    """Lock a batch of memories forgotten more than ``$1`` seconds ago, to delete them.
+
+    ``tenant_filter``: of tenant ``$3`` only (Citus locks rows only in a
+    statement routed to one shard).
+    """
+    tenant = "AND tenant_id = $3" if tenant_filter else ""
     return f"""
 SELECT tenant_id, id FROM {schema}.memories
-WHERE {tenant}forgotten_at IS NOT NULL
-  AND forgotten_at <= now() - $1::float8 * interval '1 second'
+WHERE forgotten_at IS NOT NULL AND forgotten_at <= now() - $1::float8 * interval '1 second'
+  {tenant}
 ORDER BY tenant_id, id
 LIMIT $2
 FOR UPDATE SKIP LOCKED"""
 
 
 def forgotten_tenants(schema: str) -> str:
-    """Up to ``$2`` tenants holding memories forgotten more than ``$1`` seconds ago (no lock:
-    Citus, before locking per tenant)."""
+    """Up to ``$2`` tenants with memories forgotten more than ``$1`` seconds ago (no lock)."""
     return f"""
 SELECT DISTINCT tenant_id FROM {schema}.memories
 WHERE forgotten_at IS NOT NULL AND forgotten_at <= now() - $1::float8 * interval '1 second'

@@ -42,9 +42,12 @@ Reader = Callable[[list[uuid.UUID]], Awaitable[None]]
 
 
 async def commit_out_of_order(
-    svc: MemoryService, read: Reader
+    svc: MemoryService, read: Reader, guard_s: float = GUARD_S
 ) -> tuple[uuid.UUID, uuid.UUID, list[uuid.UUID]]:
-    """Two adds of one tenant: the first to start commits last; ``read`` follows meanwhile."""
+    """Two adds of one tenant: the first to start commits last; ``read`` follows meanwhile.
+
+    Waits up to ``guard_s`` after the commit for both to be delivered.
+    """
     scope = Scope("acme", "bridge")
     delivered: list[uuid.UUID] = []
     consumer = asyncio.create_task(read(delivered))
@@ -58,7 +61,7 @@ async def commit_out_of_order(
             await asyncio.sleep(2.5)
             await transaction.commit()
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(GUARD_S):
+            async with asyncio.timeout(guard_s):
                 while len(delivered) < 2:
                     await asyncio.sleep(0.05)
     finally:
@@ -110,7 +113,9 @@ async def test_control_the_single_node_watermark_read_on_the_coordinator_misses_
         finally:
             await conn.close()
 
-    early, late, delivered = await commit_out_of_order(citus_service, naive)
+    # The control polls every 0.2 s: had it not lost the change, 3 s would
+    # have brought it many times over.
+    early, late, delivered = await commit_out_of_order(citus_service, naive, guard_s=3)
     assert delivered == [late], "the control should have lost the change committed late"
     assert early not in delivered
 

@@ -12,8 +12,11 @@ from datetime import UTC, datetime
 
 import asyncpg
 import pytest
+from langchain_core.embeddings import Embeddings
 
-from memsvc import CitusUnsupportedError, MemoryService, Scope, Settings
+from memsvc import CitusUnsupportedError, HashingEmbedder, MemoryService, Scope, Settings
+from memsvc.integrations.langchain import MemsvcVectorStore
+from memsvc.integrations.langgraph import MemsvcSaver, MemsvcStore
 from memsvc.testing.citus import CitusCluster
 from tests.citus.helpers import worker_dsns
 
@@ -76,3 +79,44 @@ async def test_as_of_reads_are_refused_by_name(citus_service: MemoryService) -> 
     with pytest.raises(CitusUnsupportedError) as refused:
         await citus_service.memories.get(memory.id, tenant="acme", as_of=datetime.now(UTC))
     assert refused.value.operation == "memories reads with as_of"
+
+
+class _FixedEmbeddings(Embeddings):
+    """Deterministic embeddings of the service's size (a hash of the text)."""
+
+    def __init__(self, dim: int) -> None:
+        self._embedder = HashingEmbedder(dim)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [list(map(float, self._embedder.embed_one(t))) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+async def test_the_langchain_vector_store_adds_finds_and_deletes_in_its_tenant(
+    citus_service: MemoryService,
+) -> None:
+    dim = citus_service.settings.embedding_dim
+    mine = MemsvcVectorStore(citus_service, _FixedEmbeddings(dim), Scope("acme", "docs"))
+    theirs = MemsvcVectorStore(citus_service, _FixedEmbeddings(dim), Scope("globex", "docs"))
+    await mine.aadd_texts(["the kettle is in the kitchen", "the cat sleeps"], ids=["k", "c"])
+    await theirs.aadd_texts(["the kettle is in the kitchen"], ids=["k"])
+    found = await mine.asimilarity_search("the kettle is in the kitchen", k=2)
+    assert found[0].id == "k" and {d.id for d in found} == {"k", "c"}
+    await mine.adelete(["k"])
+    assert [d.id for d in await mine.aget_by_ids(["k", "c"])] == ["c"]
+    assert [d.id for d in await theirs.aget_by_ids(["k"])] == ["k"]
+
+
+async def test_the_langgraph_saver_and_store_are_refused_by_name(
+    citus_service: MemoryService,
+) -> None:
+    saver = MemsvcSaver(citus_service, tenant="acme")
+    with pytest.raises(CitusUnsupportedError) as refused:
+        await saver.aget_tuple({"configurable": {"thread_id": "t1", "checkpoint_ns": ""}})
+    assert refused.value.operation == "MemsvcSaver"
+    store = MemsvcStore(citus_service, tenant="acme")
+    with pytest.raises(CitusUnsupportedError) as refused:
+        await store.aput(("docs",), "k", {"text": "x"})
+    assert refused.value.operation == "MemsvcStore"
