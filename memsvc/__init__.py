@@ -24,6 +24,7 @@ from memsvc.core.models import (
     Checkpoint,
     Memory,
     MemoryEvent,
+    Policy,
     SearchHit,
     TaskState,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "OpenAIChatExtractor",
     "OpenAIChatSummarizer",
     "OpenAIEmbedder",
+    "Policy",
     "RedisUnavailableError",
     "RememberResult",
     "SchemaError",

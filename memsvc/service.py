@@ -35,6 +35,7 @@ from memsvc.extraction.protocols import Extractor
 from memsvc.langgraph_db.checkpoints import LangGraphCheckpointRepository
 from memsvc.langgraph_db.store_indexes import NamespaceIndexes
 from memsvc.memories.embedding_space import EmbeddingSpace
+from memsvc.memories.policies import PolicyRepository
 from memsvc.memories.ranking import Reranker
 from memsvc.memories.repository import MemoryRepository
 from memsvc.ops.maintenance import Maintenance
@@ -65,6 +66,7 @@ TENANT_TABLES = (
     "remembered_messages",
     "consolidation_clusters",
     "consolidation_members",
+    "memory_policies",
 )
 
 
@@ -86,6 +88,7 @@ class MemoryService:
     memories: MemoryRepository
     assemblies: AssemblyRepository
     checkpoints: CheckpointRepository
+    policies: PolicyRepository
     maintenance: Maintenance
 
     def __init__(
@@ -126,6 +129,7 @@ class MemoryService:
             pool, settings, reads=self._reads, space=self.embedding_space
         )
         self.checkpoints = CheckpointRepository(pool, settings, reads=self._reads)
+        self.policies = PolicyRepository(pool, settings, reads=self._reads)
         self.memories = MemoryRepository(
             pool,
             settings,
@@ -135,6 +139,7 @@ class MemoryService:
             embeddings_changed=self.assemblies.embeddings_changed,
             reads=self._reads,
             space=self.embedding_space,
+            policies=self.policies,
         )
         self._feed = ChangeFeed(pool, settings, dsn=dsn)
         self._notifier = ChangeNotifier(dsn, settings)

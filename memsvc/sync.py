@@ -125,7 +125,7 @@ async def _next(feed: AsyncIterator[Change]) -> Change:
 class SyncMemoryService:
     """:class:`memsvc.MemoryService` for synchronous code.
 
-    ``memories``, ``assemblies`` and ``checkpoints`` have the async API's
+    ``memories``, ``assemblies``, ``checkpoints`` and ``policies`` have the async API's
     methods, blocking; ``working(scope)`` returns a blocking WorkingMemory;
     ``erase(scope)`` blocks until the erasure's receipt is ready.
     """
@@ -137,6 +137,7 @@ class SyncMemoryService:
         self.memories: Any = _Blocking(service.memories, runner)
         self.assemblies: Any = _Blocking(service.assemblies, runner)
         self.checkpoints: Any = _Blocking(service.checkpoints, runner)
+        self.policies: Any = _Blocking(service.policies, runner)
 
     @classmethod
     def open(

@@ -38,7 +38,13 @@ from memsvc.db.time_checks import TIME_COLUMNS
 from memsvc.embedding import HashingEmbedder
 from memsvc.langgraph_db import store_index_queries as langgraph_store_index_queries
 from memsvc.langgraph_db import store_queries as langgraph_store_queries
-from memsvc.ops import doctor_queries, gc_queries, recall_audit_queries, stats_queries
+from memsvc.ops import (
+    doctor_queries,
+    forget_queries,
+    gc_queries,
+    recall_audit_queries,
+    stats_queries,
+)
 from memsvc.ops.citus import ANCHOR, citus_sql
 from memsvc.service import TENANT_TABLES
 from memsvc.testing.postgres import run_in_own_loop, settings_for_tests, with_database
@@ -75,6 +81,12 @@ def _cross_tenant() -> dict[str, str]:
         gc_queries.idle_sessions(s): "gc: sessions idle past the cutoff, all tenants",
         gc_queries.persist_commit_times(s): "gc: commit times of every tenant's history "
         "events, copied before the server forgets them",
+        forget_queries.ANY_POLICY.format(schema=s): "gc: is a half-life policy set anywhere",
+        forget_queries.forget_batch(
+            s, "TRUE", "coalesce($1::timestamptz, now())", "$2::float8", "$3", False
+        ): "gc: forget the weak memories of every tenant under a policy",
+        forget_queries.lock_forgotten(s): "gc: memories of every tenant forgotten past "
+        "their grace period",
         bulk_queries.count_up_to(s, "memories"): "import / doctor: rows in the table (up to "
         "a cap), to size an HNSW index build",
         loader_queries.direct_copy_possible(s): "import: is the table empty (then COPY "
@@ -376,7 +388,19 @@ async def _operations(svc: MemoryService, scope: Scope, workdir: Path) -> None:
     tenant_scope = Scope(tenant=scope.tenant)
     await svc.memories.add(scope, "expires soon", ttl=0.001)
     await asyncio.sleep(0.01)
+    await svc.policies.set(tenant_scope, half_life=3600)
+    await svc.policies.get(tenant_scope)
+    await svc.policies.list(tenant=scope.tenant)
+    weak = await svc.memories.add(scope, "weak and soon forgotten", importance=0.0)
+    await svc.maintenance.forget(tenant_scope, dry_run=True)
+    await svc.maintenance.forget(tenant_scope)
+    await svc.memories.restore(weak.id, tenant=scope.tenant)
+    await svc.memories.add(scope, "weak and soon forgotten.", dedupe="semantic")
+    await svc.memories.add_many(scope, ["weak, soon forgotten"], dedupe="semantic")
+    await svc.maintenance.dedupe(scope, 0.5)
     await svc.maintenance.gc(batch_size=10, idle_session_days=30)
+    await svc.memories.search(scope, "weak", k=3, rank="recall")
+    await svc.policies.delete(tenant_scope)
     await svc.maintenance.stats(tenant=scope.tenant)
     await svc.maintenance.stats()
     await svc.maintenance.doctor()

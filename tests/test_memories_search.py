@@ -185,6 +185,26 @@ async def test_large_scopes_use_the_hnsw_index_and_small_ones_scan_exactly(
     assert small_hits[0].memory.content == "s10"
 
 
+async def test_validity_filters_keep_the_hnsw_plan(
+    large_scope: tuple[MemoryService, np.ndarray],
+) -> None:
+    # valid="now" (the default), valid_at and valid="all" are filters the
+    # index scan applies as it goes: the large scope still walks the index.
+    from datetime import UTC, datetime
+
+    service, vectors = large_scope
+    hnsw = "Index Scan using ix_memories_embedding_hnsw"
+    for options in ({"valid": "now"}, {"valid": "all"}, {"valid_at": datetime.now(UTC)}):
+        plan = await service.memories.explain_search(
+            Scope("t", "big"), vectors[3], k=10, **options  # type: ignore[arg-type]
+        )
+        assert _executed(plan, hnsw), (options, plan)
+        hits = await service.memories.search(
+            Scope("t", "big"), vectors[3], k=10, **options  # type: ignore[arg-type]
+        )
+        assert hits[0].memory.content == "b3" and len(hits) == 10
+
+
 async def test_selective_filter_on_a_large_scope_still_returns_a_full_page(
     large_scope: tuple[MemoryService, np.ndarray],
 ) -> None:

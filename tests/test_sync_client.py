@@ -53,6 +53,23 @@ def test_valid_time_without_await(sync_service: SyncMemoryService, scope: Scope)
         sync_service.memories.supersede(paris.id, "Ana lives in Rome")
 
 
+def test_forgetting_and_dedupe_without_await(
+    sync_service: SyncMemoryService, scope: Scope
+) -> None:
+    tenant = Scope(scope.tenant)
+    policy = sync_service.policies.set(tenant, half_life=3600)
+    assert sync_service.policies.get(tenant) == policy
+    weak = sync_service.memories.add(scope, "trivial", importance=0.0)
+    vector = [1.0] + [0.0] * 383
+    first = sync_service.memories.add(scope, "Ana lives in Porto", embedding=vector)
+    again = sync_service.memories.add(
+        scope, "Ana lives in Porto.", embedding=vector, dedupe="semantic"
+    )
+    assert again.merged and again.id == first.id and again.reinforced_count == 1
+    assert sync_service.memories.restore(weak.id).forgotten_at is None
+    assert sync_service.policies.delete(tenant)
+
+
 def test_10_threads_x_20_puts_and_adds_leave_200_memories(
     sync_service: SyncMemoryService,
 ) -> None:

@@ -391,3 +391,23 @@ async def test_valid_time_works_behind_pgbouncer(
                 assert [h.memory.id for h in then] == [paris.id]
             with pytest.raises(ConflictError):
                 await svc.memories.invalidate(paris.id)
+
+
+async def test_supersede_and_invalidate_run_in_the_callers_transaction(
+    service: MemoryService, scope: Scope
+) -> None:
+    paris = await service.memories.add(scope, "Ana lives in Paris", valid_from=MARCH)
+    before = await _rows(service)
+    async with service.pool.acquire() as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        berlin = await service.memories.supersede(
+            paris.id, "Ana lives in Berlin", valid_from=JUNE, conn=conn
+        )
+        await service.memories.invalidate(berlin.id, at=SEPTEMBER, conn=conn)
+        inside = await service.memories.get(paris.id, conn=conn)
+        assert inside.superseded_by == berlin.id
+        assert await service.memories.count(scope, valid="all", conn=conn) == 2
+        await transaction.rollback()
+    assert await _rows(service) == before
+    assert (await service.memories.get(paris.id)).valid_to is None

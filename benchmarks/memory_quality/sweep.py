@@ -18,6 +18,7 @@ import numpy as np
 
 from benchmarks.memory_quality.extractor import metadata
 from benchmarks.memory_quality.model import Add, Dataset
+from memsvc.memories.dedupe_rule import identifiers
 
 THRESHOLDS = (0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 
@@ -26,6 +27,7 @@ THRESHOLDS = (0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 class SweepRow:
     threshold: float
     within_slot: bool
+    same_ids: bool  # memsvc's rule: texts with different identifier-like tokens never merge
     written: int
     kept: int
     facts_lost: int
@@ -41,13 +43,19 @@ def sweep(
     adds = [op for _message, op in data.adds(stream)]
     facts = {op.fact for op in adds if op.fact}
     rows = []
-    for within_slot in (False, True):
+    ids = {op.memory: identifiers(op.content) for op in adds}
+    for within_slot, same_ids in ((False, False), (False, True), (True, False)):
         for threshold in thresholds:
             kept: list[int] = []  # indexes into adds
             wrong = 0
             for index, op in enumerate(adds):
                 group = _group(op) if within_slot else None
-                candidates = [k for k in kept if not within_slot or _group(adds[k]) == group]
+                candidates = [
+                    k
+                    for k in kept
+                    if (not within_slot or _group(adds[k]) == group)
+                    and (not same_ids or ids[adds[k].memory] == ids[op.memory])
+                ]
                 if candidates:
                     matrix = np.stack([vectors[adds[k].memory] for k in candidates])
                     similarity = matrix @ vectors[op.memory]
@@ -58,7 +66,10 @@ def sweep(
                 kept.append(index)
             left = {adds[k].fact for k in kept if adds[k].fact}
             rows.append(
-                SweepRow(threshold, within_slot, len(adds), len(kept), len(facts - left), wrong)
+                SweepRow(
+                    threshold, within_slot, same_ids, len(adds), len(kept),
+                    len(facts - left), wrong,
+                )
             )
     return rows
 
@@ -75,7 +86,9 @@ def show(rows: list[SweepRow], stream: str) -> None:
         f"{'wrong merges':>12}"
     )
     for row in rows:
-        compared = "same slot" if row.within_slot else "whole scope"
+        compared = (
+            "same slot" if row.within_slot else "scope+ids" if row.same_ids else "whole scope"
+        )
         print(
             f"  {compared:<12} {row.threshold:>9.2f} {row.kept:>6,} "
             f"{row.written / row.kept:>6.2f}x {row.facts_lost:>10} {row.wrong_merges:>12}"

@@ -9,12 +9,15 @@ import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import click
 
+from memsvc.cli.policy import parse_duration, policy_line, scope_of, scope_options
 from memsvc.core.errors import MemsvcError, SchemaError
+from memsvc.core.models import Policy
 from memsvc.core.scope import Scope
 from memsvc.core.settings import Settings
 from memsvc.db import migrate as migrations
@@ -418,7 +421,10 @@ def doctor(repair: bool, recall: bool, sample: int, threshold: float) -> None:
 def gc(batch_size: int, idle_days: float | None, max_batches: int | None) -> None:
     """Delete expired memories, prune checkpoints past retention, remove idle sessions.
 
-    Several gc processes may run at once: each takes rows the others do not hold.
+    When a half-life policy is set (memsvc policy set), also forget the memories
+    whose strength fell below forget_below, and delete those forgotten longer
+    than forget_grace_days. Several gc processes may run at once: each takes
+    rows the others do not hold.
     """
 
     async def run(progress: ProgressReporter) -> GcReport:
@@ -729,3 +735,68 @@ def citus(print_sql: bool, schema: str | None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ------------------------------------------------------------------ policies
+
+
+@main.group()
+def policy() -> None:
+    """Half-life policies: how fast a tenant's or scope's memories fade (forgetting)."""
+
+
+@policy.command(name="set")
+@scope_options
+@click.option("--half-life", "half_life", required=True, help="30d, 12h, 90m, 3600s or 2w.",
+              callback=lambda _c, _p, value: parse_duration(value))
+def policy_set(
+    tenant: str, project: str | None, agent: str | None, session: str | None,
+    half_life: timedelta,
+) -> None:
+    """Set the half-life of a tenant's or scope's memories (gc then forgets the weak ones)."""
+
+    async def run() -> Policy:
+        async with _service() as svc:
+            return await svc.policies.set(
+                scope_of(tenant, project, agent, session), half_life=half_life
+            )
+
+    _echo([policy_line(_run(run()))])
+
+
+@policy.command(name="show")
+@scope_options
+def policy_show(tenant: str, project: str | None, agent: str | None, session: str | None) -> None:
+    """The policy set on exactly this scope (exit code 1 when none)."""
+
+    async def run() -> Policy:
+        async with _service() as svc:
+            return await svc.policies.get(scope_of(tenant, project, agent, session))
+
+    _echo([policy_line(_run(run()))])
+
+
+@policy.command(name="list")
+@click.option("--tenant", default=None, help="Only this tenant's.")
+def policy_list(tenant: str | None) -> None:
+    """Every policy, broader scopes first."""
+
+    async def run() -> list[Policy]:
+        async with _service() as svc:
+            return await svc.policies.list(tenant=tenant)
+
+    policies = _run(run())
+    _echo([policy_line(p) for p in policies] or ["no policies"])
+
+
+@policy.command(name="unset")
+@scope_options
+def policy_unset(tenant: str, project: str | None, agent: str | None, session: str | None) -> None:
+    """Remove the policy set on exactly this scope."""
+    scope = scope_of(tenant, project, agent, session)
+
+    async def run() -> bool:
+        async with _service() as svc:
+            return await svc.policies.delete(scope)
+
+    _echo(["removed" if _run(run()) else "no policy on this scope"])

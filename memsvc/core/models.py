@@ -7,7 +7,7 @@ import functools
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -96,6 +96,13 @@ class Memory:
     valid_to: datetime | None = None
     supersedes: tuple[uuid.UUID, ...] = ()
     superseded_by: uuid.UUID | None = None
+    pinned: bool = False
+    forgotten_at: datetime | None = None
+    reinforced_count: int = 0
+    last_reinforced_at: datetime | None = None
+    # True on the memory an add returns when semantic deduplication merged
+    # the write into it (nothing new was stored); False on every read.
+    merged: bool = False
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], scope: Scope | None = None) -> Memory:
@@ -128,10 +135,38 @@ class Memory:
         supersedes = row["supersedes"]
         fields["supersedes"] = () if supersedes is None else tuple(supersedes)
         fields["superseded_by"] = row["superseded_by"]
+        fields["pinned"] = row["pinned"]
+        fields["forgotten_at"] = row["forgotten_at"]
+        fields["reinforced_count"] = row["reinforced_count"]
+        fields["last_reinforced_at"] = row["last_reinforced_at"]
+        fields["merged"] = False
         return memory
 
     def __repr__(self) -> str:
         return _short_repr(self, "embedding")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How fast the memories of a tenant or scope fade (``svc.policies``).
+
+    A memory's strength is ``importance x 0.5 ** (age / half_life)``, its age
+    counted from the latest of its creation, its last tracked access and its
+    restoration; the policy of the most specific scope on its path applies.
+    """
+
+    scope: Scope
+    half_life: timedelta
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Policy:
+        """Build a Policy from a ``memory_policies`` row."""
+        return cls(
+            scope=scope_from_row(row),
+            half_life=timedelta(seconds=row["half_life_s"]),
+            updated_at=row["updated_at"],
+        )
 
 
 @dataclass(frozen=True)

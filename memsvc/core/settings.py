@@ -209,6 +209,33 @@ class Settings(BaseSettings):
         description="Imports store a timestamp further than this in the future as the "
         "time of the import (and report it).",
     )
+    dedupe: Literal["exact", "semantic", "off"] = Field(
+        default="exact",
+        description="What add and add_many do with a memory their scope already holds: "
+        "exact (same content: the stored one is returned), semantic (also a near-duplicate "
+        "by embedding: merged into it), off (stored again).",
+    )
+    semantic_dedupe_threshold: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description="dedupe='semantic': the cosine similarity at which a write is merged "
+        "into a live memory of its scope (which must hold the same identifier-like tokens).",
+    )
+    forget_below: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="gc's forget pass (run when a half-life policy is set) forgets the "
+        "memories whose strength is below this.",
+    )
+    forget_grace_days: float = Field(
+        default=30.0,
+        ge=0,
+        le=MAX_DURATION_DAYS,
+        description="A forgotten memory can be restored (svc.memories.restore) this long; "
+        "then gc deletes it.",
+    )
     checkpoint_keep_last: int = Field(default=50, ge=1, le=MAX_INT4)
     langgraph_checkpoint_keep_last: int | None = Field(
         default=None,

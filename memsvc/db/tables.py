@@ -172,6 +172,24 @@ def store_vector_index_expression(settings: Settings) -> str:
     return f"(embedding::halfvec({int(settings.embedding_dim)}))"
 
 
+PINNED_COMMENT = "True: never forgotten, whatever its strength (see memory_policies)."
+FORGOTTEN_AT_COMMENT = (
+    "When a forget pass took the memory out of every read (its strength had fallen "
+    "below the floor); NULL: not forgotten. gc deletes it after the grace period."
+)
+REINFORCED_COUNT_COMMENT = "How many writes semantic deduplication merged into the memory."
+LAST_REINFORCED_AT_COMMENT = (
+    "When semantic deduplication last merged a write into the memory (renews its strength)."
+)
+CONTENT_UNIQUE_COMMENT = (
+    "False: added with dedupe='off', outside the unique index on content (its scope "
+    "may hold the same content again)."
+)
+POLICIES_COMMENT = (
+    "Half-life per tenant or scope: a memory's strength is importance x "
+    "0.5 ^ (age / half_life), by the most specific policy on its scope's path."
+)
+
 AT_COMMENT = "When the writing transaction started (now()); committed_at is when it committed."
 COMMITTED_AT_COMMENT = (
     "When the writing transaction committed (from pg_xact_commit_timestamp, "
@@ -333,6 +351,36 @@ def build_metadata(settings: Settings) -> MetaData:
         ),
         change_key_column("the memory's latest write"),
         created_xid_column(),
+        Column(
+            "pinned",
+            Boolean,
+            nullable=False,
+            server_default=text("false"),
+            comment=PINNED_COMMENT,
+        ),
+        Column(
+            "forgotten_at", DateTime(timezone=True), nullable=True, comment=FORGOTTEN_AT_COMMENT
+        ),
+        Column(
+            "reinforced_count",
+            Integer,
+            nullable=False,
+            server_default=text("0"),
+            comment=REINFORCED_COUNT_COMMENT,
+        ),
+        Column(
+            "last_reinforced_at",
+            DateTime(timezone=True),
+            nullable=True,
+            comment=LAST_REINFORCED_AT_COMMENT,
+        ),
+        Column(
+            "content_unique",
+            Boolean,
+            nullable=False,
+            server_default=text("true"),
+            comment=CONTENT_UNIQUE_COMMENT,
+        ),
         PrimaryKeyConstraint("tenant_id", "id"),
         CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
         CheckConstraint("content_hash LIKE 'sha256:%'", name="content_hash_format"),
@@ -346,8 +394,9 @@ def build_metadata(settings: Settings) -> MetaData:
         memories.c.content_hash,
         unique=True,
         postgresql_nulls_not_distinct=True,
-        # Exact deduplication matches only memories whose validity is open.
-        postgresql_where=text("key IS NULL AND valid_to IS NULL"),
+        # Exact deduplication matches only memories whose validity is open (and
+        # not stored with dedupe="off").
+        postgresql_where=text("key IS NULL AND valid_to IS NULL AND content_unique"),
     )
     Index(
         "uq_memories_key",
@@ -361,6 +410,11 @@ def build_metadata(settings: Settings) -> MetaData:
         "ix_memories_expires_at",
         memories.c.expires_at,
         postgresql_where=text("expires_at IS NOT NULL"),
+    )
+    Index(
+        "ix_memories_forgotten_at",
+        memories.c.forgotten_at,
+        postgresql_where=text("forgotten_at IS NOT NULL"),
     )
     Index("ix_memories_metadata", memories.c.metadata, postgresql_using="gin")
     # fastupdate off: new rows go straight into the index instead of a pending
@@ -500,6 +554,7 @@ def build_metadata(settings: Settings) -> MetaData:
     _add_langgraph_store_tables(metadata, vector_type, settings, hnsw_with)
     _add_remembered_messages_table(metadata)
     _add_consolidation_tables(metadata, settings)
+    _add_policies_table(metadata)
     add_range_checks(metadata)
     return metadata
 
@@ -751,6 +806,38 @@ def _add_consolidation_tables(metadata: MetaData, settings: Settings) -> None:
         "keeps a memory in at most one cluster); a memory with no row is new to it.",
     )
     Index("ix_consolidation_members_assembly", seen.c.tenant_id, seen.c.assembly_id)
+
+
+def _add_policies_table(metadata: MetaData) -> None:
+    """Half-life policies per tenant or scope (forgetting, ``svc.policies``)."""
+    policies = Table(
+        "memory_policies",
+        metadata,
+        *_scope_columns(),
+        Column("id", UUID(as_uuid=True), nullable=False, comment="Policy id."),
+        Column(
+            "half_life_s",
+            DOUBLE_PRECISION,
+            nullable=False,
+            comment="Half-life of the strength of the scope's memories, in seconds.",
+        ),
+        Column(
+            "updated_at",
+            DateTime(timezone=True),
+            nullable=False,
+            server_default=text("now()"),
+            comment="When the policy was last set.",
+        ),
+        PrimaryKeyConstraint("tenant_id", "id"),
+        CheckConstraint("half_life_s > 0", name="half_life_positive"),
+        comment=POLICIES_COMMENT,
+    )
+    Index(
+        "uq_memory_policies_scope",
+        *(policies.c[c] for c in ("tenant_id", "project_id", "agent_id", "session_id")),
+        unique=True,
+        postgresql_nulls_not_distinct=True,
+    )
 
 
 def _add_checkpoint_table(metadata: MetaData) -> None:

@@ -18,7 +18,8 @@ from memsvc.core.time_limits import MAX_DURATION_DAYS, in_range_sql
 # The time columns of each table whose rows memsvc reads.
 TIME_COLUMNS: dict[str, tuple[str, ...]] = {
     "memories": (
-        "created_at", "updated_at", "expires_at", "last_accessed_at", "valid_from", "valid_to"
+        "created_at", "updated_at", "expires_at", "last_accessed_at", "valid_from", "valid_to",
+        "forgotten_at", "last_reinforced_at",
     ),
     "memory_events": ("at", "committed_at"),
     "entity_events": ("at",),
@@ -27,6 +28,7 @@ TIME_COLUMNS: dict[str, tuple[str, ...]] = {
     "session_checkpoints": ("created_at",),
     "langgraph_checkpoints": ("created_at",),
     "langgraph_store_items": ("created_at", "updated_at", "expires_at"),
+    "memory_policies": ("updated_at",),
 }
 # Columns whose time is an expiry: past the range, it means "never".
 EXPIRY_COLUMNS = frozenset({("memories", "expires_at"), ("langgraph_store_items", "expires_at")})

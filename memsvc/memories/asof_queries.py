@@ -141,8 +141,16 @@ WITH {_guard(schema, t).strip()}, later AS (
 
 
 def _select(where: str, t: str) -> str:
-    columns = MEMORY_COLUMNS.replace("access_count", "0 AS access_count").replace(
-        "last_accessed_at", "NULL::timestamptz AS last_accessed_at"
+    # Access statistics, forgetting and reinforcement are not history: an
+    # as-of read shows none of them (a forgotten memory as it was stored).
+    columns = (
+        MEMORY_COLUMNS.replace("access_count", "0 AS access_count")
+        .replace("last_accessed_at", "NULL::timestamptz AS last_accessed_at")
+        .replace("pinned", "false AS pinned")
+        .replace("forgotten_at", "NULL::timestamptz AS forgotten_at")
+        .replace("reinforced_count", "0 AS reinforced_count")
+        .replace("last_reinforced_at", "NULL::timestamptz AS last_reinforced_at")
+        .replace("content_unique", "true AS content_unique")
     )
     return f"""
     SELECT {columns} FROM asof

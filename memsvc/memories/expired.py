@@ -1,4 +1,7 @@
-"""Adds that collide with an expired memory: it counts as gone.
+"""Adds that collide with an expired (or forgotten) memory: it counts as gone.
+
+A forgotten memory (see :mod:`memsvc.ops.forget`) is treated as an expired
+one here: adding its content again stores it anew.
 
 An expired memory is invisible to every read and waits only for gc. An add
 of the same content in the same scope (or with the same id) meets it in the

@@ -9,13 +9,14 @@ transaction or block (the repository's), on its connection.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 import asyncpg
 
 from memsvc.core.errors import ConflictError
-from memsvc.core.models import Memory
+from memsvc.core.models import Memory, real_value
 from memsvc.core.scope import Scope
 from memsvc.db.sql import Params, scope_condition
 from memsvc.memories import queries as q
@@ -111,6 +112,31 @@ async def insert_batch(
         await remove_expired(conn, schema, expired, delete_locked)
         chosen = absent
     return by_id, by_digest
+
+
+def inserted_memory(scope: Scope, args: list[Any], row: Any, vector: Any) -> Memory:
+    """The memory :func:`insert_one` stored (``args`` as it took them, ``row`` its result).
+
+    Built from what the caller sent and what the server decided: reading the
+    row back (its embedding above all) would double the traffic.
+    """
+    return Memory(
+        id=args[4],
+        scope=scope,
+        content=args[5],
+        content_hash=args[6],
+        metadata=json.loads(args[7]),
+        embedding=None if vector is None else vector.tolist(),
+        # the column is REAL: report what a read returns
+        importance=real_value(args[9]),
+        version=row["version"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        expires_at=row["expires_at"],
+        valid_from=row["valid_from"],
+        supersedes=tuple(args[12] or ()),
+        pinned=args[13],
+    )
 
 
 def batch_memories(

@@ -33,6 +33,11 @@ MEMORY_COLUMN_NAMES = (
     "valid_to",
     "supersedes",
     "superseded_by",
+    "pinned",
+    "forgotten_at",
+    "reinforced_count",
+    "last_reinforced_at",
+    "content_unique",
 )
 MEMORY_COLUMNS = ", ".join(MEMORY_COLUMN_NAMES)
 # The same columns with the embedding left out (a NULL in its place): search
@@ -41,6 +46,11 @@ MEMORY_COLUMNS = ", ".join(MEMORY_COLUMN_NAMES)
 MEMORY_COLUMNS_NO_EMBEDDING = MEMORY_COLUMNS.replace("embedding", "NULL AS embedding")
 
 NOT_EXPIRED = "(expires_at IS NULL OR expires_at > now())"
+# What search, list and count read: not expired, and not forgotten (a
+# forgotten memory is still found by id until gc deletes it, see
+# memsvc.ops.forget).
+NOT_FORGOTTEN = "forgotten_at IS NULL"
+LIVE = f"{NOT_EXPIRED} AND {NOT_FORGOTTEN}"
 
 # Valid time (see memsvc.memories.validity): a NULL valid_from (rows from
 # before valid time) means "since created_at", never later than now().
@@ -105,10 +115,11 @@ def insert_memory(schema: str) -> str:
 WITH ins AS (
     INSERT INTO {schema}.memories
         (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
-         metadata, embedding, importance, expires_at, valid_from, supersedes)
+         metadata, embedding, importance, expires_at, valid_from, supersedes, pinned,
+         content_unique)
     VALUES ($1, $2, $3, $4, $5, NULL, $6, $7, $8::jsonb, $9, $10,
             now() + $11::float8 * interval '1 second', coalesce($12::timestamptz, now()),
-            $13::uuid[])
+            $13::uuid[], $14, $15)
     ON CONFLICT DO NOTHING
     RETURNING tenant_id, id, version, created_at, updated_at, expires_at, valid_from
 ), ev AS (
@@ -123,14 +134,15 @@ def find_duplicate(schema: str, scope_sql: str) -> str:
     """The rows an insert collided with: same id, or same content in the same scope.
 
     ``live`` says whether each is still live (by this statement's ``now()``):
-    an expired one counts as gone (see :mod:`memsvc.memories.expired`).
+    an expired or forgotten one counts as gone (see :mod:`memsvc.memories.expired`).
     """
     return f"""
-SELECT {MEMORY_COLUMNS}, {NOT_EXPIRED} AS live FROM {schema}.memories
+SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
 WHERE tenant_id = $1 AND id = $2
 UNION ALL
-SELECT {MEMORY_COLUMNS}, {NOT_EXPIRED} AS live FROM {schema}.memories
-WHERE {scope_sql} AND key IS NULL AND valid_to IS NULL AND content_hash = $3 AND id <> $2"""
+SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
+WHERE {scope_sql} AND key IS NULL AND valid_to IS NULL AND content_unique AND content_hash = $3
+  AND id <> $2"""
 
 
 def insert_many(schema: str, vector_type: str) -> str:
@@ -138,14 +150,16 @@ def insert_many(schema: str, vector_type: str) -> str:
     return f"""
 WITH batch AS (
     SELECT * FROM unnest($5::uuid[], $6::text[], $7::text[], $8::jsonb[], $9::{vector_type}[],
-                         $10::real[], $11::float8[], $12::timestamptz[])
-        AS b(id, content, content_hash, metadata, embedding, importance, ttl, valid_from)
+                         $10::real[], $11::float8[], $12::timestamptz[], $13::bool[],
+                         $14::bool[])
+        AS b(id, content, content_hash, metadata, embedding, importance, ttl, valid_from,
+             pinned, unique_)
 ), ins AS (
     INSERT INTO {schema}.memories
         (tenant_id, project_id, agent_id, session_id, id, key, content, content_hash,
-         metadata, embedding, importance, expires_at, valid_from)
+         metadata, embedding, importance, expires_at, valid_from, pinned, content_unique)
     SELECT $1, $2, $3, $4, id, NULL, content, content_hash, metadata, embedding, importance,
-           now() + ttl * interval '1 second', coalesce(valid_from, now())
+           now() + ttl * interval '1 second', coalesce(valid_from, now()), pinned, unique_
     FROM batch
     ON CONFLICT DO NOTHING
     RETURNING {MEMORY_COLUMNS}
@@ -167,24 +181,26 @@ WHERE {scope_sql} AND key IS NULL AND content_hash = ANY($1::text[]) AND embeddi
 def find_batch_duplicates(schema: str, scope_sql: str) -> str:
     """Rows a batch collided with, by id or by content hash in the scope (and ``live``)."""
     return f"""
-SELECT {MEMORY_COLUMNS}, {NOT_EXPIRED} AS live FROM {schema}.memories
+SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
 WHERE tenant_id = $1 AND id = ANY($2::uuid[])
 UNION
-SELECT {MEMORY_COLUMNS}, {NOT_EXPIRED} AS live FROM {schema}.memories
-WHERE {scope_sql} AND key IS NULL AND valid_to IS NULL AND content_hash = ANY($3::text[])"""
+SELECT {MEMORY_COLUMNS}, {LIVE} AS live FROM {schema}.memories
+WHERE {scope_sql} AND key IS NULL AND valid_to IS NULL AND content_unique
+  AND content_hash = ANY($3::text[])"""
 
 
 def lock_expired(schema: str) -> str:
-    """Lock the rows named (tenant/id arrays) that have expired, to delete them.
+    """Lock the rows named (tenant/id arrays) that have expired or are forgotten, to delete them.
 
-    Re-checked under the lock: a row whose TTL was extended meanwhile is not
-    taken, one deleted meanwhile is skipped. Id order, as every deleter locks.
+    Re-checked under the lock: a row whose TTL was extended (or that was
+    restored) meanwhile is not taken, one deleted meanwhile is skipped. Id
+    order, as every deleter locks.
     """
     return f"""
 SELECT m.tenant_id, m.id FROM {schema}.memories AS m
 JOIN unnest($1::text[], $2::uuid[]) AS d(tenant_id, id)
   ON m.tenant_id = d.tenant_id AND m.id = d.id
-WHERE m.id = ANY($2::uuid[]) AND m.expires_at <= now()
+WHERE m.id = ANY($2::uuid[]) AND (m.expires_at <= now() OR m.forgotten_at IS NOT NULL)
 ORDER BY m.tenant_id, m.id
 FOR UPDATE OF m"""
 
@@ -311,6 +327,7 @@ WITH old AS (
         metadata = CASE WHEN $7::bool THEN $8::jsonb ELSE m.metadata END,
         importance = CASE WHEN $9::bool THEN $10::real ELSE m.importance END,
         embedding = CASE WHEN $11::bool THEN $12 ELSE m.embedding END,
+        pinned = CASE WHEN $13::bool THEN $14::bool ELSE m.pinned END,
         version = m.version + 1,
         updated_at = now(),
         change_key = {NEXT_CHANGE_KEY.format(row="m")}
@@ -438,7 +455,7 @@ def list_page(
     after = f"AND id > {after_param}" if after_param else ""
     return f"""
 SELECT {MEMORY_COLUMNS} FROM {schema}.memories
-WHERE {scope_sql} {after} AND {NOT_EXPIRED} AND {validity_sql}
+WHERE {scope_sql} {after} AND {LIVE} AND {validity_sql}
 ORDER BY id
 LIMIT {limit_param}"""
 
@@ -447,7 +464,7 @@ def count(schema: str, scope_sql: str, validity_sql: str = "TRUE") -> str:
     """Number of live memories in a scope (``validity_sql``: of those valid as asked)."""
     return (
         f"SELECT count(*) FROM {schema}.memories "
-        f"WHERE {scope_sql} AND {NOT_EXPIRED} AND {validity_sql}"
+        f"WHERE {scope_sql} AND {LIVE} AND {validity_sql}"
     )
 
 
@@ -537,7 +554,7 @@ def search(
             schema, distance, scope_sql, filter_sql, query_param, k_param, exact, with_embeddings
         )
     assert text_param is not None
-    where = f"{scope_sql} AND {filter_sql} AND {NOT_EXPIRED}"
+    where = f"{scope_sql} AND {filter_sql} AND {LIVE}"
     if mode == "text":
         return _text_search(schema, config, where, text_param, k_param, with_embeddings)
     assert query_param is not None and candidates_param is not None
@@ -664,7 +681,7 @@ def _vector_search(
 SELECT *, {similarity} AS similarity, {"true" if exact else "false"} AS via_exact FROM (
     SELECT {columns}, {order} AS distance
     FROM {schema}.memories
-    WHERE {scope_sql} AND {filter_sql} AND embedding IS NOT NULL AND {NOT_EXPIRED}
+    WHERE {scope_sql} AND {filter_sql} AND embedding IS NOT NULL AND {LIVE}
     ORDER BY {order}
     LIMIT {k_param}
 ) AS hits

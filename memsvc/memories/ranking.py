@@ -9,24 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
 from memsvc.core.errors import MemsvcError
 from memsvc.core.models import SearchHit
+from memsvc.core.scope import Scope
+from memsvc.memories.strength import DEFAULT_HALF_LIFE_S, half_life_for, memory_strength
 
 # An async callable scoring contents against the query text, higher is better.
 Reranker = Callable[[str, list[str]], Awaitable[Sequence[float]]]
 
-# rank="recall": score = SIMILARITY_WEIGHT * relevance + IMPORTANCE_WEIGHT *
-# importance + RECENCY_WEIGHT * 0.5 ** (age / RECENCY_HALF_LIFE_S).
+# rank="recall": score = SIMILARITY_WEIGHT * relevance + STRENGTH_WEIGHT *
+# strength (importance decayed by the scope's half-life, see
+# memsvc.memories.strength).
 SIMILARITY_WEIGHT = 0.7
-IMPORTANCE_WEIGHT = 0.2
-RECENCY_WEIGHT = 0.1
-RECENCY_HALF_LIFE_S = 30 * 86_400.0
+STRENGTH_WEIGHT = 0.3
 
 
 async def rerank(reranker: Reranker, query: str, hits: list[SearchHit]) -> list[SearchHit]:
@@ -56,25 +57,30 @@ def _relevance(hits: Sequence[SearchHit]) -> list[float]:
     return [(score - low) / (high - low) for score in scores]
 
 
-def rank_for_recall(hits: list[SearchHit], *, by_similarity: bool) -> list[SearchHit]:
-    """Weigh relevance, importance and recency (``rank="recall"``), best first.
+def rank_for_recall(
+    hits: list[SearchHit],
+    *,
+    by_similarity: bool,
+    half_lives: Mapping[Scope, float] | None = None,
+) -> list[SearchHit]:
+    """Weigh relevance and strength (``rank="recall"``), best first.
 
     Relevance is the vector similarity in vector mode, and otherwise the
-    hit's score scaled to [0, 1] within the candidates.
+    hit's score scaled to [0, 1] within the candidates. Strength is the
+    memory's importance halved every half-life (its scope's policy in
+    ``half_lives``, by exact scope; else 30 days) since its creation or last
+    tracked access.
     """
     if not hits:
         return hits
-    now = time.time()
+    now = datetime.now(UTC)
     relevance = [hit.similarity or 0.0 for hit in hits] if by_similarity else _relevance(hits)
+    found = half_lives or {}
     ranked = []
     for hit, relevant in zip(hits, relevance, strict=True):
-        age = max(0.0, now - hit.memory.created_at.timestamp())
-        recency = 0.5 ** (age / RECENCY_HALF_LIFE_S)
-        score = (
-            SIMILARITY_WEIGHT * relevant
-            + IMPORTANCE_WEIGHT * hit.memory.importance
-            + RECENCY_WEIGHT * recency
-        )
+        half_life = half_life_for(hit.memory.scope, found) if found else None
+        strong = memory_strength(hit.memory, now, half_life or DEFAULT_HALF_LIFE_S)
+        score = SIMILARITY_WEIGHT * relevant + STRENGTH_WEIGHT * strong
         ranked.append(dataclasses.replace(hit, score=score))
     ranked.sort(key=lambda hit: hit.score, reverse=True)
     return below_summaries(ranked)

@@ -10,7 +10,6 @@ one statement, cached by shape) and run in :mod:`memsvc.memories.search`
 from __future__ import annotations
 
 import builtins
-import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -23,7 +22,7 @@ import numpy as np
 from memsvc.changes.signal import signals_changes
 from memsvc.core.errors import ConflictError, ValidationError
 from memsvc.core.ids import new_id, parse_id
-from memsvc.core.models import Memory, real_value
+from memsvc.core.models import Memory
 from memsvc.core.scope import Include, Scope, validate_include
 from memsvc.core.settings import Settings
 from memsvc.core.validation import (
@@ -45,9 +44,12 @@ from memsvc.memories.inserts import (
     find_duplicate,
     insert_batch,
     insert_one,
+    inserted_memory,
     scope_params,
 )
+from memsvc.memories.policies import PolicyRepository
 from memsvc.memories.reads import KEY_MAX_LENGTH, MAX_PAGE
+from memsvc.memories.restoring import Restoring
 from memsvc.memories.search import SearchRunner
 from memsvc.memories.search_plan import (
     MAX_K,
@@ -55,11 +57,18 @@ from memsvc.memories.search_plan import (
     SearchPlanner,
 )
 from memsvc.memories.searching import MemorySearches
+from memsvc.memories.semantic import (
+    Dedupe,
+    SemanticDedupe,
+    validate_dedupe,
+    validate_threshold,
+)
 from memsvc.memories.write_inputs import (
     content_hash,
     prepare,
     prepare_items,
     prepare_update,
+    validate_pinned,
 )
 from memsvc.telemetry import traced_operations
 
@@ -84,9 +93,9 @@ DeleteHook = Callable[[asyncpg.Connection, list[str], list[uuid.UUID]], Awaitabl
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
 @signals_changes(
     "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked", "delete_scope",
-    "supersede", "invalidate",
+    "supersede", "invalidate", "restore",
 )
-class MemoryRepository(MemorySearches):
+class MemoryRepository(MemorySearches, Restoring):
     """Store, fetch, change and search long-term memories.
 
     Writes never lose or duplicate under concurrency: exact duplicates within a
@@ -107,8 +116,11 @@ class MemoryRepository(MemorySearches):
         embeddings_changed: DeleteHook | None = None,
         reads: ReadRouter | None = None,
         space: EmbeddingSpace | None = None,
+        policies: PolicyRepository | None = None,
     ) -> None:
         super().__init__(pool, settings, reads=reads)
+        # Half-life policies, read by rank="recall" (see memsvc.memories.strength).
+        self._policies = policies
         self._init_reads()
         # The embedder and dimension in use; they change at the switch of an
         # embedding-model migration (see memsvc.memories.embedding_space).
@@ -118,6 +130,7 @@ class MemoryRepository(MemorySearches):
         # when a memory's embedding changed (assemblies recompute centroids).
         self._embeddings_changed = embeddings_changed
         self._insert_sql = q.insert_memory(self._schema)
+        self._semantic = SemanticDedupe(settings)
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
         # The one search path: arguments -> plan (its statement cached by
         # shape) -> rows -> hits (see memsvc.memories.search_plan).
@@ -154,6 +167,9 @@ class MemoryRepository(MemorySearches):
         id: uuid.UUID | str | None = None,
         valid_from: datetime | None = None,
         supersedes: Iterable[uuid.UUID | str] | None = None,
+        pinned: bool = False,
+        dedupe: Dedupe | None = None,
+        dedupe_threshold: float | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> Memory:
         """Store a memory and return it.
@@ -164,9 +180,17 @@ class MemoryRepository(MemorySearches):
         so racing writers agree); content stated again after its memory was
         superseded is a new memory. Passing your own ``id`` makes a retried call
         idempotent; reusing an id for different content is a ConflictError.
-        An expired memory (not yet collected by gc) counts as gone: the add
-        removes it and stores a new memory (see
+        An expired or forgotten memory (not yet collected by gc) counts as
+        gone: the add removes it and stores a new memory (see
         :mod:`memsvc.memories.expired`).
+
+        With ``dedupe="semantic"`` a near-duplicate counts too: if a memory of
+        the exact scope, valid now and live, is at least ``dedupe_threshold``
+        similar (cosine) and holds the same identifier-like tokens, nothing
+        new is stored; that memory is reinforced and returned with
+        ``merged=True`` (see docs/how-to/deduplication.md). A write that
+        supersedes memories is always stored. ``dedupe="off"`` stores even
+        an exact duplicate.
 
         Args:
             scope: Where the memory lives.
@@ -181,13 +205,27 @@ class MemoryRepository(MemorySearches):
             supersedes: Memories of the same exact scope this one replaces:
                 their validity ends at this one's ``valid_from``, in the same
                 transaction (see :meth:`supersede`).
+            pinned: Never forget this memory, whatever its strength (see
+                docs/how-to/forgetting.md).
+            dedupe: ``exact``, ``semantic`` or ``off``; default ``Settings.dedupe``.
+            dedupe_threshold: Semantic mode's cosine similarity; default
+                ``Settings.semantic_dedupe_threshold``.
             conn: A connection (and transaction) of your own to run on.
         """
+        mode, threshold = self._dedupe_options(dedupe, dedupe_threshold)
         return await self._add(
             scope, content, embedding, metadata, importance, ttl, id,
             validity.check_optional_time(valid_from, "valid_from"),
             validity.check_predecessors(supersedes), {}, conn,
+            pinned=validate_pinned(pinned), mode=mode, threshold=threshold,
         )  # fmt: skip
+
+    def _dedupe_options(self, dedupe: object, threshold: object) -> tuple[Dedupe, float]:
+        """The call's dedupe mode and threshold, checked (the settings' by default)."""
+        mode = validate_dedupe(self._settings.dedupe if dedupe is None else dedupe)
+        if threshold is None:
+            return mode, self._settings.semantic_dedupe_threshold
+        return mode, validate_threshold(threshold)
 
     async def _add(
         self,
@@ -202,6 +240,10 @@ class MemoryRepository(MemorySearches):
         predecessors: builtins.list[uuid.UUID],
         expected: Mapping[uuid.UUID, int | None],
         conn: asyncpg.Connection | None,
+        *,
+        pinned: bool = False,
+        mode: Dedupe = "exact",
+        threshold: float = 1.0,
     ) -> Memory:
         """:meth:`add`, with the versions the predecessors must have (``expected``)."""
         scope = validate_scope(scope)
@@ -209,7 +251,8 @@ class MemoryRepository(MemorySearches):
         text, digest, meta, weight, ttl_s = fields
         memory_id = new_id() if id is None else parse_id("id", id)
         await self._follow_space()
-        if embedding is None and self._space.embedder is not None and not predecessors:
+        exact = mode == "exact" and not predecessors
+        if exact and embedding is None and self._space.embedder is not None:
             # Content already stored here comes back as it is, as the insert
             # below would return it: embedding the text again would be wasted.
             # Only a shortcut: the insert's conflict handling stays the truth.
@@ -225,12 +268,21 @@ class MemoryRepository(MemorySearches):
             lambda: self._space.embeddings_for(text, embedding)
         )
         args = [*scope_params(scope), memory_id, text, digest, meta, vector, weight, ttl_s]
-        args += [valid_from, predecessors or None]
+        args += [valid_from, predecessors or None, pinned, mode != "off"]
+        # A new version of a fact is stored whatever it resembles.
+        semantic = mode == "semantic" and vector is not None and not predecessors
 
         async def attempt() -> Memory:
             transaction = bool(predecessors)
-            async with self._writing(scope, conn, always_transaction=transaction) as active:
+            async with self._writing(
+                scope, conn, always_transaction=transaction, lock=semantic
+            ) as active:
                 vector = args[8] = self._space.held_vector(generation, args[8], nexts and nexts[0])
+                if semantic:
+                    found = await self._semantic.match(active, scope, text, vector, threshold)
+                    merged = found and await self._semantic.merge(active, found, text, meta, weight)
+                    if merged:
+                        return merged
                 if predecessors:
                     done = await self._close_predecessors(
                         active, scope, predecessors, memory_id, valid_from, expected, args
@@ -244,28 +296,15 @@ class MemoryRepository(MemorySearches):
                     raise ConflictError(
                         f"the new content is already stored, valid now, as memory {existing.id}"
                     )
+                if existing is not None and semantic:
+                    return await self._semantic.merge_found(active, existing, text, meta, weight)
                 if existing is not None:
                     return existing
                 if nexts is not None:
                     await self._space.write_next(
                         active, [scope.tenant], [memory_id], [digest], nexts
                     )
-            return Memory(
-                id=memory_id,
-                scope=scope,
-                content=text,
-                content_hash=digest,
-                metadata=json.loads(meta),
-                embedding=None if vector is None else vector.tolist(),
-                # the column is REAL: report what a read returns
-                importance=real_value(weight),
-                version=row["version"],
-                created_at=row["created_at"],
-                updated_at=row["updated_at"],
-                expires_at=row["expires_at"],
-                valid_from=row["valid_from"],
-                supersedes=tuple(predecessors),
-            )
+            return inserted_memory(scope, args, row, vector)
 
         return await self._retrying(attempt, owns_transaction=conn is None)
 
@@ -385,7 +424,12 @@ class MemoryRepository(MemorySearches):
 
     @asynccontextmanager
     async def _writing(
-        self, scope: Scope, conn: asyncpg.Connection | None, *, always_transaction: bool = False
+        self,
+        scope: Scope,
+        conn: asyncpg.Connection | None,
+        *,
+        always_transaction: bool = False,
+        lock: bool = False,
     ) -> AsyncIterator[asyncpg.Connection]:
         """Where writes to a scope run, enforcing ``max_memories_per_scope``.
 
@@ -393,10 +437,11 @@ class MemoryRepository(MemorySearches):
         lock, write, then count: past the limit the transaction rolls back
         with a ConflictError. Counting under the lock, after the write, is what
         stops racing writers from each seeing room for one more (write skew).
+        ``lock``: take the scope's lock anyway (semantic deduplication).
         """
         limit = self._settings.max_memories_per_scope
         migrating = self._space.migrating
-        if limit is None and not always_transaction and not migrating:
+        if limit is None and not always_transaction and not migrating and not lock:
             async with self._connection(conn, tenant=scope.tenant) as active:
                 yield active
             return
@@ -404,9 +449,8 @@ class MemoryRepository(MemorySearches):
             # During an embedding-model migration the write runs wholly before
             # or wholly after the switch (see EmbeddingSpace.hold).
             await self._space.hold(active)
-            if limit is not None:
-                key = json.dumps([self._schema, "memories", *scope.levels])
-                await active.execute(q.LOCK_SCOPE, key)
+            if limit is not None or lock:
+                await self._semantic.lock(active, scope)
             yield active
             if limit is not None:
                 params = Params()
@@ -472,20 +516,26 @@ class MemoryRepository(MemorySearches):
         scope: Scope,
         items: Iterable[str | Mapping[str, Any]],
         *,
+        dedupe: Dedupe | None = None,
+        dedupe_threshold: float | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> builtins.list[Memory]:
         """Store many memories in one transaction: all of them, or none.
 
         Each item is a string (the content) or a mapping with ``content`` and
         optionally ``embedding``, ``metadata``, ``importance``, ``ttl``, ``id``,
-        ``valid_from``. Every item is validated before anything is sent. Duplicates (of stored
-        memories or within the batch) come back as the existing memory, so the
-        result has one memory per item, in order; an expired memory counts as
-        gone, as in :meth:`add`.
+        ``valid_from``, ``pinned``. Every item is validated before anything
+        is sent. Duplicates (of stored memories or within the batch) come back
+        as the existing memory, so the result has one memory per item, in
+        order; an expired memory counts as gone, as in :meth:`add`.
+        ``dedupe`` and ``dedupe_threshold`` as in :meth:`add`: in semantic
+        mode each item is compared, in order, with the scope's memories and
+        the items stored before it.
         """
         scope = validate_scope(scope)
+        mode, threshold = self._dedupe_options(dedupe, dedupe_threshold)
         batch = validate_sequence(items, "items")
-        ids, texts, digests, metas, vectors, weights, ttls, starts = prepare_items(
+        ids, texts, digests, metas, vectors, weights, ttls, starts, pins = prepare_items(
             self._settings, self._space, batch
         )
         await self._follow_space()
@@ -504,18 +554,28 @@ class MemoryRepository(MemorySearches):
             return []
         vector_type = self._settings.vector_type
 
+        semantic = mode == "semantic"
+
         async def attempt() -> tuple[dict[uuid.UUID, Memory], dict[str, Memory]]:
-            async with self._writing(scope, conn, always_transaction=True) as active:
+            async with self._writing(scope, conn, always_transaction=True, lock=semantic) as active:
                 for j, i in enumerate(embedded):
                     next_vector = None if nexts is None else nexts[j]
                     vectors[i] = self._space.held_vector(generation, vectors[i], next_vector)
                 wire = [None if v is None else vector_bytes(v, vector_type) for v in vectors]
+                unique = [mode != "off"] * len(ids)
                 columns: builtins.list[builtins.list[Any]] = [
-                    ids, texts, digests, metas, wire, weights, ttls, starts
+                    ids, texts, digests, metas, wire, weights, ttls, starts, pins, unique
                 ]
-                found = await insert_batch(
-                    active, self._schema, self._insert_many_sql, scope, columns, self.delete_locked
-                )
+                if semantic:
+                    found = await self._semantic.add_each(
+                        active, scope, columns, vectors, threshold, self._insert_sql,
+                        self.delete_locked,
+                    )
+                else:
+                    found = await insert_batch(
+                        active, self._schema, self._insert_many_sql, scope, columns,
+                        self.delete_locked,
+                    )
                 if nexts is not None:
                     await self._space.write_next(
                         active,
@@ -527,6 +587,9 @@ class MemoryRepository(MemorySearches):
             return found
 
         by_id, by_digest = await self._retrying(attempt, owns_transaction=conn is None)
+        if semantic:
+            # add_each keys the memories it merged or found by item position.
+            return [by_id.get(ids[i]) or by_digest[str(i)] for i in range(len(ids))]
         return batch_memories(scope, ids, digests, by_id, by_digest)
 
     async def _embed_missing(
@@ -562,6 +625,7 @@ class MemoryRepository(MemorySearches):
         importance: float | None = None,
         embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
         expected_version: int | None = None,
+        pinned: bool | None = None,
         tenant: str | None = None,
         conn: asyncpg.Connection | None = None,
     ) -> Memory:
@@ -571,11 +635,14 @@ class MemoryRepository(MemorySearches):
         memory since you read it; otherwise ConflictError. New content without
         a new embedding is re-embedded when the service has an embedder.
         ``metadata`` replaces the whole object (see :meth:`patch_metadata`).
+        ``pinned`` pins (True) or unpins (False) the memory: a pinned memory
+        is never forgotten (see docs/how-to/forgetting.md).
         """
         memory_id = parse_id("id", id)
         text, digest, meta, weight = prepare_update(
             self._settings, content, metadata, importance, expected_version
         )
+        pin = None if pinned is None else validate_pinned(pinned)
         await self._follow_space()
 
         async def embed() -> tuple[Any, builtins.list[Any] | None]:
@@ -593,6 +660,7 @@ class MemoryRepository(MemorySearches):
             meta is not None, meta,
             weight is not None, weight,
             vector is not None, vector,
+            pin is not None, pin,
         ]  # fmt: skip
 
         async def attempt() -> Any:

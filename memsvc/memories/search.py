@@ -10,13 +10,14 @@ before the top ``k`` are cut.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
 
 from memsvc.core.errors import ValidationError
 from memsvc.core.models import Memory, SearchHit
+from memsvc.core.scope import Scope
 from memsvc.core.settings import Settings
 from memsvc.memories import queries as q
 from memsvc.memories import ranking
@@ -82,13 +83,23 @@ class SearchRunner:
             hits = [_hit(plan, place, row) for place, row in enumerate(found, 1)]
         return hits
 
-    async def reorder(self, plan: PlannedSearch, hits: list[SearchHit]) -> list[SearchHit]:
-        """The top ``k`` of a reordered plan's hits: reranked, ranked for recall, diversified."""
+    async def reorder(
+        self,
+        plan: PlannedSearch,
+        hits: list[SearchHit],
+        half_lives: Mapping[Scope, float] | None = None,
+    ) -> list[SearchHit]:
+        """The top ``k`` of a reordered plan's hits: reranked, ranked for recall, diversified.
+
+        ``half_lives``: the tenant's policies, by exact scope, for ``rank="recall"``.
+        """
         if self._reranker is not None and plan.text is not None:
             hits = await ranking.rerank(self._reranker, plan.text, hits)
         if plan.rank == "recall":
             hits = ranking.rank_for_recall(
-                hits, by_similarity=plan.mode == "vector" and self._reranker is None
+                hits,
+                by_similarity=plan.mode == "vector" and self._reranker is None,
+                half_lives=half_lives,
             )
         if plan.diversity is not None:
             return ranking.diversify(hits, plan.diversity, plan.k)

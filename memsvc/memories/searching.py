@@ -22,6 +22,7 @@ from memsvc.core.scope import Include, Scope
 from memsvc.core.validation import validate_scope
 from memsvc.memories import validity
 from memsvc.memories.embedding_space import EmbeddingSpace
+from memsvc.memories.policies import PolicyRepository
 from memsvc.memories.reads import MemoryReads
 from memsvc.memories.search import SearchRunner
 from memsvc.memories.search_plan import (
@@ -41,6 +42,7 @@ class MemorySearches(MemoryReads):
     _space: EmbeddingSpace
     _planner: SearchPlanner
     _runner: SearchRunner
+    _policies: PolicyRepository | None
 
     async def search(
         self,
@@ -88,8 +90,9 @@ class MemorySearches(MemoryReads):
             created_after: Only memories created after this moment.
             created_before: Only memories created before this moment.
             rank: ``similarity`` (the mode's own order), or ``recall``: 0.7 x
-                relevance + 0.2 x importance + 0.1 x 0.5 ** (age / 30 days),
-                over the 4k best candidates.
+                relevance + 0.3 x strength (importance x 0.5 ** (age /
+                half-life): the scope's policy, else 30 days; see
+                docs/how-to/forgetting.md), over the 4k best candidates.
             mode: ``vector``, ``text`` or ``hybrid``. Default: ``vector`` for an
                 embedding; for text, ``hybrid`` when the service has an embedder
                 (or ``query_embedding`` is given), else ``text``.
@@ -129,7 +132,10 @@ class MemorySearches(MemoryReads):
             )
         hits = self._runner.hits(planned, rows, terms)
         if planned.reordered:
-            return await self._runner.reorder(planned, hits)
+            half_lives = None
+            if planned.rank == "recall" and self._policies is not None and hits:
+                half_lives = await self._policies.half_lives(planned.scope.tenant, conn)
+            return await self._runner.reorder(planned, hits, half_lives)
         return hits
 
     async def _search_held(

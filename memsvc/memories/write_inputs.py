@@ -25,7 +25,7 @@ from memsvc.memories.embedding_space import EmbeddingSpace
 Fields = tuple[str, str, str, float, float | None]
 # A batch's items as parallel lists: ids, contents, fingerprints, metadata,
 # embeddings (None where the embedder computes them), importances, TTLs,
-# valid_from (None: the transaction's time).
+# valid_from (None: the transaction's time), pinned flags.
 Items = tuple[
     list[uuid.UUID],
     list[str],
@@ -35,11 +35,19 @@ Items = tuple[
     list[float],
     list[float | None],
     list[datetime | None],
+    list[bool],
 ]
 
 ITEM_FIELDS = frozenset(
-    {"content", "embedding", "metadata", "importance", "ttl", "id", "valid_from"}
+    {"content", "embedding", "metadata", "importance", "ttl", "id", "valid_from", "pinned"}
 )
+
+
+def validate_pinned(value: object, field: str = "pinned") -> bool:
+    """``pinned`` is True or False (never forgotten when True)."""
+    if not isinstance(value, bool):
+        raise ValidationError(field, "must be True or False")
+    return value
 
 
 def content_hash(content: str) -> str:
@@ -92,6 +100,7 @@ def prepare_items(
     weights: list[float] = []
     ttls: list[float | None] = []
     starts: list[datetime | None] = []
+    pins: list[bool] = []
     for i, item in enumerate(items):
         spec: Mapping[str, Any] = {"content": item} if isinstance(item, str) else item
         if not isinstance(spec, Mapping) or "content" not in spec:
@@ -113,6 +122,7 @@ def prepare_items(
             vectors.append(None if embedding is None else space.vector(embedding))
             start = spec.get("valid_from")
             starts.append(None if start is None else validate_time(start, "valid_from"))
+            pins.append(validate_pinned(spec.get("pinned", False)))
         except ValidationError as exc:
             raise ValidationError(f"items[{i}].{exc.field}", exc.reason) from exc
         texts.append(text)
@@ -120,4 +130,4 @@ def prepare_items(
         metas.append(meta)
         weights.append(weight)
         ttls.append(ttl_s)
-    return ids, texts, digests, metas, vectors, weights, ttls, starts
+    return ids, texts, digests, metas, vectors, weights, ttls, starts, pins

@@ -164,10 +164,11 @@ class Consolidation(Repository):
         self._assemblies = assemblies
         self._space = space
         self._default: Summarizer | None = None
-        # SEAM(issue 29): valid time adds valid_from/valid_to to memories.
+        # Valid time (valid_from/valid_to) and forgetting (forgotten_at), read
+        # from the schema so this runs on every revision that has the tables.
         columns = build_metadata(settings).tables[f"{self._schema}.memories"].c
         valid_time = "valid_to" in columns and "valid_from" in columns
-        self._live = q.live_condition("m", valid_time)
+        self._live = q.live_condition("m", valid_time, "forgotten_at" in columns)
         self._columns = q.member_columns(valid_time)
 
     def default_summarizer(self) -> Summarizer:

@@ -14,9 +14,11 @@ NOT_SUMMARY = """NOT (m.metadata @> '{"kind": "summary"}'::jsonb)"""
 MEMBER_COLUMNS = "m.id, m.version, m.content, m.embedding, m.created_at, m.importance"
 
 
-def live_condition(alias: str, valid_time: bool) -> str:
-    """The memory ``alias`` is valid now: not expired, and (with valid time) not closed."""
+def live_condition(alias: str, valid_time: bool, forgetting: bool = False) -> str:
+    """The memory ``alias`` is valid now: not expired, not forgotten, not closed."""
     condition = f"({alias}.expires_at IS NULL OR {alias}.expires_at > now())"
+    if forgetting:
+        condition += f" AND {alias}.forgotten_at IS NULL"
     if valid_time:
         condition += (
             f" AND ({alias}.valid_to IS NULL OR {alias}.valid_to > now())"

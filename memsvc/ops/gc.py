@@ -1,5 +1,7 @@
 """Garbage collection: expired memories, checkpoints past retention, idle sessions,
-change events past ``Settings.change_retention_days``.
+change events past ``Settings.change_retention_days``; weak memories forgotten
+(when a half-life policy is set) and forgotten ones deleted after
+``Settings.forget_grace_days`` (see :mod:`memsvc.ops.forget`).
 
 gc also persists the commit time of history events (``committed_at``, read
 by as-of reads) before the server forgets it; it never deletes history. The
@@ -46,6 +48,7 @@ from memsvc.langgraph_db.store_indexes import NamespaceIndexes
 from memsvc.memories.asof_queries import SHOW_TRACKING
 from memsvc.memories.repository import MemoryRepository
 from memsvc.ops import gc_queries as q
+from memsvc.ops.forget import Forgetting
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 
 T = TypeVar("T")
@@ -71,6 +74,8 @@ class GcReport:
     idle_checkpoints_deleted: int = 0
     commit_times_persisted: int = 0
     change_events_removed: int = 0
+    memories_forgotten: int = 0
+    forgotten_deleted: int = 0
     batches: int = 0
     seconds: float = 0.0
 
@@ -85,6 +90,7 @@ class GcReport:
             + self.idle_assemblies_deleted
             + self.idle_checkpoints_deleted
             + self.change_events_removed
+            + self.forgotten_deleted
         )
 
 
@@ -98,8 +104,10 @@ class GarbageCollector:
         *,
         memories: MemoryRepository,
         checkpoints: CheckpointRepository,
+        forgetting: Forgetting | None = None,
     ) -> None:
         self._pool = pool
+        self._forgetting = forgetting or Forgetting(pool, settings, memories=memories)
         self._settings = settings
         self._schema = settings.db_schema
         self._memories = memories
@@ -141,6 +149,7 @@ class GarbageCollector:
             progress.advance(deleted)
             if deleted < batch_size:
                 break  # none left (or only rows other workers hold right now)
+        await self._forget(batch_size, report, progress)
         progress.start("gc: deleting expired store items")
         while True:
             deleted = await self._retrying(lambda: self._delete_expired_store_items(batch_size))
@@ -171,6 +180,25 @@ class GarbageCollector:
         progress.done()
         report.seconds = time.perf_counter() - started
         return report
+
+    async def _forget(self, batch_size: int, report: GcReport, progress: ProgressReporter) -> None:
+        """Forget weak memories when a policy is set; delete those past their grace period."""
+        if await self._forgetting.any_policy():
+            progress.start("gc: forgetting weak memories")
+            forgotten = await self._forgetting.forget(
+                below=self._settings.forget_below, batch_size=batch_size
+            )
+            report.memories_forgotten = forgotten.forgotten
+            report.batches += forgotten.batches
+            progress.advance(forgotten.forgotten)
+        progress.start("gc: deleting memories forgotten past their grace period")
+        while True:
+            deleted = await self._forgetting.delete_forgotten(batch_size)
+            report.batches += 1
+            report.forgotten_deleted += deleted
+            progress.advance(deleted)
+            if deleted < batch_size:
+                break
 
     async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
         # Deadlocks cannot arise from gc's own lock order, but a lock timeout

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import IO
 
@@ -20,9 +21,14 @@ from memsvc.embedding import Embedder, embedder_from_spec
 from memsvc.extraction.protocols import Summarizer
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.repository import MemoryRepository
+from memsvc.memories.semantic import Dedupe, validate_dedupe
 from memsvc.ops.consolidation import CLUSTER_THRESHOLD, Consolidation, ConsolidationReport
+from memsvc.ops.dedupe import DEFAULT_BATCH as DEFAULT_DEDUPE_BATCH
+from memsvc.ops.dedupe import DedupeReport, Deduplication
 from memsvc.ops.doctor import Doctor
 from memsvc.ops.doctor_report import DoctorReport
+from memsvc.ops.forget import DEFAULT_BATCH as DEFAULT_FORGET_BATCH
+from memsvc.ops.forget import ForgetReport, Forgetting
 from memsvc.ops.gc import DEFAULT_BATCH, GarbageCollector, GcReport
 from memsvc.ops.recall_audit import (
     DEFAULT_K,
@@ -59,6 +65,7 @@ def _count_gc(report: GcReport) -> None:
             "idle_assemblies": report.idle_assemblies_deleted,
             "idle_checkpoints": report.idle_checkpoints_deleted,
             "change_events": report.change_events_removed,
+            "forgotten_memories": report.forgotten_deleted,
         }
     )
 
@@ -117,7 +124,15 @@ class Maintenance:
         self._dsn = dsn
         self._assemblies = assemblies
         self._memories = memories
-        self._gc = GarbageCollector(pool, settings, memories=memories, checkpoints=checkpoints)
+        self._forgetting = Forgetting(pool, settings, memories=memories, reads=reads)
+        self._deduplication = Deduplication(pool, settings, memories=memories, reads=reads)
+        self._gc = GarbageCollector(
+            pool,
+            settings,
+            memories=memories,
+            checkpoints=checkpoints,
+            forgetting=self._forgetting,
+        )
         self._background: asyncio.Task[None] | None = None
         self._consolidation = Consolidation(
             pool, settings, memories=memories, assemblies=assemblies, space=space, reads=reads
@@ -194,6 +209,69 @@ class Maintenance:
                 max_batches=max_batches,
                 progress=progress,
             )
+        finally:
+            self._wrote()
+
+    async def forget(
+        self,
+        scope: Scope | None = None,
+        *,
+        below: float = 0.05,
+        dry_run: bool = False,
+        now: datetime | None = None,
+        assembly_members: bool = False,
+        batch_size: int = DEFAULT_FORGET_BATCH,
+    ) -> ForgetReport:
+        """Forget the memories whose strength is below ``below``: out of every read at once.
+
+        Only memories under a half-life policy (``svc.policies``) decay;
+        keyed (``put``) and pinned memories are never forgotten, nor members
+        of an assembly unless ``assembly_members=True``. A forgotten memory is
+        still returned by ``get`` (with ``forgotten_at``) and comes back with
+        ``svc.memories.restore`` within ``Settings.forget_grace_days``; then
+        gc deletes it. See docs/how-to/forgetting.md.
+
+        Args:
+            scope: This scope and those under it; None: every scope (every
+                tenant: not under row-level security, which needs a scope).
+            below: The strength floor, in [0, 1].
+            dry_run: Only report what would be forgotten.
+            now: The moment strength is reckoned at (and ``forgotten_at``);
+                default the database's ``now()``. For tests and replays.
+            assembly_members: Forget members of assemblies too.
+            batch_size: Memories per transaction.
+        """
+        try:
+            return await self._forgetting.forget(
+                scope,
+                below=below,
+                dry_run=dry_run,
+                now=now,
+                assembly_members=assembly_members,
+                batch_size=batch_size,
+            )
+        finally:
+            self._wrote()
+
+    async def dedupe(
+        self,
+        scope: Scope,
+        threshold: float | None = None,
+        *,
+        batch_size: int = DEFAULT_DEDUPE_BATCH,
+    ) -> DedupeReport:
+        """Merge the near-duplicates already stored in ``scope`` and the scopes under it.
+
+        The rule of ``add(..., dedupe="semantic")``, after the fact: in each
+        exact scope, in write order, a memory at least ``threshold``
+        (default ``Settings.semantic_dedupe_threshold``) similar to an older
+        one valid now, with the same identifier-like tokens, is merged into
+        it (the older one reinforced, the newer deleted). Never across scopes
+        or keys. Batched, each batch its own transaction under the scope's
+        lock; run it again to resume. See docs/how-to/deduplication.md.
+        """
+        try:
+            return await self._deduplication.run(scope, threshold, batch_size=batch_size)
         finally:
             self._wrote()
 
@@ -376,6 +454,7 @@ class Maintenance:
         *,
         index_mode: IndexMode = "auto",
         allow_truncated: bool = False,
+        dedupe: Dedupe | None = None,
         progress: ProgressReporter = NO_PROGRESS,
     ) -> LoadReport:
         """Load a JSONL export, idempotently; rejected lines are in the report.
@@ -387,10 +466,16 @@ class Maintenance:
         its complete lines are loaded and the report carries a warning. An
         invalid index of memsvc's is rebuilt (the report says so).
         ``progress`` is told the bytes read, and the index check and rebuild steps.
+
+        ``dedupe`` (default ``Settings.dedupe``): ``semantic`` merges the
+        near-duplicates of each scope the file loaded into after the load
+        (as :meth:`dedupe` does; ``report.merged`` counts them). The load
+        itself keeps every line: an export is a copy, its rows are not writes.
         """
+        mode = validate_dedupe(self._settings.dedupe if dedupe is None else dedupe)
         try:
             async with self._pool.acquire() as conn:
-                return await import_jsonl(
+                report = await import_jsonl(
                     conn,
                     self._dsn,
                     self._settings,
@@ -400,6 +485,10 @@ class Maintenance:
                     allow_truncated=allow_truncated,
                     progress=progress,
                 )
+            if mode == "semantic":
+                for scope in sorted(report.memory_scopes, key=lambda s: s.depth):
+                    report.merged += (await self._deduplication.run(scope)).merged
+            return report
         finally:
             self._wrote()
 

@@ -130,6 +130,11 @@ def gc_lines(report: GcReport) -> list[str]:
         ]
     if report.change_events_removed:
         lines.append(f"change events removed past retention: {report.change_events_removed}")
+    if report.memories_forgotten or report.forgotten_deleted:
+        lines.append(
+            f"memories forgotten: {report.memories_forgotten}; forgotten memories deleted "
+            f"past their grace period: {report.forgotten_deleted}"
+        )
     if report.namespace_indexes_dropped:
         lines.append(
             f"LangGraph store namespace indexes dropped: {report.namespace_indexes_dropped}"

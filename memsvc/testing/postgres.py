@@ -64,6 +64,7 @@ TABLES = (
     "langgraph_store_items",
     "langgraph_store_namespace_indexes",
     "remembered_messages",
+    "memory_policies",
 )
 
 

@@ -97,6 +97,10 @@ class LoadReport:
     index_build_seconds: float = 0.0
     # Indexes found invalid (an interrupted build) and rebuilt before the load.
     index_repairs: list[str] = field(default_factory=list)
+    # The exact scopes memories were read for, and (Settings.dedupe="semantic")
+    # how many near-duplicates were merged after the load.
+    memory_scopes: set[Scope] = field(default_factory=set)
+    merged: int = 0
 
     def reject(self, source: str, kind: str, reason: str) -> None:
         """Record a rejected record (``kind``: memory, assembly, checkpoint, line, file)."""
@@ -140,7 +144,9 @@ class LoadReport:
 
 # The timestamps of each record kind that an import may carry, and the kind's name.
 _RECORD_TIMES: dict[type, tuple[str, ...]] = {
-    MemoryRecord: ("created_at", "updated_at", "last_accessed_at"),
+    MemoryRecord: (
+        "created_at", "updated_at", "last_accessed_at", "forgotten_at", "last_reinforced_at"
+    ),
     AssemblyRecord: ("created_at", "updated_at"),
     CheckpointRecord: ("created_at",),
     StoreItemRecord: ("created_at", "updated_at"),
@@ -187,6 +193,11 @@ def _copy_row(record: MemoryRecord, now: datetime) -> tuple[Any, ...]:
         record.valid_to,
         record.supersedes,
         record.superseded_by,
+        record.pinned,
+        record.forgotten_at,
+        record.reinforced_count,
+        record.last_reinforced_at,
+        record.content_unique,
     )
 
 
@@ -279,6 +290,7 @@ class Loader:
         """Queue or write one record."""
         self._clamp_future_times(record, source)
         if isinstance(record, MemoryRecord):
+            self.report.memory_scopes.add(record.scope)
             self._memories.append((record, source))
             if len(self._memories) >= self._memory_batch:
                 await self._start_memory_batch()
@@ -451,6 +463,11 @@ class Loader:
                 r.valid_to,
                 r.supersedes,
                 r.superseded_by,
+                r.pinned,
+                r.forgotten_at,
+                r.reinforced_count,
+                r.last_reinforced_at,
+                r.content_unique,
             )
             for i, (r, _) in enumerate(batch)
         ]

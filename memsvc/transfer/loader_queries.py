@@ -74,7 +74,9 @@ CREATE TEMP TABLE IF NOT EXISTS {STAGING} (
     importance real, version int,
     created_at timestamptz, updated_at timestamptz, expires_at timestamptz,
     access_count bigint, last_accessed_at timestamptz,
-    valid_from timestamptz, valid_to timestamptz, supersedes uuid[], superseded_by uuid
+    valid_from timestamptz, valid_to timestamptz, supersedes uuid[], superseded_by uuid,
+    pinned bool, forgotten_at timestamptz,
+    reinforced_count int, last_reinforced_at timestamptz, content_unique bool
 ) ON COMMIT DELETE ROWS"""
 
 
@@ -90,7 +92,8 @@ WITH ins AS (
            metadata, embedding,
            importance, version,
            coalesce(created_at, now()), coalesce(updated_at, created_at, now()), expires_at,
-           access_count, last_accessed_at, valid_from, valid_to, supersedes, superseded_by
+           access_count, last_accessed_at, valid_from, valid_to, supersedes, superseded_by,
+           pinned, forgotten_at, reinforced_count, last_reinforced_at, content_unique
     FROM {STAGING}
     ON CONFLICT DO NOTHING
     RETURNING m.tenant_id, m.project_id, m.agent_id, m.session_id, m.id, m.version

@@ -10,6 +10,9 @@ Every line has a ``type``:
   ``updated_at``, ``expires_at``, ``access_count``, ``last_accessed_at``,
   ``valid_from``, ``valid_to``, ``supersedes`` (a list of ids),
   ``superseded_by`` (valid time: absent or null in older files);
+  and when set ``pinned`` (true), ``forgotten_at``, ``reinforced_count``,
+  ``last_reinforced_at``, ``content_unique`` (false: stored with
+  ``dedupe="off"``);
 - ``assembly``: ``id``, the scope, ``name``, ``description``, ``metadata``,
   ``member_ids``, ``version``, ``created_at``, ``updated_at`` (counts and
   centroid are derived from the members on import);
@@ -112,6 +115,11 @@ class MemoryRecord:
     valid_to: datetime | None = None
     supersedes: list[uuid.UUID] | None = None
     superseded_by: uuid.UUID | None = None
+    pinned: bool = False
+    forgotten_at: datetime | None = None
+    reinforced_count: int = 0
+    last_reinforced_at: datetime | None = None
+    content_unique: bool = True
 
 
 @dataclass(slots=True)
@@ -337,8 +345,19 @@ def memory_from_json(obj: Mapping[str, Any], settings: Settings) -> MemoryRecord
         expires_at=parse_time("expires_at", obj.get("expires_at")),
         access_count=_int("access_count", obj.get("access_count"), 0, 0),
         last_accessed_at=parse_time("last_accessed_at", obj.get("last_accessed_at")),
+        pinned=_flag("pinned", obj.get("pinned", False)),
+        forgotten_at=parse_time("forgotten_at", obj.get("forgotten_at")),
+        reinforced_count=_int("reinforced_count", obj.get("reinforced_count"), 0, 0),
+        last_reinforced_at=parse_time("last_reinforced_at", obj.get("last_reinforced_at")),
+        content_unique=_flag("content_unique", obj.get("content_unique", True)),
         **_validity_fields(obj),
     )
+
+
+def _flag(field: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(field, "must be true or false")
+    return value
 
 
 def _validity_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -575,6 +594,17 @@ def memory_line(row: Mapping[str, Any]) -> str:
         "supersedes": [str(i) for i in row["supersedes"] or ()],
         "superseded_by": None if row["superseded_by"] is None else str(row["superseded_by"]),
     }
+    # Written only when set, so lines of memories never pinned or forgotten
+    # read as before.
+    if row["pinned"]:
+        obj["pinned"] = True
+    if row["forgotten_at"] is not None:
+        obj["forgotten_at"] = _time(row["forgotten_at"])
+    if row["reinforced_count"]:
+        obj["reinforced_count"] = row["reinforced_count"]
+        obj["last_reinforced_at"] = _time(row["last_reinforced_at"])
+    if not row["content_unique"]:
+        obj["content_unique"] = False
     return _dumps(obj, "embedding", row["embedding"])
 
 

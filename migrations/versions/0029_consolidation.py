@@ -11,7 +11,7 @@ tables are keyed by tenant first and get the tenant isolation policy of the
 other tenant tables.
 
 Revision ID: 0029
-Revises: 0027
+Revises: 0028
 Create Date: 2026-11-27
 """
 
@@ -26,7 +26,7 @@ from memsvc.db.migrate import settings_for_migration
 from memsvc.db.tables import SCOPE_COMMENTS
 
 revision: str = "0029"
-down_revision: str | None = "0027"
+down_revision: str | None = "0028"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -18,7 +18,8 @@ from .conftest import Cli
 MEMORY_ROWS = """
 SELECT tenant_id, project_id, agent_id, session_id, id, key, content, content_hash, metadata,
        embedding::text AS embedding, importance, version, created_at, updated_at, expires_at,
-       access_count, last_accessed_at
+       access_count, last_accessed_at, pinned, forgotten_at, reinforced_count,
+       last_reinforced_at, content_unique
 FROM memsvc.memories ORDER BY tenant_id, id"""
 ASSEMBLY_ROWS = """
 SELECT tenant_id, project_id, agent_id, session_id, id, name, description, metadata,
@@ -68,6 +69,18 @@ async def _populate(service: MemoryService) -> None:
     await service.memories.add(Scope("other"), "no embedding here")  # embedder computes one
     await service.memories.put(session, "prefs/units", "metric", metadata={"v": 2})
     await service.memories.add(session, "expires soon", ttl=3600)
+    # Pinned, and forgotten (under a policy): both survive the round trip.
+    await service.memories.update(added[20].id, pinned=True)
+    await service.policies.set(Scope("acme"), half_life=60)
+    forgotten = await service.maintenance.forget(session, below=0.05)
+    assert set(forgotten.ids) == {added[0].id, added[10].id}  # importance 0; 20 is pinned
+    await service.policies.delete(Scope("acme"))
+    # A near-duplicate merged (reinforced), and an exact copy kept with dedupe="off".
+    said = await service.memories.add(project, "the bridge opens at six", dedupe="off")
+    again = await service.memories.add(project, "the bridge opens at six", dedupe="off")
+    assert again.id != said.id
+    merged = await service.memories.add(project, "the bridge opens at six", dedupe="semantic")
+    assert merged.merged and merged.id in (said.id, again.id)
     await service.assemblies.create(
         session, "first ten", description="d", memory_ids=[m.id for m in added[:10]] + [wide.id]
     )
@@ -84,7 +97,7 @@ async def test_export_then_import_into_a_fresh_database_reproduces_every_row(
     dump = tmp_path / "dump.jsonl"
     exported = await cli("export", str(dump))
     assert exported.exit_code == 0, exported.output
-    assert "exported 34 memories, 2 assemblies, 2 checkpoints" in exported.output
+    assert "exported 36 memories, 2 assemblies, 2 checkpoints" in exported.output
     lines = [json.loads(line) for line in dump.read_text(encoding="utf-8").splitlines()]
     assert lines[0]["type"] == "header" and lines[0]["embedding_dim"] == 384
     assert {line["type"] for line in lines[1:-1]} == {"memory", "assembly", "checkpoint"}
@@ -92,14 +105,14 @@ async def test_export_then_import_into_a_fresh_database_reproduces_every_row(
 
     imported = await cli("import", str(dump), dsn=other_database)
     assert imported.exit_code == 0, imported.output
-    assert "memories: 34 inserted, 0 already present, 0 rejected" in imported.output
+    assert "memories: 36 inserted, 0 already present, 0 rejected" in imported.output
     source, copy = await _rows(memsvc_database_url), await _rows(other_database)
     assert copy == source
 
     events_before = await _count(other_database, "memory_events")
     again = await cli("import", str(dump), dsn=other_database)
     assert again.exit_code == 0, again.output
-    assert "memories: 0 inserted, 34 already present, 0 rejected" in again.output
+    assert "memories: 0 inserted, 36 already present, 0 rejected" in again.output
     assert "assemblies: 0 inserted, 2 already present" in again.output
     assert "checkpoints: 0 inserted, 2 already present" in again.output
     assert await _rows(other_database) == source
@@ -116,7 +129,7 @@ async def test_export_of_one_scope_takes_it_and_what_is_under_it(
     memories = [
         json.loads(line) for line in dump.read_text().splitlines() if '"type":"memory"' in line
     ]
-    assert len(memories) == 33
+    assert len(memories) == 35
     assert {m["tenant"] for m in memories} == {"acme"}
 
 
