@@ -103,7 +103,8 @@ def claim(schema: str) -> str:
 
     A memory already in a cluster is left where it is (the conditional
     upsert re-reads the row a racing claim committed): only the ids
-    returned were claimed. ``$5``: whether the summary is written from them.
+    returned were claimed, ``inserted`` when no run had considered them
+    before. ``$5``: whether the summary is written from them.
     """
     return f"""
 INSERT INTO {schema}.consolidation_members AS c
@@ -116,7 +117,7 @@ ON CONFLICT (tenant_id, memory_id) DO UPDATE
         memory_version = EXCLUDED.memory_version,
         summarized = EXCLUDED.summarized
     WHERE c.assembly_id IS NULL
-RETURNING memory_id"""
+RETURNING memory_id, (xmax = 0) AS inserted"""
 
 
 def considered(schema: str) -> str:
@@ -124,7 +125,8 @@ def considered(schema: str) -> str:
     return f"""
 INSERT INTO {schema}.consolidation_members (tenant_id, memory_id, assembly_id, memory_version)
 VALUES ($1, $2, NULL, $3)
-ON CONFLICT (tenant_id, memory_id) DO NOTHING"""
+ON CONFLICT (tenant_id, memory_id) DO NOTHING
+RETURNING memory_id"""
 
 
 def insert_cluster(schema: str) -> str:
