@@ -22,10 +22,12 @@ from memsvc.core.scope import Scope
 from memsvc.core.settings import Settings
 from memsvc.db import migrate as migrations
 from memsvc.db.embedded import EmbeddedPostgres, psql_executable, running_postmaster_pid
+from memsvc.db.errors import translate_errors
+from memsvc.db.pool import connect
 from memsvc.embedding import embedder_from_spec
 from memsvc.erasure.eraser import MAX_BATCH as ERASE_MAX_BATCH
 from memsvc.erasure.receipt import ErasureReceipt
-from memsvc.ops.citus import citus_sql
+from memsvc.ops.citus import CitusNotInstalled, apply_citus, citus_sql
 from memsvc.ops.consolidation import CLUSTER_THRESHOLD, MAX_MEMBERS, ConsolidationReport
 from memsvc.ops.doctor import Doctor
 from memsvc.ops.doctor_report import DoctorReport
@@ -717,20 +719,55 @@ def roles(print_sql: bool, schema: str | None, migration_role: str, runtime_role
     click.echo(script, nl=False)
 
 
-@main.command()
-@click.option("--print-sql", is_flag=True, help="Print the SQL script (required).")
+@main.group(invoke_without_command=True)
+@click.option("--print-sql", is_flag=True, help="Print the SQL script.")
 @click.option("--schema", default=None, help="Schema (default: MEMSVC_DB_SCHEMA or memsvc).")
-def citus(print_sql: bool, schema: str | None) -> None:
-    """SQL distributing the tables with Citus: tenant tables by tenant_id, co-located.
+@click.pass_context
+def citus(ctx: click.Context, print_sql: bool, schema: str | None) -> None:
+    """Distribute the tables with Citus: tenant tables by tenant_id, co-located.
 
-    Review it, then run it on the coordinator after `memsvc migrate` (psql -f).
-    memsvc never runs it itself.
+    `memsvc citus --print-sql` prints the script to review and run on the
+    coordinator after `memsvc migrate` (psql -f); `memsvc citus apply` runs it.
+    Both are one transaction and idempotent.
     """
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = schema
+        return
     if not print_sql:
-        raise click.ClickException("pass --print-sql: review the script, then run it with psql")
+        raise click.ClickException(
+            "pass --print-sql to print the script (review it, then run it with psql), "
+            "or run `memsvc citus apply`"
+        )
     # Settings validate the schema name (it is interpolated into the script).
     settings = _settings() if schema is None else Settings(db_schema=schema)
     click.echo(citus_sql(settings), nl=False)
+
+
+@citus.command("apply")
+@click.pass_obj
+def citus_apply(schema: str | None) -> None:
+    """Run the distribution script on the coordinator (MEMSVC_DATABASE_URL)."""
+    settings = _settings() if schema is None else Settings(db_schema=schema)
+    if settings.database_url is None:
+        raise click.ClickException("set MEMSVC_DATABASE_URL to the Citus coordinator")
+    dsn = settings.database_url
+
+    async def apply() -> list[str]:
+        conn = await connect(dsn, settings)
+        try:
+            with translate_errors():
+                return await apply_citus(conn, settings)
+        finally:
+            await conn.close()
+
+    try:
+        placed = _run(apply())
+    except CitusNotInstalled as exc:
+        raise click.ClickException(str(exc)) from exc
+    if placed:
+        click.echo(f"schema {settings.db_schema}: distributed {', '.join(placed)}")
+    else:
+        click.echo(f"schema {settings.db_schema}: every table was already distributed")
 
 
 if __name__ == "__main__":
