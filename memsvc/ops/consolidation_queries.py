@@ -14,9 +14,11 @@ NOT_SUMMARY = """NOT (m.metadata @> '{"kind": "summary"}'::jsonb)"""
 MEMBER_COLUMNS = "m.id, m.version, m.content, m.embedding, m.created_at, m.importance"
 
 
-def live_condition(alias: str, valid_time: bool) -> str:
-    """The memory ``alias`` is valid now: not expired, and (with valid time) not closed."""
+def live_condition(alias: str, valid_time: bool, forgetting: bool = False) -> str:
+    """The memory ``alias`` is valid now: not expired, not forgotten, not closed."""
     condition = f"({alias}.expires_at IS NULL OR {alias}.expires_at > now())"
+    if forgetting:
+        condition += f" AND {alias}.forgotten_at IS NULL"
     if valid_time:
         condition += (
             f" AND ({alias}.valid_to IS NULL OR {alias}.valid_to > now())"
@@ -101,7 +103,8 @@ def claim(schema: str) -> str:
 
     A memory already in a cluster is left where it is (the conditional
     upsert re-reads the row a racing claim committed): only the ids
-    returned were claimed. ``$5``: whether the summary is written from them.
+    returned were claimed, ``inserted`` when no run had considered them
+    before. ``$5``: whether the summary is written from them.
     """
     return f"""
 INSERT INTO {schema}.consolidation_members AS c
@@ -114,7 +117,7 @@ ON CONFLICT (tenant_id, memory_id) DO UPDATE
         memory_version = EXCLUDED.memory_version,
         summarized = EXCLUDED.summarized
     WHERE c.assembly_id IS NULL
-RETURNING memory_id"""
+RETURNING memory_id, (xmax = 0) AS inserted"""
 
 
 def considered(schema: str) -> str:
@@ -122,7 +125,8 @@ def considered(schema: str) -> str:
     return f"""
 INSERT INTO {schema}.consolidation_members (tenant_id, memory_id, assembly_id, memory_version)
 VALUES ($1, $2, NULL, $3)
-ON CONFLICT (tenant_id, memory_id) DO NOTHING"""
+ON CONFLICT (tenant_id, memory_id) DO NOTHING
+RETURNING memory_id"""
 
 
 def insert_cluster(schema: str) -> str:
