@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memsvc.core.errors import (
+    CitusUnsupportedError,
     ConcurrencyError,
     ConflictError,
     CursorExpiredError,
@@ -57,6 +58,7 @@ __all__ = [
     "AssemblyHit",
     "Change",
     "Checkpoint",
+    "CitusUnsupportedError",
     "ConcurrencyError",
     "ConflictError",
     "ConsolidationReport",

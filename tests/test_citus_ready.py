@@ -573,7 +573,7 @@ def test_the_statement_check_rejects_sql_that_can_read_other_tenants(sql: str) -
 def test_print_sql_distributes_every_tenant_table_colocated() -> None:
     result = CliRunner().invoke(cli, ["citus", "--print-sql", "--schema", "tenants"])
     assert result.exit_code == 0, result.output
-    calls = re.findall(r"SELECT (create_\w+)\('([\w.]+)'(.*?)\);", result.output, re.DOTALL)
+    calls = re.findall(r"SELECT (create_\w+)\('([\w.]+)'(.*?)\)\s+WHERE", result.output, re.DOTALL)
     distributed = [(table, rest) for call, table, rest in calls
                    if call == "create_distributed_table"]
     references = [table for call, table, _ in calls if call == "create_reference_table"]
@@ -587,10 +587,17 @@ def test_print_sql_distributes_every_tenant_table_colocated() -> None:
         assert " ".join(rest.split()) == (
             f", 'tenant_id', colocate_with => 'tenants.{ANCHOR}'"
         ), table
-    # Workers get memsvc's search settings as the database's defaults.
-    for setting in ("hnsw.ef_search", "hnsw.iterative_scan", "hnsw.max_scan_tuples"):
-        assert re.search(rf"run_command_on_workers\(\s*format\('ALTER DATABASE %I SET {setting}",
-                         result.output), setting
+    # The database's defaults, which Citus propagates to the workers itself
+    # (run_command_on_workers of an ALTER DATABASE fails on a worker).
+    for setting in ("hnsw.ef_search", "hnsw.iterative_scan", "hnsw.max_scan_tuples",
+                    "citus.propagate_set_commands"):
+        assert re.search(rf"format\('ALTER DATABASE %I SET {setting}", result.output), setting
+    assert "run_command_on_workers" not in result.output
+    # One transaction, triggers allowed, every placement skipped once done.
+    statements = [line for line in result.output.splitlines() if line and not line.startswith("--")]
+    assert statements[0] == "BEGIN;" and statements[-1] == "COMMIT;"
+    assert "SET LOCAL citus.enable_unsafe_triggers = on;" in statements
+    assert result.output.count("WHERE NOT EXISTS (SELECT 1 FROM pg_dist_partition") == len(calls)
 
 
 def test_print_sql_lists_parents_before_the_tables_referencing_them() -> None:
@@ -611,7 +618,7 @@ def test_print_sql_lists_parents_before_the_tables_referencing_them() -> None:
 def test_citus_without_print_sql_refuses() -> None:
     result = CliRunner().invoke(cli, ["citus"])
     assert result.exit_code != 0
-    assert "--print-sql" in result.output
+    assert "--print-sql" in result.output and "citus apply" in result.output
 
 
 def test_citus_rejects_a_bad_schema_name() -> None:

@@ -133,8 +133,11 @@ async def test_keyed_pinned_and_assembly_members_are_never_forgotten_unless_aske
     report = await service.maintenance.forget(now=later)
     assert report.ids == [plain.id]
     assert pinned.pinned and (await service.memories.get(pinned.id)).pinned
+    group = await service.assemblies.get_by_name(PROJECT, "group")
+    assert [m.id for m in await service.assemblies.members(group.id)] == [member.id]
     report = await service.maintenance.forget(now=later, assembly_members=True)
     assert report.ids == [member.id]
+    assert await service.assemblies.members(group.id) == []  # out of member pages too
     assert await visible(service, PROJECT) == {keyed.id, pinned.id}
     await service.memories.update(pinned.id, pinned=False)
     assert (await service.maintenance.forget(now=later)).ids == [pinned.id]
@@ -460,3 +463,15 @@ async def test_under_row_level_security_tenants_keep_their_policies_and_memories
             await svc.memories.restore(a.id, tenant="b")
         assert (await svc.memories.restore(a.id, tenant="a")).forgotten_at is None
         assert b.id != a.id
+
+
+async def test_erasing_a_scope_removes_its_policies_and_those_below(
+    service: MemoryService,
+) -> None:
+    await service.policies.set(TENANT, half_life=DAY)
+    await service.policies.set(PROJECT, half_life=DAY)
+    await service.policies.set(Scope("acme", "bridge", "planner", "s-1"), half_life=DAY)
+    await service.policies.set(Scope("acme", "deck"), half_life=DAY)
+    receipt = await service.erase(PROJECT)
+    assert receipt.removed["memory_policies"] == 2
+    assert [p.scope for p in await service.policies.list()] == [TENANT, Scope("acme", "deck")]

@@ -348,3 +348,20 @@ async def test_no_repository_method_runs_without_a_tenant_under_row_level_securi
             with pytest.raises(ValidationError) as refused:
                 await method(**arguments)  # type: ignore[operator]
             assert refused.value.field == "tenant", label
+
+
+async def test_a_tenant_id_with_quotes_and_backslashes_is_set_as_it_is(
+    rls_database: tuple[str, str],
+) -> None:
+    """The tenant is written into ``SET LOCAL`` as a literal: quoting must keep it exact."""
+    _, runtime_dsn = rls_database
+    settings = settings_for_tests(runtime_dsn, row_level_security=True)
+    odd, plain = "o'brien\\' OR true --", "o"
+    async with MemoryService.open(settings) as svc:
+        mine = await svc.memories.add(Scope(odd, "p"), "odd tenant's")
+        theirs = await svc.memories.add(Scope(plain, "p"), "plain tenant's")
+        assert (await svc.memories.get(mine.id, tenant=odd)).content == "odd tenant's"
+        listed = await svc.memories.list(Scope(odd), include="descendants")
+        assert [m.id for m in listed] == [mine.id]
+        with pytest.raises(NotFoundError):
+            await svc.memories.get(theirs.id, tenant=odd)

@@ -247,6 +247,19 @@ async def test_every_search_mode_keeps_what_is_valid_as_asked(
     assert await ids(valid_at=datetime.now(UTC) + timedelta(days=60)) - {paris, berlin} != set()
 
 
+async def test_recall_ranking_and_diversity_keep_what_is_valid_as_asked(
+    service: MemoryService, scope: Scope
+) -> None:
+    paris, berlin = await _paris_then_berlin(service, scope)
+    for options in ({"rank": "recall"}, {"diversity": 0.5}):
+        now = await service.memories.search(scope, "Ana lives", k=5, **options)  # type: ignore[arg-type]
+        then = await service.memories.search(
+            scope, "Ana lives", k=5, valid_at=MARCH, **options  # type: ignore[arg-type]
+        )
+        assert [h.memory.id for h in now] == [berlin]
+        assert [h.memory.id for h in then] == [paris]
+
+
 async def test_list_and_count_read_by_validity_and_get_always_finds(
     service: MemoryService, scope: Scope
 ) -> None:

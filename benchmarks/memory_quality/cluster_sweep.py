@@ -2,6 +2,7 @@
 
     python -m benchmarks.memory_quality.cluster_sweep                  # 10 people, 40 sessions
     python -m benchmarks.memory_quality.cluster_sweep --people 40 --sessions 160
+    python -m benchmarks.memory_quality.cluster_sweep --run            # and time consolidate
 
 The memory-quality dataset's distinct memories, embedded with
 all-MiniLM-L6-v2 (cached like the benchmark's), are clustered in write order
@@ -12,11 +13,19 @@ with the memories in no cluster at least that similar to it when they make
 and purity: the share of clustered memories that are about the cluster's
 main person, main (person, attribute) and main fact. A guide to the default
 threshold (docs/how-to/consolidation.md), not a measurement of memsvc.
+
+``--run`` then measures memsvc: the history written into one scope of an
+embedded PostgreSQL as the answer key says (valid time applied), then
+``svc.maintenance.consolidate`` timed twice: the first run over every
+memory valid now, and a second with nothing new (what a periodic job pays
+when nothing changed).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,12 +111,39 @@ def sweep(described: list[dict[str, Any]], vectors: np.ndarray) -> list[Row]:
     return rows
 
 
+async def timed_runs(data: Any, cache_dir: Path) -> None:
+    from benchmarks.memory_quality.__main__ import embed
+    from benchmarks.memory_quality.extractor import Capabilities, Store
+    from benchmarks.memory_quality.pipeline import OneCallEach
+    from benchmarks.scratch import scratch_dir
+    from memsvc import MemoryService, Scope, Settings
+
+    vectors = embed(data, cache_dir)
+    settings = Settings(
+        data_dir=scratch_dir("memsvc-consolidate-"), auto_migrate=True, pool_max_size=4
+    )
+    async with MemoryService.open(settings) as svc:
+        caps = Capabilities.of(svc)
+        store = Store("supersession", supersession=True) if caps.supersession else Store("plain")
+        scope = Scope("bench-consolidate", "history")
+        ops = [op for s in data.streams["history"] for m in s.messages for op in m.ops]
+        await OneCallEach(svc, caps, store).apply(scope, ops, vectors)
+        valid = await svc.memories.count(scope)
+        for label in ("first run", "nothing new"):
+            started = time.perf_counter()
+            report = await svc.maintenance.consolidate(scope)
+            spent = time.perf_counter() - started
+            print(f"  consolidate, {label}: {spent:.2f}s over {valid:,} memories valid now; "
+                  f"made {report.made}, considered {report.considered}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--people", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=40)
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
+    parser.add_argument("--run", action="store_true", help="also time consolidate in memsvc")
     args = parser.parse_args()
     data = generate(args.seed, args.people, args.sessions)
     distinct = {}
@@ -125,6 +161,8 @@ def main() -> None:
     for row in sweep(described, vectors):
         print(f"  {row.threshold:>9.2f} {row.clusters:>8} {row.covered:>9.1%} "
               f"{row.person:>7.1%} {row.attribute:>9.1%} {row.fact:>6.1%}")
+    if args.run:
+        asyncio.run(timed_runs(data, args.cache_dir))
 
 
 if __name__ == "__main__":

@@ -59,7 +59,8 @@ class AnswerKey:
     makes the search show the memory, as "Ana no longer lives in Paris"
     would). Operations: ADD, or SUPERSEDE the first replaced memory still
     valid and shown (INVALIDATE the others), or INVALIDATE what an
-    Invalidate ends; each memory acted on once.
+    Invalidate ends; each memory acted on once. A memory an earlier ADD of
+    the same answer writes is named ``newN`` (the answer's Nth ADD).
     """
 
     def __init__(self, data: Dataset, stream: str) -> None:
@@ -78,6 +79,7 @@ class AnswerKey:
         self.not_shown = 0  # replaced or ended memories (still valid) not among the candidates
         self.same_batch = 0  # ... written by the same batch (not stored when it is asked)
         self.batch: set[str] = set()  # memory keys the current batch writes
+        self.written: dict[str, str] = {}
         self.operations: Counter[str] = Counter()
 
     def _ops(self, payload: dict[str, Any]) -> list[Operation]:
@@ -115,6 +117,7 @@ class AnswerKey:
         shown = {m["content"]: m["ref"] for m in payload["memories"]}
         allowed = set(payload["allowed"])
         used: set[str] = set()  # one operation per memory in an answer
+        self.written: dict[str, str] = {}  # memory key -> "newN" of this answer's ADD of it
         decided: list[dict[str, Any]] = []
         for item in payload["facts"]:
             text = item["fact"]
@@ -130,7 +133,7 @@ class AnswerKey:
         """The refs of the still-valid memories ``keys`` names, shown and not yet acted on."""
         refs = []
         for key in self._open(keys):
-            ref = shown.get(self.content[key])
+            ref = shown.get(self.content[key]) or self.written.get(key)
             self.ended.add(key)
             if ref is None and key in self.batch:
                 self.same_batch += 1
@@ -145,10 +148,10 @@ class AnswerKey:
         self, op: Add, shown: dict[str, str], allowed: set[str], used: set[str]
     ) -> list[dict[str, Any]]:
         meta = metadata(op)
-        if not op.supersedes or "SUPERSEDE" not in allowed:
-            return [add(op.content, metadata=meta, valid_from=op.valid_from)]
-        refs = self._targets(op.supersedes, shown, used)
+        refs = self._targets(op.supersedes, shown, used) if "SUPERSEDE" in allowed else []
         if not refs:
+            # Later operations of this answer name this memory "newN".
+            self.written[op.memory] = f"new{len(self.written) + 1}"
             return [add(op.content, metadata=meta, valid_from=op.valid_from)]
         first = supersede(refs[0], op.content, valid_from=op.valid_from)
         first["metadata"] = meta

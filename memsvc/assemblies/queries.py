@@ -262,7 +262,7 @@ LIMIT {limit_param}"""
 
 
 def members_page(schema: str, tenant_param: str | None) -> str:
-    """One page of an assembly's live member memories in memory id order.
+    """One page of an assembly's live member memories in memory id order (not forgotten).
 
     The assembly's tenant is looked up first so the members' primary key
     (tenant_id, assembly_id, memory_id) serves both the filter and the order.
@@ -275,7 +275,7 @@ JOIN {schema}.memories AS m ON m.tenant_id = am.tenant_id AND m.id = am.memory_i
 WHERE (am.tenant_id, am.assembly_id) IN (
         SELECT tenant_id, id FROM {schema}.assemblies WHERE id = $1 {_tenant(tenant_param)})
   AND ($2::uuid IS NULL OR am.memory_id > $2::uuid)
-  AND {NOT_EXPIRED.replace("expires_at", "m.expires_at")}
+  AND {NOT_EXPIRED.replace("expires_at", "m.expires_at")} AND m.forgotten_at IS NULL
 ORDER BY am.memory_id
 LIMIT $3"""
 

@@ -327,6 +327,7 @@ class AssemblyRepository(Repository):
         assembly_id = parse_id("id", id)
         wanted = _member_ids(memory_ids)
         tenant = validate_tenant(tenant)
+        tenant = await self._routed("assemblies", assembly_id, tenant, conn)
         if not wanted:
             return await self.get(assembly_id, tenant=tenant, conn=conn)
         lock_sql = q.lock_memories_for_assembly(self._schema, None if tenant is None else "$3")
@@ -390,6 +391,7 @@ class AssemblyRepository(Repository):
         assembly_id = parse_id("id", id)
         wanted = _member_ids(memory_ids)
         tenant = validate_tenant(tenant)
+        tenant = await self._routed("assemblies", assembly_id, tenant, conn)
         if not wanted:
             return await self.get(assembly_id, tenant=tenant, conn=conn)
         tenant_param, args = self._by_id(assembly_id, tenant)
@@ -525,6 +527,7 @@ class AssemblyRepository(Repository):
         """
         assembly_id = parse_id("id", id)
         tenant = validate_tenant(tenant)
+        tenant = await self._routed("assemblies", assembly_id, tenant, conn)
         tenant_param, args = self._by_id(assembly_id, tenant)
         lock_sql = q.lock_assembly(self._schema, tenant_param)
 
@@ -567,6 +570,7 @@ class AssemblyRepository(Repository):
             else validate_metadata(metadata, self._settings.max_metadata_bytes)
         )
         tenant = validate_tenant(tenant)
+        tenant = await self._routed("assemblies", assembly_id, tenant, conn)
         try:
             async with self._connection(conn, tenant=tenant) as active:
                 row = await active.fetchrow(
@@ -599,6 +603,10 @@ class AssemblyRepository(Repository):
         """Delete an assembly; its member memories are kept. False if it did not exist."""
         assembly_id = parse_id("id", id)
         tenant = validate_tenant(tenant)
+        try:
+            tenant = await self._routed("assemblies", assembly_id, tenant, conn)
+        except NotFoundError:
+            return False
         tenant_param, args = self._by_id(assembly_id, tenant)
         sql = q.delete_assembly(self._schema, tenant_param)
         return await self._delete_one(sql, args, f"assembly {assembly_id}", conn, tenant=tenant)

@@ -44,7 +44,13 @@ from memsvc.changes.epochs import (
 )
 from memsvc.changes.signal import CHANNEL
 from memsvc.changes.stalls import StallWatch, find_holder
-from memsvc.core.errors import ConcurrencyError, CursorExpiredError, MemsvcError, ValidationError
+from memsvc.core.errors import (
+    CitusUnsupportedError,
+    ConcurrencyError,
+    CursorExpiredError,
+    MemsvcError,
+    ValidationError,
+)
 from memsvc.core.models import Change
 from memsvc.core.scope import Include, Scope, validate_include
 from memsvc.core.settings import Settings
@@ -106,6 +112,8 @@ class Position(NamedTuple):
 
 
 START = Position(0, -1, 0)
+# After every event: a read from here finds none, and returns the watermark.
+END = Position(2**64 - 1, 1, _BIGINT_MAX)
 
 
 class ChangeFeed(Repository):
@@ -182,7 +190,19 @@ class ChangeFeed(Repository):
         watch = StallWatch(self._settings.change_stall_report_s)
         feed_id = next(_FEED_IDS)
         try:
-            epoch, position = await self._start(since, tenant)
+            citus = await self._on_citus()
+            if citus:
+                _check_citus_feed(tenant, since)
+                # A tenant's read is routed to the node holding its shards:
+                # its keys and its watermark are that node's. The system
+                # identifier it reads is that node's too, not the cluster's.
+                # Only the plain watermark: every distributed write commits
+                # in two phases, and the refined one cannot tell a worker's
+                # prepared transaction holding a ledger's shard from an
+                # unrelated one.
+                statements = (statements[0], statements[0])
+            epoch, position = await self._start(since, tenant, statements[0] if citus else None,
+                                                args)
             wait = HELD_BACK_WAIT_S
             loop = asyncio.get_running_loop()
             last_read = 0.0
@@ -195,7 +215,8 @@ class ChangeFeed(Repository):
                 sql = statements[1] if watch.refined else statements[0]
                 rows = await self._read_batch(sql, args, position, tenant)
                 head = rows[0]
-                if not epoch.still_current(head["epoch"], head["system_identifier"]):
+                system_identifier = epoch.system_identifier if citus else head["system_identifier"]
+                if not epoch.still_current(head["epoch"], system_identifier):
                     epoch = await self._epoch_after_move(epoch, position, tenant)
                     continue
                 if head["horizon"] and Position.parse(head["horizon"]) > position:
@@ -230,10 +251,21 @@ class ChangeFeed(Repository):
                 await _close_quietly(listener)
 
     async def _start(
-        self, since: str | datetime | None, tenant: str | None
+        self,
+        since: str | datetime | None,
+        tenant: str | None,
+        routed_read: str | None,
+        args: list[Any],
     ) -> tuple[FeedEpoch, Position]:
-        """The feed's epoch, and the position it starts after."""
+        """The feed's epoch, and the position it starts after.
+
+        ``routed_read`` (on Citus): the feed's own read, whose watermark is the
+        one of the node holding the tenant's events; ``since="now"`` starts there.
+        """
         epoch = await self._epoch(tenant)
+        if since == "now" and routed_read is not None:
+            rows = await self._read_batch(routed_read, args, END, tenant)
+            return epoch, Position(int(rows[0]["watermark"]), -1, 0)
         async with self._connection(tenant=tenant, writes=False) as conn:
             if since == "now":
                 watermark = await conn.fetchval(q.refined_watermark_now(self._schema))
@@ -405,6 +437,27 @@ async def _close_quietly(conn: asyncpg.Connection) -> None:
     except BaseException:
         conn.terminate()
         raise
+
+
+def _check_citus_feed(tenant: str | None, since: str | datetime | None) -> None:
+    """CitusUnsupportedError for the feeds that cannot be exactly once on Citus.
+
+    Each node keys its events with its own transaction ids and has its own
+    watermark: only a feed whose events all live on one node (one tenant's:
+    its shards are co-located) has one consistent order and bound.
+    """
+    if tenant is None:
+        raise CitusUnsupportedError(
+            "changes(scope=None)",
+            "a feed of every tenant spans nodes whose change keys are not comparable; "
+            "follow one feed per tenant (changes(Scope(tenant)))",
+        )
+    if isinstance(since, datetime):
+        raise CitusUnsupportedError(
+            "changes(since=<datetime>)",
+            "finding the first change since a time reads every tenant's events; pass a "
+            'cursor or "now"',
+        )
 
 
 def _validate_since(since: object) -> None:

@@ -38,7 +38,9 @@ def insert_and_prune(schema: str, scope_sql: str, keep_param: str) -> str:
     after the lock was granted) is the newest: keeping it and the ``keep - 1``
     newest existing rows keeps exactly the newest ``keep``. The DELETE's
     snapshot does not include the new row, which is why the offset is
-    ``keep - 1``. Parameters: $1-$4 scope, $5 id, $6 description, $7 data,
+    ``keep - 1``; it is left out by id all the same, because Citus runs the
+    two parts as statements of their own, and the second sees the new row.
+    Parameters: $1-$4 scope, $5 id, $6 description, $7 data,
     $8 size.
     """
     return f"""
@@ -51,7 +53,7 @@ WITH ins AS (
     DELETE FROM {schema}.session_checkpoints
     WHERE tenant_id = $1 AND id IN (
         SELECT id FROM {schema}.session_checkpoints
-        WHERE {scope_sql}
+        WHERE {scope_sql} AND id <> $5
         {NEWEST_FIRST}
         OFFSET {keep_param} - 1
     )

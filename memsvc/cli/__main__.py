@@ -1,5 +1,5 @@
 """``python -m memsvc.cli``: the same as ``memsvc``."""
 
-from memsvc.cli.commands import main
+from memsvc.cli import main
 
 main()

@@ -9,24 +9,22 @@ import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import click
 
-from memsvc.cli.policy import parse_duration, policy_line, scope_of, scope_options
 from memsvc.core.errors import MemsvcError, SchemaError
-from memsvc.core.models import Policy
 from memsvc.core.scope import Scope
 from memsvc.core.settings import Settings
 from memsvc.db import migrate as migrations
 from memsvc.db.embedded import EmbeddedPostgres, psql_executable, running_postmaster_pid
+from memsvc.db.errors import translate_errors
+from memsvc.db.pool import connect
 from memsvc.embedding import embedder_from_spec
 from memsvc.erasure.eraser import MAX_BATCH as ERASE_MAX_BATCH
 from memsvc.erasure.receipt import ErasureReceipt
-from memsvc.ops.citus import citus_sql
-from memsvc.ops.consolidation import CLUSTER_THRESHOLD, MAX_MEMBERS, ConsolidationReport
+from memsvc.ops.citus import CitusNotInstalled, apply_citus, citus_sql
 from memsvc.ops.doctor import Doctor
 from memsvc.ops.doctor_report import DoctorReport
 from memsvc.ops.gc import MAX_BATCH, GcReport
@@ -442,45 +440,6 @@ def gc(batch_size: int, idle_days: float | None, max_batches: int | None) -> Non
 
 
 @main.command()
-@click.option("--tenant", required=True, help="The scope's tenant.")
-@click.option("--project", help="The scope's project.")
-@click.option("--agent", help="The scope's agent.")
-@click.option("--session", help="The scope's session.")
-@click.option("--min-cluster", default=3, show_default=True,
-              type=click.IntRange(2, MAX_MEMBERS), help="Fewest memories a cluster holds.")
-@click.option("--threshold", default=CLUSTER_THRESHOLD, show_default=True,
-              type=click.FloatRange(0, 1, min_open=True),
-              help="Cosine similarity at which memories belong together.")
-def consolidate(
-    tenant: str, project: str | None, agent: str | None, session: str | None,
-    min_cluster: int, threshold: float,
-) -> None:
-    """Group the related memories of one exact scope under summary memories.
-
-    Only memories new since the last run are considered; clusters whose members
-    changed are redone. Safe to run from several processes at once. The summarizer
-    is the one MEMSVC_SUMMARIZER names (extractive by default).
-    """
-    scope = Scope(tenant, project, agent, session)
-
-    async def run(progress: ProgressReporter) -> ConsolidationReport:
-        async with _service(progress) as svc:
-            return await svc.maintenance.consolidate(
-                scope, min_cluster=min_cluster, threshold=threshold
-            )
-
-    with _progress() as progress:
-        report = _run(run(progress))
-    _echo([
-        f"clusters made: {report.made}",
-        f"memories joined to clusters: {report.joined}",
-        f"clusters redone: {report.redone}",
-        f"clusters dissolved: {report.dissolved}",
-        f"memories considered: {report.considered}",
-    ])
-
-
-@main.command()
 @click.option("--embedder", "spec", required=True,
               help="The new model, as MEMSVC_EMBEDDER: hashing, openai:<model>, local:<path>.")
 @click.option("--dim", type=click.IntRange(1, 16_000), default=None,
@@ -717,86 +676,56 @@ def roles(print_sql: bool, schema: str | None, migration_role: str, runtime_role
     click.echo(script, nl=False)
 
 
-@main.command()
-@click.option("--print-sql", is_flag=True, help="Print the SQL script (required).")
+@main.group(invoke_without_command=True)
+@click.option("--print-sql", is_flag=True, help="Print the SQL script.")
 @click.option("--schema", default=None, help="Schema (default: MEMSVC_DB_SCHEMA or memsvc).")
-def citus(print_sql: bool, schema: str | None) -> None:
-    """SQL distributing the tables with Citus: tenant tables by tenant_id, co-located.
+@click.pass_context
+def citus(ctx: click.Context, print_sql: bool, schema: str | None) -> None:
+    """Distribute the tables with Citus: tenant tables by tenant_id, co-located.
 
-    Review it, then run it on the coordinator after `memsvc migrate` (psql -f).
-    memsvc never runs it itself.
+    `memsvc citus --print-sql` prints the script to review and run on the
+    coordinator after `memsvc migrate` (psql -f); `memsvc citus apply` runs it.
+    Both are one transaction and idempotent.
     """
+    if ctx.invoked_subcommand is not None:
+        ctx.obj = schema
+        return
     if not print_sql:
-        raise click.ClickException("pass --print-sql: review the script, then run it with psql")
+        raise click.ClickException(
+            "pass --print-sql to print the script (review it, then run it with psql), "
+            "or run `memsvc citus apply`"
+        )
     # Settings validate the schema name (it is interpolated into the script).
     settings = _settings() if schema is None else Settings(db_schema=schema)
     click.echo(citus_sql(settings), nl=False)
 
 
+@citus.command("apply")
+@click.pass_obj
+def citus_apply(schema: str | None) -> None:
+    """Run the distribution script on the coordinator (MEMSVC_DATABASE_URL)."""
+    settings = _settings() if schema is None else Settings(db_schema=schema)
+    if settings.database_url is None:
+        raise click.ClickException("set MEMSVC_DATABASE_URL to the Citus coordinator")
+    dsn = settings.database_url
+
+    async def apply() -> list[str]:
+        conn = await connect(dsn, settings)
+        try:
+            with translate_errors():
+                return await apply_citus(conn, settings)
+        finally:
+            await conn.close()
+
+    try:
+        placed = _run(apply())
+    except CitusNotInstalled as exc:
+        raise click.ClickException(str(exc)) from exc
+    if placed:
+        click.echo(f"schema {settings.db_schema}: distributed {', '.join(placed)}")
+    else:
+        click.echo(f"schema {settings.db_schema}: every table was already distributed")
+
+
 if __name__ == "__main__":
     main()
-
-
-# ------------------------------------------------------------------ policies
-
-
-@main.group()
-def policy() -> None:
-    """Half-life policies: how fast a tenant's or scope's memories fade (forgetting)."""
-
-
-@policy.command(name="set")
-@scope_options
-@click.option("--half-life", "half_life", required=True, help="30d, 12h, 90m, 3600s or 2w.",
-              callback=lambda _c, _p, value: parse_duration(value))
-def policy_set(
-    tenant: str, project: str | None, agent: str | None, session: str | None,
-    half_life: timedelta,
-) -> None:
-    """Set the half-life of a tenant's or scope's memories (gc then forgets the weak ones)."""
-
-    async def run() -> Policy:
-        async with _service() as svc:
-            return await svc.policies.set(
-                scope_of(tenant, project, agent, session), half_life=half_life
-            )
-
-    _echo([policy_line(_run(run()))])
-
-
-@policy.command(name="show")
-@scope_options
-def policy_show(tenant: str, project: str | None, agent: str | None, session: str | None) -> None:
-    """The policy set on exactly this scope (exit code 1 when none)."""
-
-    async def run() -> Policy:
-        async with _service() as svc:
-            return await svc.policies.get(scope_of(tenant, project, agent, session))
-
-    _echo([policy_line(_run(run()))])
-
-
-@policy.command(name="list")
-@click.option("--tenant", default=None, help="Only this tenant's.")
-def policy_list(tenant: str | None) -> None:
-    """Every policy, broader scopes first."""
-
-    async def run() -> list[Policy]:
-        async with _service() as svc:
-            return await svc.policies.list(tenant=tenant)
-
-    policies = _run(run())
-    _echo([policy_line(p) for p in policies] or ["no policies"])
-
-
-@policy.command(name="unset")
-@scope_options
-def policy_unset(tenant: str, project: str | None, agent: str | None, session: str | None) -> None:
-    """Remove the policy set on exactly this scope."""
-    scope = scope_of(tenant, project, agent, session)
-
-    async def run() -> bool:
-        async with _service() as svc:
-            return await svc.policies.delete(scope)
-
-    _echo(["removed" if _run(run()) else "no policy on this scope"])

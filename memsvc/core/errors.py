@@ -51,6 +51,19 @@ class StorageError(MemsvcError):
         super().__init__(message)
 
 
+class CitusUnsupportedError(MemsvcError):
+    """The operation cannot run on a Citus cluster; the message says which and why.
+
+    ``operation`` names it (``"changes"``, ...), ``reason`` says why, and
+    what to do instead where there is something.
+    """
+
+    def __init__(self, operation: str, reason: str) -> None:
+        self.operation = operation
+        self.reason = reason
+        super().__init__(f"{operation} is not supported on Citus: {reason}")
+
+
 class CursorExpiredError(MemsvcError):
     """The change feed cursor is older than the events gc kept.
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 import asyncpg
 
 from memsvc.core.errors import (
+    CitusUnsupportedError,
     ConcurrencyError,
     ConflictError,
     MemsvcError,
@@ -19,12 +21,47 @@ from memsvc.core.errors import (
     ValidationError,
 )
 from memsvc.core.settings import Settings
+from memsvc.db import cluster_queries
+from memsvc.db.cluster import citus_installed
 from memsvc.db.errors import DRIVER_ERRORS, connection_is_broken, translate, translate_errors
 from memsvc.db.replicas import ReadRouter
-from memsvc.db.tenancy import SET_TENANT
+from memsvc.db.tenancy import set_tenant
 from memsvc.telemetry import waiting_for_connection
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R", bound="Repository")
+
+# feature_not_supported: what Citus answers a statement it cannot distribute.
+FEATURE_NOT_SUPPORTED = "0A000"
+
+
+Method = Callable[Concatenate[R, P], Awaitable[T]]
+
+
+def citus_limited(operation: str) -> Callable[[Method[R, P, T]], Method[R, P, T]]:
+    """Turn Citus refusing a statement of ``operation`` into CitusUnsupportedError naming it.
+
+    On one server the method's errors pass unchanged; on Citus a
+    ``feature_not_supported`` answer becomes the typed error, the server's
+    message kept as the reason (and the original as ``__cause__``).
+    """
+
+    def decorate(method: Method[R, P, T]) -> Method[R, P, T]:
+        @functools.wraps(method)
+        async def run(self: R, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            try:
+                return await method(self, *args, **kwargs)
+            except StorageError as exc:
+                if exc.sqlstate != FEATURE_NOT_SUPPORTED or not await self._on_citus():
+                    raise
+                raise CitusUnsupportedError(
+                    operation, f"Citus cannot run one of its statements as memsvc sends it ({exc})"
+                ) from exc
+
+        return run
+
+    return decorate
 
 MAX_ATTEMPTS = 5
 # Serialization failure and deadlock: the transaction can simply run again.
@@ -48,6 +85,10 @@ class Repository:
 
     # Called after a write method returns (see memsvc.changes.signal).
     _change_listener: Callable[[], None] | None = None
+    # Whether the database is a Citus cluster: asked once, when a path differs there.
+    _citus: bool | None = None
+    # An operation this repository serves that cannot run on Citus (see refuse_on_citus).
+    _refused_on_citus: str | None = None
 
     def __init__(
         self, pool: asyncpg.Pool, settings: Settings, *, reads: ReadRouter | None = None
@@ -69,6 +110,7 @@ class Repository:
         refused. ``writes=False`` promises the block only reads (its WAL
         position need not be recorded).
         """
+        await self._refuse_if_citus()
         if self._settings.row_level_security:
             async with self._transaction(conn, tenant=tenant, writes=writes) as active:
                 yield active
@@ -112,6 +154,7 @@ class Repository:
 
     async def _on_pooled(self, statement: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """``statement`` on a pooled connection, for a read (no WAL position to record)."""
+        await self._refuse_if_citus()
         try:
             pooled = await self._acquire()
             try:
@@ -129,6 +172,56 @@ class Repository:
         except DRIVER_ERRORS as exc:
             raise translate(exc) from exc
         return result
+
+    async def _on_citus(self) -> bool:
+        """Whether the database is a Citus cluster (see :mod:`memsvc.db.cluster`)."""
+        if self._citus is None:
+            with translate_errors():
+                pooled = await self._acquire()
+                try:
+                    self._citus = await citus_installed(pooled)
+                finally:
+                    await self._pool.release(pooled)
+        return self._citus
+
+    def refuse_on_citus(self, operation: str) -> Self:
+        """Make every call raise CitusUnsupportedError naming ``operation`` on Citus.
+
+        For repositories whose statements Citus cannot plan: the caller gets
+        the typed error before anything is sent, never a raw Citus error.
+        Returns the repository.
+        """
+        self._refused_on_citus = operation
+        return self
+
+    async def _refuse_if_citus(self) -> None:
+        if self._refused_on_citus is not None and await self._on_citus():
+            raise CitusUnsupportedError(
+                self._refused_on_citus,
+                "Citus cannot plan some of its statements (upserts calling now(), reads "
+                "of stored arrays); keep these tables on a single-node database",
+            )
+
+    async def _routed(
+        self, table: str, row_id: Any, tenant: str | None, conn: asyncpg.Connection | None
+    ) -> str | None:
+        """``tenant``, or on Citus the tenant of ``table``'s row ``row_id`` when none is given.
+
+        Citus locks rows only in a statement routed to one shard, and an id
+        alone names none: the tenant is read first, without a lock (an id in
+        several tenants is the ConflictError one server gives; none is
+        NotFoundError). On one server, ``tenant`` as it is.
+        """
+        if tenant is not None or not await self._on_citus():
+            return tenant
+        async with self._connection(conn, tenant=None, writes=False) as active:
+            rows = await active.fetch(cluster_queries.tenants_of_id(self._schema, table), row_id)
+        if len(rows) > 1:
+            raise ConflictError(f"{table} id {row_id} exists in several tenants")
+        if not rows:
+            raise NotFoundError(f"{table} id {row_id} not found")
+        found: str = rows[0]["tenant_id"]
+        return found
 
     async def _acquire(self) -> Any:
         """A pooled connection, waited for at most ``command_timeout_s``.
@@ -149,6 +242,7 @@ class Repository:
         self, conn: asyncpg.Connection | None = None, *, tenant: str | None, writes: bool = True
     ) -> AsyncIterator[asyncpg.Connection]:
         """A transaction (or a savepoint inside the caller's transaction) acting for ``tenant``."""
+        await self._refuse_if_citus()
         with translate_errors():
             if conn is not None:
                 async with conn.transaction():
@@ -167,7 +261,7 @@ class Repository:
             raise ValidationError(
                 "tenant", "row_level_security is on: pass the scope or tenant= of the rows"
             )
-        await conn.execute(SET_TENANT, tenant)
+        await conn.execute(set_tenant(tenant))
 
     async def _read(
         self,

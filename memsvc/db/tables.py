@@ -89,13 +89,18 @@ def created_xid_column() -> Column[Any]:
     )
 
 
+# change_key's column default: the trigger ``assign_change_key`` (revision
+# 0031) raises it to the writing transaction's id on the node holding the row.
+FIRST_CHANGE_KEY = "'1'::xid8"
+
+
 def change_key_column(what: str) -> Column[Any]:
     """The ``change_key`` column: the feed's ordering key of a row's latest write."""
     return Column(
         "change_key",
         XID8(),
         nullable=False,
-        server_default=text(CURRENT_XID),
+        server_default=text(FIRST_CHANGE_KEY),
         comment=f"Change-feed ordering key of {what}: the writing transaction's id, "
         "never below the key of the row's previous write.",
     )

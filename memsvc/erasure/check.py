@@ -157,16 +157,23 @@ class ErasureCheck(Repository):
                     await self._forget_held_outside(conn, plan, relation)
         looked_for = await conn.fetchval(q.COUNT_TEXTS)
         substrings = await self._substrings(conn, plan)
+        # On Citus the texts go to the shards as arrays (see q.TEXT_ARRAYS).
+        text_arrays = await conn.fetchrow(q.TEXT_ARRAYS) if await self._on_citus() else None
         found: dict[str, int] = {}
         searched = []
         for relation in relations:
             if relation.scoped:
                 continue
             params = Params(texts.key)
+            arrays = None
+            if text_arrays is not None:
+                arrays = (
+                    params.add(text_arrays["fingerprints"]), params.add(text_arrays["lengths"])
+                )
             sql = q.texts_found(
                 self._schema, relation.name, relation.columns, params,
                 tenant=plan.scope.tenant if relation.has_tenant else None,
-                key="$1", substrings=substrings,
+                key="$1", substrings=substrings, arrays=arrays,
             )
             if not sql:
                 continue

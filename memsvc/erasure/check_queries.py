@@ -162,8 +162,26 @@ def whole_values(column: str, type_name: str) -> str | None:
     return None  # bytea: substrings only
 
 
-def erased(value: str, key: str) -> str:
-    """Whether the text ``value`` is one of the erased texts (length first, then the hash)."""
+# The erased texts as two arrays, for Citus: a shard query cannot read the
+# coordinator's temporary tables.
+TEXT_ARRAYS = f"""
+SELECT coalesce(array_agg(fingerprint), '{{}}') AS fingerprints,
+       (SELECT coalesce(array_agg(length), '{{}}') FROM {LENGTHS}) AS lengths
+FROM {TEXTS}"""
+
+
+def erased(value: str, key: str, arrays: tuple[str, str] | None = None) -> str:
+    """Whether the text ``value`` is one of the erased texts (length first, then the hash).
+
+    ``arrays``: placeholders of the fingerprints and lengths (:data:`TEXT_ARRAYS`)
+    to look them up in, instead of the temporary tables.
+    """
+    if arrays is not None:
+        fingerprints, lengths = arrays
+        return (
+            f"(octet_length({value}) = ANY({lengths}::int[]) AND "
+            f"sha256({key}::bytea || convert_to({value}, 'UTF8')) = ANY({fingerprints}::bytea[]))"
+        )
     return (
         f"(octet_length({value}) IN (SELECT length FROM {LENGTHS}) AND EXISTS ("
         f"SELECT 1 FROM {TEXTS} AS x "
@@ -202,14 +220,16 @@ def kept_rows(schema: str, table: str, snapshot: str) -> str:
 def texts_found(
     schema: str, table: str, columns: list[tuple[str, str]], params: Params, *,
     tenant: str | None, key: str, substrings: list[str],
+    arrays: tuple[str, str] | None = None,
 ) -> str:
     """Per column of a table without scope: rows holding an erased text, in one scan.
 
     Whole values (text, JSON strings and keys, array elements) by
     fingerprint (``key`` the placeholder of the fingerprint key); with
     ``substrings``, also any value containing one of them (bytea: their
-    UTF-8 bytes). ``tenant``: only that tenant's rows. Binds what it uses in
-    ``params``; returns "" when the table has no column to search.
+    UTF-8 bytes). ``tenant``: only that tenant's rows. ``arrays``: see
+    :func:`erased`. Binds what it uses in ``params``; returns "" when the
+    table has no column to search.
     """
     bound: dict[str, str] = {}
 
@@ -224,7 +244,9 @@ def texts_found(
         tests = []
         values = whole_values(column, kind)
         if values is not None:
-            tests.append(f"EXISTS (SELECT 1 FROM ({values}) AS v(t) WHERE {erased('v.t', key)})")
+            tests.append(
+                f"EXISTS (SELECT 1 FROM ({values}) AS v(t) WHERE {erased('v.t', key, arrays)})"
+            )
         if substrings and kind in TEXT_TYPES + JSON_TYPES:
             tests.append(
                 f"EXISTS (SELECT 1 FROM unnest({bind('texts', substrings)}::text[]) AS s "

@@ -4,7 +4,8 @@
 (audit). Erasure removes a scope's memories together with every event of
 their history, memberships (surviving assemblies are recomputed), the
 scope's assemblies and session checkpoints with their ledger events, the
-ids of the messages ``svc.remember`` recorded as remembered, LangGraph
+ids of the messages ``svc.remember`` recorded as remembered, the half-life
+policies set on the scope and below it, LangGraph
 rows when the scope is a whole tenant, and working memory; it
 leaves one content-free ``erased`` event per memory (and the ``deleted``
 ledger event of each assembly and checkpoint), so feeds and audits see that
@@ -355,11 +356,9 @@ class Erasure(Repository):
     async def _erase_policies(
         self, plan: ErasurePlan, receipt: ErasureReceipt, progress: ProgressReporter
     ) -> None:
-        """The half-life policies of the scope and (with descendants) of every scope below it."""
+        """The scope's half-life policies (they hold its ids, nothing remembered)."""
         params = Params()
-        sql = q.delete_policies_batch(
-            self._schema, plan.scope_sql(params), params.add(plan.batch_size)
-        )
+        sql = q.delete_policies(self._schema, plan.scope_sql(params))
 
         async def run(conn: asyncpg.Connection) -> dict[str, int]:
             return {"memory_policies": await conn.fetchval(sql, *params.values)}

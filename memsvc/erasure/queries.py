@@ -262,7 +262,7 @@ WITH doomed AS (
     INSERT INTO {schema}.memory_events
         (tenant_id, project_id, agent_id, session_id, memory_id, kind, version, change_key)
     SELECT tenant_id, {project}, {agent}, {session}, id, 'erased', version,
-           greatest(pg_current_xact_id(), change_key)
+           change_key  -- raised by assign_change_key
     FROM gone
     RETURNING 1
 ), {texts_removed(memory_texts("gone") + prior_texts("history"))}
@@ -312,20 +312,26 @@ def erase_histories(schema: str, depth: int) -> str:
     """
     project, agent, session = pseudonymized(depth, "$9")
     legacy = LEGACY_CREATED.format(e="e")
+    # NOT IN over uncorrelated subqueries rather than correlated NOT EXISTS:
+    # Citus plans no correlated subquery over a set-returning function or a
+    # CTE. The compared values are never NULL (keys; the scope as an array,
+    # whose equality treats NULL elements as equal), so NOT IN means NOT EXISTS.
+    scope_d = "ARRAY[d.project_id, d.agent_id, d.session_id]"
+    scope_m = "ARRAY[m.project_id, m.agent_id, m.session_id]"
     return f"""
 WITH doomed AS (
     SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[])
         AS d(tenant_id, id, project_id, agent_id, session_id)
-    WHERE NOT EXISTS (
-        SELECT 1 FROM {schema}.memories AS m
-        WHERE m.tenant_id = d.tenant_id AND m.id = d.id AND {same_scope("m", "d")}
+    WHERE (d.tenant_id, d.id, {scope_d}) NOT IN (
+        SELECT m.tenant_id, m.id, {scope_m} FROM {schema}.memories AS m
+        WHERE m.tenant_id = ANY($1::text[]) AND m.id = ANY($2::uuid[])
     )
 ), history AS (
     DELETE FROM {schema}.memory_events AS e USING doomed AS d
     WHERE e.tenant_id = d.tenant_id AND e.memory_id = d.id AND e.kind <> 'erased'
-      AND ({same_scope("e", "d")} OR ({legacy} AND NOT EXISTS (
-          SELECT 1 FROM {schema}.memories AS m
-          WHERE m.tenant_id = e.tenant_id AND m.id = e.memory_id
+      AND ({same_scope("e", "d")} OR ({legacy} AND (e.tenant_id, e.memory_id) NOT IN (
+          SELECT m.tenant_id, m.id FROM {schema}.memories AS m
+          WHERE m.tenant_id = ANY($1::text[]) AND m.id = ANY($2::uuid[])
       )))
     RETURNING e.tenant_id, e.memory_id, d.project_id, d.agent_id, d.session_id, e.version,
               e.change_key, e.prior
@@ -338,7 +344,7 @@ WITH doomed AS (
     INSERT INTO {schema}.memory_events
         (tenant_id, project_id, agent_id, session_id, memory_id, kind, version, change_key)
     SELECT tenant_id, {project}, {agent}, {session}, memory_id, 'erased', version,
-           greatest(pg_current_xact_id(), change_key)
+           change_key  -- raised by assign_change_key
     FROM last
     RETURNING 1
 ), {texts_removed(prior_texts("history"))}
@@ -423,10 +429,14 @@ def pseudonymize_batch(schema: str, table: str, kind: str, scope_sql: str, depth
     scope below the level the caller named. In event order after ``after``
     (keyset); returns the event ids changed.
     """
-    project, agent, session = pseudonymized(depth, key, "x.")
+    # The pseudonyms are computed in the SELECT, not in SET: Citus allows no
+    # function that is not IMMUTABLE (convert_to) inside a CASE of an UPDATE.
+    project, agent, session = pseudonymized(depth, key, "e.")
     return f"""
 WITH doomed AS (
-    SELECT e.tenant_id, e.event_id FROM {schema}.{table} AS e
+    SELECT e.tenant_id, e.event_id, {project} AS project_id, {agent} AS agent_id,
+           {session} AS session_id
+    FROM {schema}.{table} AS e
     WHERE {scope_sql} AND e.event_id > {after} AND e.kind = '{kind}'
       AND {names_below(depth, "e.")}
     ORDER BY e.tenant_id, e.event_id
@@ -434,7 +444,7 @@ WITH doomed AS (
     FOR UPDATE
 )
 UPDATE {schema}.{table} AS x
-SET project_id = {project}, agent_id = {agent}, session_id = {session}
+SET project_id = d.project_id, agent_id = d.agent_id, session_id = d.session_id
 FROM doomed AS d
 WHERE x.tenant_id = d.tenant_id AND x.event_id = d.event_id
 RETURNING x.event_id"""
@@ -463,28 +473,13 @@ WITH gone AS (
 SELECT count(*) AS rows FROM gone"""
 
 
-# ------------------------------------------------------------ half-life policies
-
-
-def delete_policies_batch(schema: str, scope_sql: str, limit: str) -> str:
-    """Delete the next batch of the scope's half-life policies (``svc.policies``).
-
-    A policy names its scope and holds nothing else; it has no
-    ``created_xid``, so one set while the erasure runs goes too (the check
-    would report it left otherwise). The count comes back as ``rows``.
-    """
+def delete_policies(schema: str, scope_sql: str) -> str:
+    """Delete the half-life policies of the erased scope (few rows: one statement)."""
     return f"""
 WITH gone AS (
-    DELETE FROM {schema}.memory_policies
-    WHERE (tenant_id, id) IN (
-        SELECT tenant_id, id FROM {schema}.memory_policies
-        WHERE {scope_sql}
-        LIMIT {limit}
-        FOR UPDATE SKIP LOCKED
-    )
-    RETURNING 1
+    DELETE FROM {schema}.memory_policies WHERE {scope_sql} RETURNING 1
 )
-SELECT count(*) AS rows FROM gone"""
+SELECT count(*) FROM gone"""
 
 
 # -------------------------------------------------------------------- LangGraph

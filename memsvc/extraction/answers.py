@@ -69,11 +69,17 @@ class CheckedFacts:
 
 @dataclass(frozen=True)
 class CheckedOperations:
-    """The operations accepted (with their position in the answer) and those refused."""
+    """The operations accepted (with their position in the answer) and those refused.
+
+    ``created``: for each accepted ADD (by position), the handle later
+    operations of the answer name its memory by (``new1`` for the answer's
+    first ADD, ``new2`` for its second...).
+    """
 
     accepted: tuple[tuple[int, Operation], ...]
     rejected: tuple[Rejected, ...] = ()
     unusable: bool = False
+    created: dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 def _short(value: object) -> str:
@@ -161,9 +167,17 @@ def check_operations(
     accepted: list[tuple[int, Operation]] = []
     rejected: list[Rejected] = []
     acted_on: dict[str, int] = {}
+    created: dict[int, str] = {}
+    adds = 0  # ADDs written so far, refused ones included: newN counts as the model did
     for index, item in enumerate(value):
+        plain = _plain(item)
+        if isinstance(plain, Mapping) and str(plain.get("op", "")).strip().upper() == "ADD":
+            adds += 1
+            new_ref = f"{NEW_REF}{adds}"
+        else:
+            new_ref = None
         try:
-            operation = _operation(item, shown, limits, supported)
+            operation = _operation(item, [*shown, *created.values()], limits, supported)
             ref = getattr(operation, "ref", None)
             if ref is not None:
                 if ref in acted_on:
@@ -175,7 +189,13 @@ def check_operations(
             rejected.append(Rejected(index, _reason(exc), _short(_plain(item))))
             continue
         accepted.append((index, operation))
-    return CheckedOperations(tuple(accepted), tuple(rejected))
+        if new_ref is not None:
+            created[index] = new_ref
+    return CheckedOperations(tuple(accepted), tuple(rejected), created=created)
+
+
+# The handle of the memory an answer's own ADD writes: new1, new2...
+NEW_REF = "new"
 
 
 def _reason(exc: ValidationError) -> str:

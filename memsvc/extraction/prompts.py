@@ -12,7 +12,7 @@ from typing import Any
 
 from memsvc.extraction.operations import OPERATION_NAMES
 
-EXTRACT_VERSION = "extract-v1"
+EXTRACT_VERSION = "extract-v2"
 SUMMARIZE_VERSION = "summarize-v1"
 
 

@@ -115,6 +115,16 @@ class MemoryResult(BaseModel):
     superseded_by: str | None = Field(
         default=None, description="Id of the memory that replaced this one."
     )
+    merged: bool = Field(
+        default=False,
+        description="True when memory_add found the write repeats this memory (semantic "
+        "deduplication): nothing new was stored, this one was reinforced.",
+    )
+    forgotten_at: datetime | None = Field(
+        default=None,
+        description="Set when the memory was forgotten (weak under its scope's half-life); "
+        "null: it is in every read.",
+    )
 
     @classmethod
     def of(cls, memory: Memory, *, full: bool = False) -> MemoryResult:
@@ -141,6 +151,8 @@ class MemoryResult(BaseModel):
             valid_to=memory.valid_to,
             supersedes=[str(i) for i in memory.supersedes],
             superseded_by=None if memory.superseded_by is None else str(memory.superseded_by),
+            merged=memory.merged,
+            forgotten_at=memory.forgotten_at,
         )
 
 

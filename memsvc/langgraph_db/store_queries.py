@@ -410,10 +410,12 @@ def sweep_expired(schema: str, tenant_param: str | None) -> str:
     Rows are locked ``SKIP LOCKED`` so several sweepers (and gc) share the work.
     """
     tenant = f"AND tenant_id = {tenant_param}" if tenant_param else ""
+    # The outer statement names the tenant too, so Citus routes it to one shard.
+    outer = f"tenant_id = {tenant_param} AND" if tenant_param else ""
     return f"""
 WITH gone AS (
     DELETE FROM {schema}.langgraph_store_items
-    WHERE (tenant_id, prefix, key) IN (
+    WHERE {outer} (tenant_id, prefix, key) IN (
         SELECT tenant_id, prefix, key FROM {schema}.langgraph_store_items
         WHERE expires_at IS NOT NULL AND expires_at <= now() {tenant}
         ORDER BY expires_at

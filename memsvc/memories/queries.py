@@ -81,12 +81,13 @@ PRIOR = (
 # The memory's scope, as memory_events records it.
 EVENT_SCOPE = "tenant_id, project_id, agent_id, session_id"
 
-# The change-feed key of a write replacing (or deleting) ``row``: this
-# transaction's id, but never below the key of the row's previous write. The
-# row is the latest committed version, locked by this writer, so a
-# transaction that took its id early and then waited for the lock cannot put
-# its event behind the earlier writer's in the feed.
-NEXT_CHANGE_KEY = "greatest(pg_current_xact_id(), {row}.change_key)"
+# The change-feed key a write replacing (or deleting) ``row`` passes: the
+# row's own key, which the trigger ``assign_change_key`` raises to this
+# transaction's id on the node holding the row (migration 0031). The row is
+# the latest committed version, locked by this writer, so a transaction that
+# took its id early and then waited for the lock cannot put its event behind
+# the earlier writer's in the feed.
+NEXT_CHANGE_KEY = "{row}.change_key"
 
 
 def qualified(columns: str, alias: str) -> str:
@@ -240,7 +241,9 @@ WITH old AS (
                   valid_from = EXCLUDED.valid_from,
                   valid_to = NULL,
                   version = m.version + 1,
-                  updated_at = now(),
+                  -- The proposed row's default, not now(): Citus evaluates
+                  -- no function that is not IMMUTABLE in DO UPDATE SET.
+                  updated_at = EXCLUDED.updated_at,
                   change_key = {NEXT_CHANGE_KEY.format(row="m")}
     -- An update always raises the version past 1. (Not xmax = 0: a
     -- partitioned table cannot return system columns.)
@@ -253,9 +256,11 @@ WITH old AS (
            up.version, (SELECT {PRIOR} FROM old), up.change_key
     FROM up
 )
+-- Not correlated with "up" (Citus runs no correlated subquery over a CTE):
+-- "up" holds exactly one row.
 SELECT {qualified(MEMORY_COLUMNS, "up")}, up.inserted, EXISTS (
     SELECT 1 FROM {schema}.assembly_members am
-    WHERE am.tenant_id = up.tenant_id AND am.memory_id = up.id
+    WHERE am.tenant_id = $1 AND am.memory_id = (SELECT up.id FROM up)
 ) AS in_assembly
 FROM up"""
 

@@ -20,7 +20,7 @@ from memsvc.core.ids import parse_id
 from memsvc.core.models import Memory, MemoryEvent
 from memsvc.core.scope import Include, Scope, validate_include
 from memsvc.core.validation import validate_limit, validate_name, validate_scope, validate_sequence
-from memsvc.db.repository import Repository
+from memsvc.db.repository import Repository, citus_limited
 from memsvc.db.sql import Params, scope_condition
 from memsvc.memories import queries as q
 from memsvc.memories.asof import (
@@ -263,6 +263,7 @@ class MemoryReads(Repository):
         rows = await self._as_of_rows(conn, sql, values, moment, scope.tenant)
         return [Memory.from_row(row) for row in rows if row["id"] is not None]
 
+    @citus_limited("memories reads with as_of")
     def _as_of_rows(
         self,
         conn: asyncpg.Connection | None,

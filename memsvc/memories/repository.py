@@ -20,7 +20,7 @@ import asyncpg
 import numpy as np
 
 from memsvc.changes.signal import signals_changes
-from memsvc.core.errors import ConflictError, ValidationError
+from memsvc.core.errors import ConflictError, NotFoundError, ValidationError
 from memsvc.core.ids import new_id, parse_id
 from memsvc.core.models import Memory
 from memsvc.core.scope import Include, Scope, validate_include
@@ -34,6 +34,7 @@ from memsvc.core.validation import (
 )
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.replicas import ReadRouter
+from memsvc.db.repository import citus_limited
 from memsvc.db.sql import Params, scope_condition
 from memsvc.embedding import Embedder
 from memsvc.memories import queries as q
@@ -155,6 +156,7 @@ class MemoryRepository(MemorySearches, Restoring):
 
     # ------------------------------------------------------------------ writes
 
+    @citus_limited("memories.add")
     async def add(
         self,
         scope: Scope,
@@ -473,6 +475,7 @@ class MemoryRepository(MemorySearches, Restoring):
                         f"scope would hold more than max_memories_per_scope={limit} memories"
                     )
 
+    @citus_limited("memories.put")
     async def put(
         self,
         scope: Scope,
@@ -524,6 +527,7 @@ class MemoryRepository(MemorySearches, Restoring):
 
         return Memory.from_row(await self._retrying(attempt, owns_transaction=conn is None))
 
+    @citus_limited("memories.add_many")
     async def add_many(
         self,
         scope: Scope,
@@ -629,6 +633,7 @@ class MemoryRepository(MemorySearches, Restoring):
         stored = {row["content_hash"]: row["embedding"] for row in rows}
         await self._space.fill_missing(texts, digests, vectors, stored)
 
+    @citus_limited("memories.update")
     async def update(
         self,
         id: uuid.UUID | str,
@@ -666,6 +671,7 @@ class MemoryRepository(MemorySearches, Restoring):
             return await self._space.embeddings_for(text, embedding)
 
         generation, (vector, nexts) = await self._space.consistent(embed)
+        tenant = await self._routed("memories", memory_id, tenant, conn)
         sql = q.update_memory(self._schema, tenant is not None)
         args = [
             memory_id, tenant, expected_version,
@@ -701,6 +707,7 @@ class MemoryRepository(MemorySearches, Restoring):
             self._versioned_outcome(row, f"memory {memory_id}", expected_version)
         )
 
+    @citus_limited("memories.patch_metadata")
     async def patch_metadata(
         self,
         id: uuid.UUID | str,
@@ -718,6 +725,7 @@ class MemoryRepository(MemorySearches, Restoring):
         if not isinstance(patch, Mapping):
             raise ValidationError("patch", "must be a mapping")
         patch_json = validate_metadata(patch, self._settings.max_metadata_bytes, "patch")
+        tenant = await self._routed("memories", memory_id, tenant, conn)
         sql = q.patch_metadata(self._schema, tenant is not None)
         args = [memory_id, patch_json, tenant, self._settings.max_metadata_bytes]
 
@@ -734,6 +742,7 @@ class MemoryRepository(MemorySearches, Restoring):
             )
         return Memory.from_row(row)
 
+    @citus_limited("memories.delete")
     async def delete(
         self,
         id: uuid.UUID | str,
@@ -743,6 +752,10 @@ class MemoryRepository(MemorySearches, Restoring):
     ) -> bool:
         """Delete a memory (and its assembly memberships). False if it did not exist."""
         memory_id = parse_id("id", id)
+        try:
+            tenant = await self._routed("memories", memory_id, tenant, conn)
+        except NotFoundError:
+            return False
         args: builtins.list[object] = [[memory_id]]
         if tenant is not None:
             args.append(tenant)
@@ -773,6 +786,7 @@ class MemoryRepository(MemorySearches, Restoring):
         deleted: int = await conn.fetchval(q.delete_locked(self._schema), tenants, ids)
         return deleted
 
+    @citus_limited("memories.delete_scope")
     async def delete_scope(
         self,
         scope: Scope,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -44,6 +44,7 @@ from memsvc.core.validation import validate_scope
 from memsvc.db.replicas import ReadRouter
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params, scope_condition
+from memsvc.db.tables import build_metadata
 from memsvc.extraction.protocols import Summarizer, SummaryMember
 from memsvc.extraction.specs import summarizer_from_spec
 from memsvc.memories.embedding_space import EmbeddingSpace
@@ -71,7 +72,8 @@ class ConsolidationReport:
             being valid or left.
         dissolved: Clusters removed because fewer than ``min_cluster`` of
             their members were left.
-        considered: Memories this run considered for the first time.
+        considered: Memories no run had considered before that this run took
+            up (placed in a cluster, or recorded as waiting for one).
         summaries: The summary memories written or rewritten, by id.
     """
 
@@ -162,8 +164,12 @@ class Consolidation(Repository):
         self._assemblies = assemblies
         self._space = space
         self._default: Summarizer | None = None
-        self._live = q.live_condition("m")
-        self._columns = q.MEMBER_COLUMNS
+        # Valid time (valid_from/valid_to) and forgetting (forgotten_at), read
+        # from the schema so this runs on every revision that has the tables.
+        columns = build_metadata(settings).tables[f"{self._schema}.memories"].c
+        valid_time = "valid_to" in columns and "valid_from" in columns
+        self._live = q.live_condition("m", valid_time, "forgotten_at" in columns)
+        self._columns = q.member_columns(valid_time)
 
     def default_summarizer(self) -> Summarizer:
         """The summarizer ``Settings.summarizer`` names (``extractive`` by default)."""
@@ -281,7 +287,6 @@ class Consolidation(Repository):
             if not rows:
                 return
             for row in rows:
-                run.considered += 1
                 await self._place(run, _Member.of(row))
             cursor = (rows[-1]["created_at"], rows[-1]["id"])
 
@@ -295,9 +300,11 @@ class Consolidation(Repository):
                 elif 1 + len(near) >= run.min_cluster:
                     await self._make(run, [seed, *near])
                 else:
-                    await self._transaction_for(run, lambda conn: conn.execute(
-                        q.considered(self._schema), run.scope.tenant, seed.id, seed.version
-                    ))
+                    async with self._transaction(tenant=run.scope.tenant) as conn:
+                        recorded = await conn.fetch(
+                            q.considered(self._schema), run.scope.tenant, seed.id, seed.version
+                        )
+                    run.considered += len(recorded)
             except (_Lost, ConcurrencyError):
                 continue
             return
@@ -323,10 +330,6 @@ class Consolidation(Repository):
             )
             rows = await conn.fetch(sql, *params.values)
         return None, [_Member.of(r) for r in rows if r["similarity"] >= run.threshold]
-
-    async def _transaction_for(self, run: _Run, work: Callable[[asyncpg.Connection], Any]) -> None:
-        async with self._transaction(tenant=run.scope.tenant) as conn:
-            await work(conn)
 
     async def _check_versions(
         self, conn: asyncpg.Connection, tenant: str, members: Sequence[_Member]
@@ -354,6 +357,7 @@ class Consolidation(Repository):
             except NotFoundError as exc:
                 raise _Lost from exc
         run.joined += 1
+        run.considered += sum(row["inserted"] for row in claimed)
 
     async def _make(self, run: _Run, members: list[_Member]) -> None:
         tenant = run.scope.tenant
@@ -380,6 +384,7 @@ class Consolidation(Repository):
                 raise _Lost  # some are in a racing run's cluster now
             await self._write_summary(conn, run, assembly.id, members, text)
         run.made += 1
+        run.considered += sum(row["inserted"] for row in claimed)
 
     # ------------------------------------------------------------ summaries
 

@@ -9,34 +9,27 @@ text is a constant, never a value from a caller.
 
 from __future__ import annotations
 
-import re
-
-from memsvc.memories.queries import LIVE, VALID_NOW
-
 # Summaries are never clustered again (not even by another run's summary).
 NOT_SUMMARY = """NOT (m.metadata @> '{"kind": "summary"}'::jsonb)"""
-MEMBER_COLUMNS = (
-    "m.id, m.version, m.content, m.embedding, m.created_at, m.importance, m.valid_from"
-)
+MEMBER_COLUMNS = "m.id, m.version, m.content, m.embedding, m.created_at, m.importance"
 
 
-def live_condition(alias: str) -> str:
-    """The memory ``alias`` is live and valid now, as search and list read it.
-
-    Built from the memory queries' own conditions (not expired, not
-    forgotten, valid now), so a memory search no longer finds is never
-    clustered or summarized.
-    """
-    return _aliased(f"{LIVE} AND {VALID_NOW}", alias)
-
-
-def _aliased(condition: str, alias: str) -> str:
-    """``condition`` with each bare memory column it names prefixed by ``alias``."""
-    return _BARE_COLUMN.sub(lambda found: f"{alias}.{found.group(0)}", condition)
+def live_condition(alias: str, valid_time: bool, forgetting: bool = False) -> str:
+    """The memory ``alias`` is valid now: not expired, not forgotten, not closed."""
+    condition = f"({alias}.expires_at IS NULL OR {alias}.expires_at > now())"
+    if forgetting:
+        condition += f" AND {alias}.forgotten_at IS NULL"
+    if valid_time:
+        condition += (
+            f" AND ({alias}.valid_to IS NULL OR {alias}.valid_to > now())"
+            f" AND ({alias}.valid_from IS NULL OR {alias}.valid_from <= now())"
+        )
+    return condition
 
 
-# The columns LIVE and VALID_NOW name, not already behind an alias.
-_BARE_COLUMN = re.compile(r"(?<![.\w])(expires_at|forgotten_at|valid_from|valid_to)\b")
+def member_columns(valid_time: bool) -> str:
+    """The columns a member is read with (``valid_from`` where the store has it)."""
+    return MEMBER_COLUMNS + (", m.valid_from" if valid_time else "")
 
 
 def new_memories(
@@ -110,7 +103,8 @@ def claim(schema: str) -> str:
 
     A memory already in a cluster is left where it is (the conditional
     upsert re-reads the row a racing claim committed): only the ids
-    returned were claimed. ``$5``: whether the summary is written from them.
+    returned were claimed, ``inserted`` when no run had considered them
+    before. ``$5``: whether the summary is written from them.
     """
     return f"""
 INSERT INTO {schema}.consolidation_members AS c
@@ -123,7 +117,7 @@ ON CONFLICT (tenant_id, memory_id) DO UPDATE
         memory_version = EXCLUDED.memory_version,
         summarized = EXCLUDED.summarized
     WHERE c.assembly_id IS NULL
-RETURNING memory_id"""
+RETURNING memory_id, (xmax = 0) AS inserted"""
 
 
 def considered(schema: str) -> str:
@@ -131,7 +125,8 @@ def considered(schema: str) -> str:
     return f"""
 INSERT INTO {schema}.consolidation_members (tenant_id, memory_id, assembly_id, memory_version)
 VALUES ($1, $2, NULL, $3)
-ON CONFLICT (tenant_id, memory_id) DO NOTHING"""
+ON CONFLICT (tenant_id, memory_id) DO NOTHING
+RETURNING memory_id"""
 
 
 def insert_cluster(schema: str) -> str:

@@ -27,7 +27,10 @@ Checked, in order (later checks need the earlier ones to pass):
 10. ``embedding migration``: one in progress (``memsvc reembed``), with how
    many rows still lack the new embedding and the state of its index
    (reported as a warning; running ``memsvc reembed`` again finishes it).
-11. ``change feed epoch`` and ``change feed``: the database still lives in
+11. ``citus``, on a Citus coordinator: how the tables are placed (tables,
+   shards per worker, co-location), a problem if a table memsvc distributes
+   is still local (see :mod:`memsvc.ops.citus`).
+12. ``change feed epoch`` and ``change feed``: the database still lives in
    the cluster its feed epoch was recorded in, and no open transaction holds
    the feed back (see :mod:`memsvc.ops.doctor_feed`).
 
@@ -59,6 +62,7 @@ from memsvc.db.tables import OPCLASSES
 from memsvc.memories.asof_queries import SHOW_TRACKING
 from memsvc.ops import doctor_queries as q
 from memsvc.ops import doctor_times
+from memsvc.ops.citus import check_distribution
 from memsvc.ops.doctor_feed import check_feed_epoch, check_feed_stall
 from memsvc.ops.doctor_report import Check, DoctorReport
 from memsvc.ops.reembed import migration_progress
@@ -135,6 +139,7 @@ class Doctor:
                     for url in self._settings.replica_urls:
                         await self._check_replica(conn, url, report)
                 await self._check_embedding_migration(conn, report)
+                await check_distribution(conn, self._settings, report)
                 progress.start("doctor: checking the change feed")
                 await check_feed_epoch(conn, self._schema, report, repair)
                 await check_feed_stall(conn, self._settings, report)

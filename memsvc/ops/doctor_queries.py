@@ -131,19 +131,21 @@ def stale_content_hashes(schema: str) -> str:
     memory that already holds the actual hash in the same scope (the unique
     content key), if any.
     """
+    # The expression where it is used, not a LATERAL subquery computing it
+    # once: Citus pushes down no FROM-less subquery calling a function that is
+    # not IMMUTABLE (convert_to). The doctor is not on a hot path.
     actual = _ACTUAL_HASH.format(content="m.content")
     return f"""
-SELECT m.tenant_id, m.id, m.content_hash AS stored, h.actual,
+SELECT m.tenant_id, m.id, m.content_hash AS stored, {actual} AS actual,
        (SELECT o.id FROM {schema}.memories AS o
         WHERE m.key IS NULL AND o.key IS NULL AND o.tenant_id = m.tenant_id
           AND o.project_id IS NOT DISTINCT FROM m.project_id
           AND o.agent_id IS NOT DISTINCT FROM m.agent_id
           AND o.session_id IS NOT DISTINCT FROM m.session_id
-          AND o.content_hash = h.actual AND o.id <> m.id
+          AND o.content_hash = {actual} AND o.id <> m.id
         LIMIT 1) AS clash
 FROM {schema}.memories AS m
-CROSS JOIN LATERAL (SELECT {actual} AS actual) AS h
-WHERE m.content_hash <> h.actual
+WHERE m.content_hash <> {actual}
 ORDER BY m.tenant_id, m.id
 LIMIT $1"""
 

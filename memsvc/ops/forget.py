@@ -89,6 +89,10 @@ class Forgetting(Repository):
         if not isinstance(assembly_members, bool):
             raise ValidationError("assembly_members", "must be True or False")
         batch_size = validate_limit(batch_size, "batch_size", MAX_BATCH)
+        if scope is None and await self._on_citus():
+            return await self._forget_per_tenant(
+                below, dry_run, now, assembly_members, batch_size
+            )
         params = Params()
         scope_sql = "TRUE" if scope is None else scope_condition(scope, "descendants", params, "m")
         now_sql = f"coalesce({params.add(now)}::timestamptz, now())"
@@ -136,6 +140,40 @@ class Forgetting(Repository):
                 return
             values[-2], values[-1] = rows[-1]["tenant_id"], rows[-1]["id"]
 
+    async def _forget_per_tenant(
+        self,
+        below: float,
+        dry_run: bool,
+        now: datetime | None,
+        assembly_members: bool,
+        batch_size: int,
+    ) -> ForgetReport:
+        """A pass over every tenant with a policy, one tenant at a time.
+
+        Citus locks rows (``FOR UPDATE``) only in a statement routed to one
+        shard, and only tenants with a policy have memories a pass forgets.
+        """
+        rows = await self._read(
+            None,
+            lambda active: active.fetch(q.POLICY_TENANTS.format(schema=self._schema)),
+            tenant=None,
+            routed=False,
+        )
+        report = ForgetReport(dry_run=dry_run)
+        for row in rows:
+            part = await self.forget(
+                Scope(row["tenant_id"]),
+                below=below,
+                dry_run=dry_run,
+                now=now,
+                assembly_members=assembly_members,
+                batch_size=batch_size,
+            )
+            report.forgotten += part.forgotten
+            report.ids += part.ids
+            report.batches += part.batches
+        return report
+
     async def any_policy(self) -> bool:
         """Whether any half-life policy is set (gc runs a forget pass only then)."""
         found: bool = await self._read(
@@ -149,10 +187,30 @@ class Forgetting(Repository):
     async def delete_forgotten(self, batch_size: int) -> int:
         """Delete one batch of memories forgotten longer than the grace period (gc)."""
         grace_s = self._settings.forget_grace_days * 86_400.0
+        if not await self._on_citus():
 
-        async def batch() -> int:
-            async with self._transaction(tenant=None) as active:
-                rows = await active.fetch(q.lock_forgotten(self._schema), grace_s, batch_size)
-                return await self._memories.delete_locked(active, rows)
+            async def batch() -> int:
+                async with self._transaction(tenant=None) as active:
+                    rows = await active.fetch(q.lock_forgotten(self._schema), grace_s, batch_size)
+                    return await self._memories.delete_locked(active, rows)
 
-        return await self._retrying(batch, owns_transaction=True)
+            return await self._retrying(batch, owns_transaction=True)
+        # Citus locks rows only in a statement routed to one shard: find the
+        # tenants first (no lock), then lock and delete tenant by tenant.
+        tenants = await self._read(
+            None,
+            lambda active: active.fetch(q.forgotten_tenants(self._schema), grace_s, batch_size),
+            tenant=None,
+            routed=False,
+        )
+        sql = q.lock_forgotten(self._schema, tenant_filter=True)
+        deleted = 0
+        for tenant in [row["tenant_id"] for row in tenants]:
+
+            async def of_tenant(tenant: str = tenant) -> int:
+                async with self._transaction(tenant=tenant) as active:
+                    rows = await active.fetch(sql, grace_s, batch_size, tenant)
+                    return await self._memories.delete_locked(active, rows)
+
+            deleted += await self._retrying(of_tenant, owns_transaction=True)
+        return deleted

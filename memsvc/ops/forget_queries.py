@@ -89,19 +89,32 @@ SELECT w.tenant_id, w.id FROM ({_weak(schema, scope_sql, now, below, members, af
     LIMIT {limit}) AS w"""
 
 
-def lock_forgotten(schema: str) -> str:
+def lock_forgotten(schema: str, tenant_filter: bool = False) -> str:
     """Lock a batch of memories forgotten more than ``$1`` seconds ago, to delete them.
 
-    Never a pinned one (pinning restores a memory; the check guards rows
-    written otherwise).
+    ``tenant_filter``: of tenant ``$3`` only (Citus locks rows only in a
+    statement routed to one shard). Never a pinned one (pinning restores
+    a memory; the check guards rows written otherwise).
     """
+    tenant = "AND tenant_id = $3" if tenant_filter else ""
     return f"""
 SELECT tenant_id, id FROM {schema}.memories
 WHERE forgotten_at IS NOT NULL AND forgotten_at <= now() - $1::float8 * interval '1 second'
-  AND NOT pinned
+  AND NOT pinned {tenant}
 ORDER BY tenant_id, id
 LIMIT $2
 FOR UPDATE SKIP LOCKED"""
+
+
+def forgotten_tenants(schema: str) -> str:
+    """Up to ``$2`` tenants with memories forgotten more than ``$1`` seconds ago (no lock)."""
+    return f"""
+SELECT DISTINCT tenant_id FROM {schema}.memories
+WHERE forgotten_at IS NOT NULL AND forgotten_at <= now() - $1::float8 * interval '1 second'
+LIMIT $2"""
+
+
+POLICY_TENANTS = "SELECT DISTINCT tenant_id FROM {schema}.memory_policies ORDER BY tenant_id"
 
 
 ANY_POLICY = "SELECT EXISTS (SELECT 1 FROM {schema}.memory_policies)"

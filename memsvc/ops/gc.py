@@ -37,10 +37,11 @@ import asyncpg
 from memsvc.changes import queries as feed_q
 from memsvc.changes.feed import START, Position
 from memsvc.checkpoints.repository import CheckpointRepository
-from memsvc.core.errors import ConcurrencyError, ValidationError
+from memsvc.core.errors import CitusUnsupportedError, ConcurrencyError, ValidationError
 from memsvc.core.scope import Scope
 from memsvc.core.settings import Settings
 from memsvc.core.time_limits import validate_duration
+from memsvc.db.cluster import citus_installed
 from memsvc.db.errors import translate_errors
 from memsvc.db.sql import Params, scope_condition
 from memsvc.langgraph_db import store_queries as store_q
@@ -113,6 +114,7 @@ class GarbageCollector:
         self._memories = memories
         self._checkpoints = checkpoints
         self._store_indexes = NamespaceIndexes(pool, settings)
+        self._citus: bool | None = None
 
     async def run(
         self,
@@ -139,6 +141,12 @@ class GarbageCollector:
         if idle_session_days is not None:
             # Bounded: its cutoff (now minus it) must be a time Python represents.
             idle_session_days = validate_duration(idle_session_days, "idle_session_days", "days")
+        if self._settings.change_retention_days is not None and await self._on_citus():
+            raise CitusUnsupportedError(
+                "gc with change_retention_days",
+                "the change feed's retention removes a prefix of one feed order, and each "
+                "Citus node keys its events in an order of its own; unset it on Citus",
+            )
         started = time.perf_counter()
         report = GcReport()
         progress.start("gc: deleting expired memories")
@@ -212,11 +220,42 @@ class GarbageCollector:
                 await asyncio.sleep(0.05 * tries)
         raise AssertionError("unreachable")
 
-    async def _delete_expired_batch(self, batch_size: int) -> int:
+    async def _on_citus(self) -> bool:
+        if self._citus is None:
+            with translate_errors():
+                async with self._pool.acquire() as conn:
+                    self._citus = await citus_installed(conn)
+        return self._citus
+
+    async def _tenants(self, sql: str, batch_size: int) -> list[str] | None:
+        """On Citus, the tenants a pass must visit one by one; None on one server.
+
+        Citus locks rows (FOR UPDATE) only in a statement routed to one
+        shard, so there a pass finds its tenants first, without a lock, then
+        runs its statement per tenant.
+        """
+        if not await self._on_citus():
+            return None
         with translate_errors():
-            async with self._pool.acquire() as conn, conn.transaction():
-                rows = await conn.fetch(q.lock_expired(self._schema), batch_size)
-                return await self._memories.delete_locked(conn, rows)
+            async with self._pool.acquire() as conn:
+                return [row["tenant_id"] for row in await conn.fetch(sql, batch_size)]
+
+    async def _delete_expired_batch(self, batch_size: int) -> int:
+        tenants = await self._tenants(q.expired_tenants(self._schema), batch_size)
+        if tenants is None:
+            with translate_errors():
+                async with self._pool.acquire() as conn, conn.transaction():
+                    rows = await conn.fetch(q.lock_expired(self._schema), batch_size)
+                    return await self._memories.delete_locked(conn, rows)
+        deleted = 0
+        for tenant in tenants:
+            with translate_errors():
+                async with self._pool.acquire() as conn, conn.transaction():
+                    rows = await conn.fetch(
+                        q.lock_expired(self._schema, tenant_filter=True), batch_size, tenant
+                    )
+                    deleted += await self._memories.delete_locked(conn, rows)
+        return deleted
 
     async def _persist_commit_times(
         self, batch_size: int, report: GcReport, progress: ProgressReporter
@@ -232,12 +271,16 @@ class GarbageCollector:
                     return
         progress.start("gc: persisting commit times of history events")
         sql = q.persist_commit_times(self._schema)
+        per_tenant = q.persist_tenant_commit_times(self._schema)
 
         async def batch() -> int:
+            tenants = await self._tenants(q.uncommitted_tenants(self._schema), batch_size)
             with translate_errors():
                 async with self._pool.acquire() as conn:
-                    done: int = await conn.fetchval(sql, batch_size)
-                    return done
+                    if tenants is None:
+                        done: int = await conn.fetchval(sql, batch_size)
+                        return done
+                    return sum([await conn.fetchval(per_tenant, batch_size, t) for t in tenants])
 
         while True:
             done = await self._retrying(batch)
@@ -249,12 +292,16 @@ class GarbageCollector:
 
     async def _delete_expired_store_items(self, batch_size: int) -> int:
         # LangGraph store items (MemsvcStore) past their TTL; their vectors cascade.
+        tenants = await self._tenants(q.expired_store_tenants(self._schema), batch_size)
         with translate_errors():
             async with self._pool.acquire() as conn:
-                deleted: int = await conn.fetchval(
-                    store_q.sweep_expired(self._schema, None), batch_size
-                )
-                return deleted
+                if tenants is None:
+                    deleted: int = await conn.fetchval(
+                        store_q.sweep_expired(self._schema, None), batch_size
+                    )
+                    return deleted
+                sql = store_q.sweep_expired(self._schema, "$2")
+                return sum([await conn.fetchval(sql, batch_size, t) for t in tenants])
 
     async def _remove_old_events(self, cutoff: datetime, batch_size: int) -> int:
         """Remove the oldest events of the feed, up to the first one newer than the cutoff.

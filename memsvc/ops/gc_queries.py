@@ -12,21 +12,45 @@ from memsvc.memories.asof_queries import HORIZON_KEY as ASOF_HORIZON_KEY
 SCOPE = "tenant_id, project_id, agent_id, session_id"
 
 
-def lock_expired(schema: str) -> str:
+def lock_expired(schema: str, tenant_filter: bool = False) -> str:
     """Lock the next batch (``$1`` rows) of expired memories, oldest expiry first.
 
     ``expires_at <= now()`` is the complement of the live condition the
     repositories read with, and is served by the partial index on
     ``expires_at``. Under READ COMMITTED a row changed meanwhile is
     re-checked against it before it is locked: one whose TTL was just
-    extended is not taken.
+    extended is not taken. ``tenant_filter``: of tenant ``$2`` only (Citus
+    locks rows only in a statement routed to one shard).
     """
+    tenant = "AND tenant_id = $2" if tenant_filter else ""
     return f"""
 SELECT tenant_id, id FROM {schema}.memories
-WHERE expires_at IS NOT NULL AND expires_at <= now()
+WHERE expires_at IS NOT NULL AND expires_at <= now() {tenant}
 ORDER BY expires_at
 LIMIT $1
 FOR UPDATE SKIP LOCKED"""
+
+
+def expired_tenants(schema: str) -> str:
+    """Up to ``$1`` tenants holding expired memories (no lock: Citus, before locking per tenant)."""
+    return f"""
+SELECT DISTINCT tenant_id FROM {schema}.memories
+WHERE expires_at IS NOT NULL AND expires_at <= now()
+LIMIT $1"""
+
+
+def expired_store_tenants(schema: str) -> str:
+    """Up to ``$1`` tenants holding expired LangGraph store items (as :func:`expired_tenants`)."""
+    return f"""
+SELECT DISTINCT tenant_id FROM {schema}.langgraph_store_items
+WHERE expires_at IS NOT NULL AND expires_at <= now()
+LIMIT $1"""
+
+
+def uncommitted_tenants(schema: str) -> str:
+    """Up to ``$1`` tenants with history events whose commit time is not copied yet."""
+    return f"""
+SELECT DISTINCT tenant_id FROM {schema}.memory_events WHERE committed_at IS NULL LIMIT $1"""
 
 
 def sessions_over_retention(schema: str) -> str:
@@ -120,6 +144,29 @@ WITH batch AS (
     SET committed_at = coalesce(pg_xact_commit_timestamp(e.xmin), e.at)
     FROM batch
     WHERE e.tenant_id = batch.tenant_id AND e.event_id = batch.event_id
+    RETURNING 1
+)
+SELECT count(*) FROM done"""
+
+
+def persist_tenant_commit_times(schema: str) -> str:
+    """:func:`persist_commit_times` for tenant ``$2`` only, routed to one shard on Citus.
+
+    The commit time is read in the batch's SELECT: Citus evaluates no
+    VOLATILE function in an UPDATE's SET. ``xmin`` and the commit time are
+    those of the node holding the row, where it was written.
+    """
+    return f"""
+WITH batch AS (
+    SELECT tenant_id, event_id, coalesce(pg_xact_commit_timestamp(xmin), at) AS committed
+    FROM {schema}.memory_events
+    WHERE tenant_id = $2 AND committed_at IS NULL
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), done AS (
+    UPDATE {schema}.memory_events AS e SET committed_at = batch.committed
+    FROM batch
+    WHERE e.tenant_id = $2 AND e.tenant_id = batch.tenant_id AND e.event_id = batch.event_id
     RETURNING 1
 )
 SELECT count(*) FROM done"""

@@ -76,11 +76,14 @@ class BatchApplier:
         shown: Mapping[str, Shown],
         provenance: Provenance,
         embeddings: Mapping[str, Any],
+        created: Mapping[int, str] | None = None,
     ) -> None:
         self._conn = conn
         self._memories = memories
         self._scope = scope
-        self._shown = shown
+        # The memories shown, and (as the answer's ADDs write them) the new ones.
+        self._shown = dict(shown)
+        self._created = dict(created or {})
         self._provenance = provenance
         self._embeddings = embeddings
 
@@ -101,6 +104,9 @@ class BatchApplier:
                         memory = await self._one(operation)
                 else:
                     memory = await self._one(operation)
+                new_ref = self._created.get(index)
+                if new_ref is not None and memory is not None:
+                    self._shown[new_ref] = Shown(new_ref, memory)
             except (ValidationError, ConflictError, NotFoundError) as exc:
                 if not isolated:
                     raise StoreRefused from exc
@@ -120,6 +126,13 @@ class BatchApplier:
             return await self._supersede(operation)
         return await self._invalidate(operation)
 
+    def _named(self, ref: str) -> Shown:
+        """The memory ``ref`` names: one shown, or one an earlier ADD of the answer wrote."""
+        named = self._shown.get(ref)
+        if named is None:
+            raise NotFoundError(f"{ref!r} names an ADD of this answer that was not applied")
+        return named
+
     def _metadata(self, base: Mapping[str, Any], operation: Operation, **extra: Any) -> dict[
         str, Any
     ]:
@@ -137,7 +150,7 @@ class BatchApplier:
         )
 
     async def _update(self, operation: UPDATE) -> Memory:
-        shown = self._shown[operation.ref]
+        shown = self._named(operation.ref)
         return await self._memories.update(
             shown.memory_id,
             content=operation.content,
@@ -149,7 +162,7 @@ class BatchApplier:
         )
 
     async def _supersede(self, operation: SUPERSEDE) -> Memory:
-        shown = self._shown[operation.ref]
+        shown = self._named(operation.ref)
         return await self._memories.supersede(
             shown.memory_id,
             operation.content,
@@ -162,7 +175,7 @@ class BatchApplier:
         )
 
     async def _invalidate(self, operation: INVALIDATE) -> Memory:
-        shown = self._shown[operation.ref]
+        shown = self._named(operation.ref)
         return await self._memories.invalidate(
             shown.memory_id,
             at=operation.at,

@@ -246,7 +246,7 @@ class Remembering(Repository):
         """The batch's transaction: ledger, candidates' locks, operations."""
         embeddings = await self._embeddings(answer)
         refs = {
-            ref for _, op in answer.accepted if (ref := getattr(op, "ref", None)) is not None
+            ref for _, op in answer.accepted if (ref := getattr(op, "ref", None)) in shown.by_ref
         }
         expected = {shown.by_ref[ref].memory_id: shown.by_ref[ref].version for ref in refs}
         batch_id = uuid.uuid4()
@@ -261,7 +261,8 @@ class Remembering(Repository):
                     raise _AlreadyApplied
                 await self._check_versions(conn, scope, expected)
                 applier = BatchApplier(
-                    conn, self._memories, scope, shown.by_ref, provenance, embeddings
+                    conn, self._memories, scope, shown.by_ref, provenance, embeddings,
+                    answer.created,
                 )
                 return await applier.apply(answer.accepted, isolated=isolated)
 

@@ -12,7 +12,8 @@ skipped, with that reason.
   :class:`CitusCluster` (``.dsn`` is the coordinator's), and destroys the
   cluster when the session ends.
 - ``citus_schema`` (session): memsvc's schema migrated on the coordinator and
-  distributed by :func:`memsvc.ops.citus.citus_sql`, built once.
+  distributed by :func:`memsvc.ops.citus.apply_citus` (``memsvc citus
+  apply``), built once.
 - ``citus_settings`` (per test): the schema emptied (every row deleted,
   ``schema_info`` put back as the migration left it), and Settings pointing
   at it: far faster than dropping the schema and distributing it again
@@ -46,7 +47,7 @@ import pytest
 from memsvc.core.settings import Settings
 from memsvc.db import migrate
 from memsvc.embedding import HashingEmbedder
-from memsvc.ops.citus import citus_sql
+from memsvc.ops.citus import apply_citus
 from memsvc.service import MemoryService
 from memsvc.testing.postgres import run_in_own_loop, settings_for_tests
 
@@ -58,18 +59,11 @@ except ImportError:  # pragma: no cover - depends on the user's environment
 
 KIT_ENV = "MEMSVC_CITUS_KIT"
 NODES = 3  # the coordinator, then two workers
+SHARD_CONF = "citus.shard_count=8"
 # Tables the reset leaves alone: alembic's record of the schema's revision.
 KEPT_TABLES = ("alembic_version",)
 # The settings row(s) the migration wrote: put back after every reset.
 SETTINGS_TABLE = "schema_info"
-# memsvc's tables carry triggers, which create_distributed_table refuses
-# without this (the printed script does not set it yet: issue 31).
-DISTRIBUTE_PREAMBLE = "SET LOCAL citus.enable_unsafe_triggers = on"
-# Lines of a script that opens its own transaction and sets its own options:
-# the fixture runs the script in a transaction of its own, having set them
-# first. (Citus sends the whole query text of a SET LOCAL on to the workers:
-# inside one multi-statement string, that is the whole script.)
-_TRANSACTION_LINES = re.compile(r"^(BEGIN|COMMIT|SET LOCAL [^;\n]*);\n", re.MULTILINE)
 _URL = re.compile(r"postgresql://\S+")
 
 
@@ -133,7 +127,10 @@ class CitusCluster:
 
     def _run(self, *args: str) -> str:
         env = dict(
-            os.environ,
+            # 8 shards per table rather than Citus's 32: a test's reset and the
+            # schema's distribution cost grows with the shard count, not rows.
+            {"CITUS_CONF": SHARD_CONF},
+            **os.environ,
             PYTHON=sys.executable,
             PGINSTALL=str(pginstall_directory()),
             CITUS_BASE=str(self.base),
@@ -178,13 +175,10 @@ class CitusCluster:
 
 
 async def distribute(dsn: str, settings: Settings) -> None:
-    """Run the distribution script memsvc prints, in one transaction, triggers allowed."""
-    script = _TRANSACTION_LINES.sub("", citus_sql(settings))
+    """Distribute the schema as ``memsvc citus apply`` does (one transaction)."""
     conn = await asyncpg.connect(dsn)
     try:
-        async with conn.transaction():
-            await conn.execute(DISTRIBUTE_PREAMBLE)
-            await conn.execute(script)
+        await apply_citus(conn, settings)
     finally:
         await conn.close()
 

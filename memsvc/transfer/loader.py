@@ -36,7 +36,7 @@ from memsvc.core.validation import validate_embedding
 from memsvc.db.codecs import register_binary_jsonb, register_codecs, vector_bytes
 from memsvc.db.errors import translate_errors
 from memsvc.db.pool import connect, find_vector_schema
-from memsvc.db.tenancy import SET_TENANT
+from memsvc.db.tenancy import set_tenant
 from memsvc.transfer import loader_queries as q
 from memsvc.transfer.records import (
     AssemblyRecord,
@@ -639,7 +639,7 @@ class Loader:
         for tenant, items in by_tenant.items():
             with translate_errors():
                 async with self.conn.transaction():
-                    await self.conn.execute(SET_TENANT, tenant)
+                    await self.conn.execute(set_tenant(tenant))
                     rows = await self.conn.fetch(
                         q.insert_store_items(self._schema),
                         tenant,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memsvc import MemoryService, Settings
 from memsvc.testing.citus import (  # noqa: F401  (fixtures, found by name)
     citus_cluster,
     citus_schema,
@@ -19,6 +20,18 @@ from memsvc.testing.citus import (  # noqa: F401  (fixtures, found by name)
 )
 
 HERE = Path(__file__).parent
+
+
+# The single-node suite's fixtures, pointed at the cluster: the test modules
+# test_suites_*.py import single-node tests, which then run here unchanged.
+@pytest.fixture
+def settings(citus_settings: Settings) -> Settings:  # noqa: F811  (the fixture)
+    return citus_settings
+
+
+@pytest.fixture
+def service(citus_service: MemoryService) -> MemoryService:  # noqa: F811  (the fixture)
+    return citus_service
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -8,15 +8,18 @@ half done.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
+import pytest
 from click.testing import CliRunner
 
 from memsvc.cli import main as cli
-from memsvc.ops.citus import placements
+from memsvc.ops.citus import apply_citus, check_distribution, placements
+from memsvc.ops.doctor_report import DoctorReport
 from memsvc.service import TENANT_TABLES
 from memsvc.testing.citus import CitusCluster, CitusSchema
 from tests.citus.helpers import own_schema, run_psql_file
@@ -135,3 +138,39 @@ async def test_a_failing_script_leaves_no_table_distributed(
         done = run_psql_file(citus_cluster.dsn, printed_script(schema, tmp_path))
         assert done.returncode != 0
         assert await distributed_tables(citus_cluster.dsn, schema.schema) == set()
+
+
+async def test_citus_apply_distributes_a_fresh_schema_in_one_step_and_again_changes_nothing(
+    citus_cluster: CitusCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with own_schema(citus_cluster, distributed=False) as schema:
+        monkeypatch.setenv("MEMSVC_DATABASE_URL", citus_cluster.dsn)
+        apply = ["citus", "--schema", schema.schema, "apply"]
+        # In a thread: the command runs an event loop of its own.
+        first = await asyncio.to_thread(CliRunner().invoke, cli, apply)
+        assert first.exit_code == 0, first.output
+        assert await distributed_tables(citus_cluster.dsn, schema.schema) >= set(TENANT_TABLES)
+        again = await asyncio.to_thread(CliRunner().invoke, cli, apply)
+        assert again.exit_code == 0, again.output
+        assert "already distributed" in again.output
+
+
+async def test_doctor_reports_the_distribution_and_a_table_left_local(
+    citus_cluster: CitusCluster,
+) -> None:
+    async with own_schema(citus_cluster, distributed=False) as schema:
+        conn = await asyncpg.connect(citus_cluster.dsn)
+        try:
+            report = DoctorReport()
+            await check_distribution(conn, schema.settings, report)
+            (check,) = report.checks
+            assert check.status == "problem" and "memories" in check.detail
+            await apply_citus(conn, schema.settings)
+            report = DoctorReport()
+            await check_distribution(conn, schema.settings, report)
+            (check,) = report.checks
+        finally:
+            await conn.close()
+        assert check.status == "ok", check.detail
+        assert "tables distributed by tenant_id" in check.detail
+        assert "1 co-location group" in check.detail and "2 active workers" in check.detail

@@ -13,9 +13,17 @@ from collections.abc import AsyncIterator
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import numpy as np
 import pytest
 
-from memsvc import MemoryService, NotFoundError, Scope
+from memsvc import (
+    CitusUnsupportedError,
+    MemoryService,
+    NotFoundError,
+    Scope,
+    Settings,
+    ValidationError,
+)
 from memsvc.embedding import HashingEmbedder
 from memsvc.testing.citus import CitusCluster, CitusSchema
 from memsvc.testing.postgres import settings_for_tests
@@ -57,27 +65,94 @@ async def rls_schema(citus_cluster: CitusCluster) -> AsyncIterator[tuple[CitusSc
                 await admin.close()
 
 
-async def test_each_tenant_reads_and_writes_its_own_rows_only(
+async def seed(settings: Settings) -> dict[str, list[uuid.UUID]]:
+    """Each tenant's memories, keyed memory, assembly and checkpoint (as the schema's owner)."""
+    vector = np.ones(settings.embedding_dim, dtype=np.float32)
+    mine: dict[str, list[uuid.UUID]] = {}
+    async with MemoryService.open(settings, embedder=HashingEmbedder()) as svc:
+        for tenant in ("alpha", "beta"):
+            scope = Scope(tenant, "p", "a", "s")
+            memories = [
+                await svc.memories.add(scope, f"{tenant} secret {i}", embedding=vector)
+                for i in range(3)
+            ]
+            await svc.memories.put(scope, "key", f"{tenant} keyed", embedding=vector)
+            await svc.assemblies.create(scope, "group", memory_ids=[m.id for m in memories])
+            await svc.checkpoints.create(scope, {"tenant": tenant})
+            mine[tenant] = [m.id for m in memories]
+    return mine
+
+
+async def test_tenants_never_see_or_change_each_others_rows(
+    rls_schema: tuple[CitusSchema, str],
+) -> None:
+    """The single-node adversarial cases, on worker connections that served both tenants."""
+    schema, runtime_dsn = rls_schema
+    mine = await seed(schema.settings)
+    settings = settings_for_tests(runtime_dsn, row_level_security=True, db_schema=schema.schema)
+    vector = np.ones(settings.embedding_dim, dtype=np.float32)
+    async with MemoryService.open(settings, embedder=HashingEmbedder()) as svc:
+        alpha_id = mine["alpha"][0]
+        for _ in range(3):  # worker connections that served one tenant serve the other
+            for tenant in ("alpha", "beta"):
+                found = await svc.memories.get(mine[tenant][0], tenant=tenant)
+                assert found.content == f"{tenant} secret 0"
+                listed = await svc.memories.list(Scope(tenant), include="descendants", limit=50)
+                assert {m.scope.tenant for m in listed} == {tenant} and len(listed) == 4
+        with pytest.raises(NotFoundError):
+            await svc.memories.get(alpha_id, tenant="beta")
+        assert await svc.memories.get_many(mine["alpha"], tenant="beta") == []
+        hits = await svc.memories.search(Scope("beta"), vector, k=50, include="descendants")
+        assert hits and {h.memory.scope.tenant for h in hits} == {"beta"}
+        assert await svc.memories.history(alpha_id, tenant="beta") == []
+        found_assemblies = await svc.assemblies.search(
+            Scope("beta"), vector, k=10, include="descendants"
+        )
+        assert {h.assembly.scope.tenant for h in found_assemblies} == {"beta"}
+        # update / delete, aimed from beta at alpha's rows
+        with pytest.raises(NotFoundError):
+            await svc.memories.update(alpha_id, content="stolen", tenant="beta")
+        with pytest.raises(NotFoundError):
+            await svc.memories.patch_metadata(alpha_id, {"x": 1}, tenant="beta")
+        assert await svc.memories.delete(alpha_id, tenant="beta") is False
+        # an id alone names no tenant: refused rather than guessed
+        with pytest.raises(ValidationError):
+            await svc.memories.get(alpha_id)
+        alpha = await svc.memories.get(alpha_id, tenant="alpha")
+        assert alpha.content == "alpha secret 0" and alpha.version == 1
+        assert await svc.memories.count(Scope("alpha", "p", "a", "s")) == 4
+
+
+async def test_without_a_tenant_the_runtime_role_sees_nothing_on_any_node(
     rls_schema: tuple[CitusSchema, str],
 ) -> None:
     schema, runtime_dsn = rls_schema
-    settings = settings_for_tests(
-        runtime_dsn, row_level_security=True, db_schema=schema.schema
-    )
+    await seed(schema.settings)
+    conn = await asyncpg.connect(runtime_dsn)
+    try:
+        seen = await conn.fetchval(f"SELECT count(*) FROM {schema.schema}.memories")
+        with pytest.raises(asyncpg.PostgresError):
+            await conn.execute(
+                f"INSERT INTO {schema.schema}.memories (tenant_id, id, content, content_hash) "
+                "VALUES ('alpha', gen_random_uuid(), 'x', 'sha256:x')"
+            )
+    finally:
+        await conn.close()
+    assert seen == 0
+
+
+async def test_writes_that_record_history_are_refused_by_name_under_rls(
+    rls_schema: tuple[CitusSchema, str],
+) -> None:
+    """A known limit: their history rows reach the shards by COPY, refused under RLS."""
+    schema, runtime_dsn = rls_schema
+    mine = await seed(schema.settings)
+    settings = settings_for_tests(runtime_dsn, row_level_security=True, db_schema=schema.schema)
     async with MemoryService.open(settings, embedder=HashingEmbedder()) as svc:
-        ids = {}
-        for tenant in ("alpha", "beta"):
-            scope = Scope(tenant, "p", "a", "s")
-            memory = await svc.memories.add(scope, f"{tenant} secret")
-            ids[tenant] = memory.id
-        # Several reads, so worker connections that served one tenant serve the other.
-        for _ in range(3):
-            for tenant in ("alpha", "beta"):
-                found = await svc.memories.get(ids[tenant], tenant=tenant)
-                assert found.content == f"{tenant} secret"
-                listed = await svc.memories.list(Scope(tenant), include="descendants")
-                assert [m.id for m in listed] == [ids[tenant]]
-        with pytest.raises(NotFoundError):
-            await svc.memories.get(ids["alpha"], tenant="beta")
-        assert await svc.memories.delete(ids["alpha"], tenant="beta") is False
-        assert (await svc.memories.get(ids["alpha"], tenant="alpha")).version == 1
+        with pytest.raises(CitusUnsupportedError) as refused:
+            await svc.memories.add(Scope("alpha", "p"), "new")
+        assert refused.value.operation == "memories.add"
+        with pytest.raises(CitusUnsupportedError) as refused:
+            await svc.memories.update(mine["alpha"][0], content="changed", tenant="alpha")
+        assert refused.value.operation == "memories.update"
+        assert (await svc.memories.get(mine["alpha"][0], tenant="alpha")).version == 1

@@ -51,6 +51,31 @@ def test_a_supersede_carries_the_new_facts_metadata() -> None:
     assert accepted == [SUPERSEDE("m2", "Ana works at Globex.", None, {"slot": "job"})]
 
 
+def test_an_answer_may_name_the_memory_its_own_earlier_add_writes() -> None:
+    answer = operations(
+        add("Ana lives in Paris."),
+        add("Ana has a dog."),
+        supersede("new1", "Ana lives in Berlin."),
+        invalidate("new3"),  # no third ADD before it
+        update("new2", "Ana has a dog, Rex."),
+        noop(),
+    )
+    roomy = Limits(max_operations=10, max_content_chars=40)
+    checked = check_operations(json.dumps(answer), shown=SHOWN, limits=roomy)
+    assert [(i, op.op) for i, op in checked.accepted] == [
+        (0, "ADD"), (1, "ADD"), (2, "SUPERSEDE"), (4, "UPDATE"), (5, "NOOP")
+    ]
+    assert checked.created == {0: "new1", 1: "new2"}
+    assert [(r.index, r.reason) for r in checked.rejected] == [
+        (3, "unknown ref 'new3': not a memory shown")
+    ]
+    # A refused ADD still counts: the model numbered it.
+    refused_first = operations(add(""), add("Ana has a cat."), supersede("new1", "x"))
+    checked = check_operations(json.dumps(refused_first), shown=SHOWN, limits=LIMITS)
+    assert checked.created == {1: "new2"}
+    assert [r.index for r in checked.rejected] == [0, 2]
+
+
 def test_an_answer_that_is_not_json_is_refused_whole() -> None:
     checked = check_operations("Sure! Here you go: ADD Ana", shown=SHOWN, limits=LIMITS)
     assert checked.unusable and checked.accepted == ()

@@ -59,7 +59,7 @@ async def test_asks_for_facts_with_a_json_schema_and_the_packaged_prompt(
     assert sent.headers["authorization"] == f"Bearer {SECRET}"
     assert sent.body["model"] == "test-chat"
     assert sent.body["temperature"] == 0.0
-    assert sent.system == prompt("extract-v1-facts")
+    assert sent.system == prompt("extract-v2-facts")
     assert sent.payload == {"messages": [{"role": "user", "content": MESSAGES[0].content}]}
     schema = sent.body["response_format"]
     assert schema["type"] == "json_schema"

@@ -178,6 +178,7 @@ async def test_every_tool_over_stdio(
             "content": "the user prefers metric units", "session": "s-1"
         })
         assert again["id"] == added["id"]  # deduplicated, not stored twice
+        assert again["merged"] is False and again["forgotten_at"] is None  # exact, live
         expiring = await _ok(client, "memory_add", {
             "content": "deploys happen on Tuesdays", "metadata": {"kind": "fact"},
             "ttl_seconds": 3600,

@@ -477,3 +477,18 @@ async def test_a_process_killed_inside_a_clusters_transaction_is_resumed_by_the_
     report = await service.maintenance.consolidate(SCOPE)
     assert report.made == 2
     assert set(await assert_consistent(service)) == {frozenset(m) for m in ids.values()}
+
+
+async def test_forgotten_members_make_their_clusters_go(service: MemoryService) -> None:
+    if not hasattr(service, "policies"):
+        pytest.skip("this memsvc has no forgetting")
+    ids = await seed_memories(service)
+    await service.maintenance.consolidate(SCOPE)
+    await service.policies.set(Scope("acme"), half_life=86_400)
+    first = await service.memories.get(ids["home"][0])
+    later = first.created_at + timedelta(days=30)
+    report = await service.maintenance.forget(now=later, assembly_members=True)
+    assert set(report.ids) >= {m for members in ids.values() for m in members}
+    again = await service.maintenance.consolidate(SCOPE)
+    assert again.dissolved == 3
+    assert await clusters(service) == {}

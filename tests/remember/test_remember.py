@@ -22,6 +22,7 @@ from memsvc import (
     ValidationError,
 )
 from memsvc.extraction import ADD, NOOP, UPDATE, ExtractionRequest, Message
+from memsvc.remember.apply import supported_operations
 from memsvc.remember.pipeline import BATCH_MESSAGES
 from memsvc.sync import SyncMemoryService
 from memsvc.testing.postgres import settings_for_tests
@@ -83,7 +84,7 @@ async def test_new_messages_become_memories_that_record_their_provenance(
     provenance = {
         "source_message_ids": ["msg-1", "msg-2"],
         "extractor": "openai-chat",
-        "extractor_version": "extract-v1",
+        "extractor_version": "extract-v2",
         "model": "test-model",
         "operation": "ADD",
     }
@@ -450,3 +451,26 @@ async def test_facts_all_refused_leave_the_messages_pending(
     assert result.pending == ("msg-1",) and result.remembered == ()
     assert [(r.index, r.stage) for r in result.skipped] == [(0, "facts"), (1, "facts")]
     assert chat.steps() == ["facts"]
+
+
+async def test_a_fact_stated_and_changed_in_one_batch_is_added_then_superseded(
+    service: MemoryService, chat: FakeChatServer, extractor: OpenAIChatExtractor
+) -> None:
+    if "SUPERSEDE" not in supported_operations(service.memories):
+        pytest.skip("this memsvc has no valid time")
+    chat.then(
+        Reply(answer=facts("The user lives in Paris.", "The user moved to Berlin.")),
+        Reply(answer=operations(
+            add("The user lives in Paris.", valid_from="2024-03-01T00:00:00Z"),
+            supersede("new1", "The user lives in Berlin.", "2024-06-01T00:00:00Z"),
+        )),
+    )
+    messages = said("I live in Paris.", "Actually, we moved to Berlin in June.")
+    result = await service.remember(SCOPE, messages, extractor=extractor)
+    assert result.skipped == ()
+    paris, berlin = (a.memory for a in result.applied)
+    assert paris is not None and berlin is not None
+    now = await service.memories.list(SCOPE, limit=10)
+    assert [m.content for m in now] == ["The user lives in Berlin."]
+    ended = await service.memories.get(paris.id)
+    assert ended.valid_to == datetime(2024, 6, 1, tzinfo=UTC) and ended.superseded_by == berlin.id
