@@ -292,19 +292,30 @@ SELECT {MEMORY_COLUMNS} FROM {schema}.memories
 WHERE id = $1 {tenant} AND {NOT_EXPIRED}"""
 
 
-# A tracked read of a live memory; a forgotten one is read unchanged.
-COUNT_ACCESS = f"""access_count = access_count + CASE WHEN {NOT_FORGOTTEN} THEN 1 ELSE 0 END,
-    last_accessed_at = CASE WHEN {NOT_FORGOTTEN} THEN now() ELSE last_accessed_at END"""
+def _touch(schema: str, match: str) -> str:
+    """Count an access of the live memories ``match`` selects; read the others unchanged.
+
+    The others: forgotten ones, and one a concurrent pass forgot while this
+    statement waited for its row lock (read as the statement's snapshot saw
+    it). Two arms rather than a CASE around ``now()``: Citus refuses a
+    non-immutable function inside CASE in a distributed UPDATE.
+    """
+    return f"""
+WITH touched AS (
+    UPDATE {schema}.memories
+    SET access_count = access_count + 1, last_accessed_at = now()
+    WHERE {match} AND {NOT_EXPIRED} AND {NOT_FORGOTTEN}
+    RETURNING {MEMORY_COLUMNS}
+)
+SELECT * FROM touched
+UNION ALL
+SELECT {MEMORY_COLUMNS} FROM {schema}.memories
+WHERE {match} AND {NOT_EXPIRED} AND id NOT IN (SELECT id FROM touched)"""
 
 
 def touch_by_id(schema: str, tenant_filter: bool) -> str:
     """Like :func:`select_by_id`, and count the access (see :func:`touch_by_ids`)."""
-    tenant = "AND tenant_id = $2" if tenant_filter else ""
-    return f"""
-UPDATE {schema}.memories
-SET {COUNT_ACCESS}
-WHERE id = $1 {tenant} AND {NOT_EXPIRED}
-RETURNING {MEMORY_COLUMNS}"""
+    return _touch(schema, "id = $1" + (" AND tenant_id = $2" if tenant_filter else ""))
 
 
 def touch_by_ids(schema: str, tenant_filter: bool) -> str:
@@ -314,12 +325,9 @@ def touch_by_ids(schema: str, tenant_filter: bool) -> str:
     does not bring it back (``restore`` or pinning does), so gc's deletion
     after the grace period never removes a memory renewed meanwhile.
     """
-    tenant = "AND tenant_id = $2" if tenant_filter else ""
-    return f"""
-UPDATE {schema}.memories
-SET {COUNT_ACCESS}
-WHERE id = ANY($1::uuid[]) {tenant} AND {NOT_EXPIRED}
-RETURNING {MEMORY_COLUMNS}"""
+    return _touch(
+        schema, "id = ANY($1::uuid[])" + (" AND tenant_id = $2" if tenant_filter else "")
+    )
 
 
 def update_memory(schema: str, tenant_filter: bool) -> str:
