@@ -16,6 +16,7 @@ from benchmarks.memory_quality.scoring import Strategy, ask, evaluate
 from benchmarks.memory_quality.sweep import sweep
 from memsvc import MemoryService, Scope
 from memsvc.embedding import HashingEmbedder
+from memsvc.memories.dedupe_rule import identifiers
 
 DIGEST = (
     "from benchmarks.memory_quality.generator import generate; "
@@ -167,13 +168,18 @@ def test_dedupe_sweep_counts_rows_lost_facts_and_wrong_merges() -> None:
     for op in adds:
         vector = rng.normal(size=16)
         vectors[op.memory] = vector / np.linalg.norm(vector)
-    everything, nothing, per_slot, _ = sweep(data, "duplicates", vectors, (-1.0, 1.01))
+    everything, nothing, by_ids, by_ids_nothing, per_slot, _ = sweep(
+        data, "duplicates", vectors, (-1.0, 1.01)
+    )
     facts = {op.fact for op in adds if op.fact}
     assert (nothing.kept, nothing.facts_lost, nothing.wrong_merges) == (len(adds), 0, 0)
     # Everything merged into the first memory written.
     assert everything.kept == 1
     assert everything.facts_lost == len(facts) - (adds[0].fact is not None)
     assert everything.wrong_merges == sum(op.fact != adds[0].fact for op in adds[1:])
+    # With the identifier rule, a write merges only into one holding the same identifiers.
+    assert (by_ids_nothing.kept, by_ids_nothing.facts_lost) == (len(adds), 0)
+    assert by_ids.kept == len({identifiers(op.content) for op in adds})
     # Within a person's slot the duplicates stream holds one fact: nothing wrong, nothing lost.
     groups = {(op.about, op.fact.split("/")[1] if op.fact else None) for op in adds}
     assert (per_slot.kept, per_slot.facts_lost, per_slot.wrong_merges) == (len(groups), 0, 0)
