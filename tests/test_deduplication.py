@@ -14,6 +14,7 @@ import pytest
 from memsvc import MemoryService, Scope, Settings, ValidationError
 from memsvc.memories.dedupe_rule import identifiers, raised_importance, same_identifiers
 from memsvc.testing.postgres import TestPostgres, settings_for_tests
+from tests.lock_waits import WAITING_FOR_A_LOCK
 
 SCOPE = Scope("acme", "bridge")
 DIM = 384
@@ -369,10 +370,6 @@ async def test_the_dedupe_pass_never_deletes_a_successor(service: MemoryService)
     assert (await service.memories.get(berlin.id)).supersedes == (paris.id,)
 
 
-WAITING_FOR_A_LOCK = (
-    "SELECT count(*) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
 
 
 async def test_a_write_never_merges_into_a_memory_superseded_meanwhile(

@@ -12,8 +12,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import uuid
 from datetime import timedelta
@@ -28,6 +26,7 @@ from memsvc.core.errors import RedisUnavailableError
 from memsvc.testing.redis import RedisServer
 from memsvc.transfer.trailer import LineSink
 from memsvc.working.keys import parse_key, tenant_key_pattern
+from tests.lock_waits import kill_when_it_waits_for_a_lock
 from tests.reliability.test_pgbouncer import bouncer_service  # noqa: F401
 
 pytestmark = pytest.mark.timeout(300)
@@ -379,10 +378,6 @@ ERASER = textwrap.dedent(
 
 
 # A backend of this test's database waiting for a lock (the eraser, on the held assembly).
-WAITING_FOR_A_LOCK = (
-    "SELECT count(*) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
 
 
 async def memory_state(svc: MemoryService, memory_id: uuid.UUID) -> str:
@@ -420,17 +415,7 @@ async def test_a_crashed_erasure_leaves_no_half_memory_and_a_rerun_finishes_it(
         blocker = admin.transaction()
         await blocker.start()
         await admin.execute("SELECT 1 FROM memsvc.assemblies WHERE id = $1 FOR UPDATE", held.id)
-        child = subprocess.Popen([sys.executable, "-c", ERASER, dsn])
-        try:
-            async with asyncio.timeout(120):
-                while not await watcher.fetchval(WAITING_FOR_A_LOCK):
-                    assert child.poll() is None, "the eraser ended before the batch that waits"
-                    await asyncio.sleep(0.05)
-            child.send_signal(signal.SIGKILL)
-            assert await asyncio.to_thread(child.wait) == -signal.SIGKILL
-        finally:
-            if child.poll() is None:
-                child.kill()
+        await kill_when_it_waits_for_a_lock(watcher, ERASER, dsn, what="the eraser")
         await blocker.rollback()
     finally:
         await admin.close()

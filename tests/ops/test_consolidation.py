@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import signal
-import subprocess
-import sys
 import textwrap
 import uuid
 import zlib
@@ -30,6 +27,7 @@ from memsvc import (
 )
 from memsvc.testing.postgres import settings_for_tests
 from tests.extraction.fake_chat import serving
+from tests.lock_waits import kill_when_it_waits_for_a_lock
 from tests.ops.conftest import Cli
 from tests.test_row_level_security import rls_database  # noqa: F401
 
@@ -436,10 +434,6 @@ CHILD = textwrap.dedent(
     asyncio.run(main())
     """
 )
-WAITING_FOR_A_LOCK = (
-    "SELECT count(*) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
 
 
 @pytest.mark.slow
@@ -458,17 +452,7 @@ async def test_a_process_killed_inside_a_clusters_transaction_is_resumed_by_the_
         await admin.execute(
             "SELECT 1 FROM memsvc.memories WHERE id = $1 FOR UPDATE", ids["pets"][0]
         )
-        child = subprocess.Popen([sys.executable, "-c", CHILD, dsn])
-        try:
-            async with asyncio.timeout(120):
-                while not await watcher.fetchval(WAITING_FOR_A_LOCK):
-                    assert child.poll() is None, "the run ended before it reached the lock"
-                    await asyncio.sleep(0.05)
-            child.send_signal(signal.SIGKILL)
-            assert await asyncio.to_thread(child.wait) == -signal.SIGKILL
-        finally:
-            if child.poll() is None:
-                child.kill()
+        await kill_when_it_waits_for_a_lock(watcher, CHILD, dsn, what="the run")
         await holding.rollback()
     finally:
         await admin.close()

@@ -25,6 +25,7 @@ from tests.extraction.fake_chat import (
     serving,
     update,
 )
+from tests.lock_waits import WAITING_FOR_A_LOCK
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -34,10 +35,6 @@ MESSAGES = [
     {"role": "assistant", "content": "Noted!", "id": "a1"},
 ]
 PARIS = "The user lives in Paris."
-WAITING_FOR_A_LOCK = (
-    "SELECT count(*) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
 
 
 def answer_key(step: str, payload: dict[str, Any]) -> Any:

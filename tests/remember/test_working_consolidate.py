@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import signal
-import subprocess
-import sys
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -27,6 +24,7 @@ from memsvc import (
 from memsvc.extraction import ExtractionRequest, Message
 from memsvc.remember.session import entry_messages
 from tests.extraction.fake_chat import FakeChatServer, Reply
+from tests.lock_waits import kill_when_it_waits_for_a_lock
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -204,10 +202,6 @@ CHILD = textwrap.dedent(
     asyncio.run(main())
     """
 )
-WAITING_FOR_A_LOCK = (
-    "SELECT count(*) FROM pg_stat_activity "
-    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-)
 
 
 @pytest.mark.slow
@@ -234,19 +228,10 @@ async def test_a_process_killed_before_the_commit_leaves_every_entry_in_the_scra
                 "content, content_hash) VALUES ($1, $2, $3, $4, gen_random_uuid(), $5, $6)",
                 *scope.levels, content, "sha256:" + hashlib.sha256(content.encode()).hexdigest(),
             )
-            child = subprocess.Popen(
-                [sys.executable, "-c", CHILD, dsn, redis_url, chat.base_url, scope.session or ""]
+            await kill_when_it_waits_for_a_lock(
+                watcher, CHILD, dsn, redis_url, chat.base_url, scope.session or "",
+                what="consolidate",
             )
-            try:
-                async with asyncio.timeout(120):
-                    while not await watcher.fetchval(WAITING_FOR_A_LOCK):
-                        assert child.poll() is None, "consolidate ended before the lock"
-                        await asyncio.sleep(0.05)
-                child.send_signal(signal.SIGKILL)
-                assert await asyncio.to_thread(child.wait) == -signal.SIGKILL
-            finally:
-                if child.poll() is None:
-                    child.kill()
             await holding.rollback()
         finally:
             await admin.close()
