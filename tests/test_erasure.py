@@ -895,7 +895,8 @@ async def test_plain_vacuum_is_reported_table_by_table(service: MemoryService) -
     assert receipt.vacuum == {
         table: "vacuumed"
         for table in ("assemblies", "assembly_members", "entity_events", "memories",
-                      "memory_events", "remembered_messages", "session_checkpoints")
+                      "memory_events", "memory_policies", "remembered_messages",
+                      "session_checkpoints")
     }
 
 

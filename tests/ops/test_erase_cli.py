@@ -93,4 +93,4 @@ async def test_erase_vacuum_vacuums_the_tables_it_changed_and_says_so(
 
     assert done.exit_code == 0, done.output
     assert "vacuumed: assemblies, assembly_members, entity_events, memories, memory_events, " \
-        "remembered_messages, session_checkpoints" in done.output
+        "memory_policies, remembered_messages, session_checkpoints" in done.output

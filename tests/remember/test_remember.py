@@ -22,7 +22,6 @@ from memsvc import (
     ValidationError,
 )
 from memsvc.extraction import ADD, NOOP, UPDATE, ExtractionRequest, Message
-from memsvc.remember.apply import supported_operations
 from memsvc.remember.pipeline import BATCH_MESSAGES
 from memsvc.sync import SyncMemoryService
 from memsvc.testing.postgres import settings_for_tests
@@ -456,8 +455,6 @@ async def test_facts_all_refused_leave_the_messages_pending(
 async def test_a_fact_stated_and_changed_in_one_batch_is_added_then_superseded(
     service: MemoryService, chat: FakeChatServer, extractor: OpenAIChatExtractor
 ) -> None:
-    if "SUPERSEDE" not in supported_operations(service.memories):
-        pytest.skip("this memsvc has no valid time")
     chat.then(
         Reply(answer=facts("The user lives in Paris.", "The user moved to Berlin.")),
         Reply(answer=operations(
