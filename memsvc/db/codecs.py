@@ -82,6 +82,9 @@ async def register_binary_jsonb(conn: asyncpg.Connection) -> None:
     )
 
 
+LEARN_UUID_ARRAY = "SELECT NULL::uuid[]"
+
+
 async def register_codecs(conn: asyncpg.Connection, vector_schema: str) -> None:
     """Install the vector and jsonb codecs on a new connection."""
     await conn.set_type_codec(
@@ -95,3 +98,7 @@ async def register_codecs(conn: asyncpg.Connection, vector_schema: str) -> None:
             decoder=_decoder(dtype),
             format="binary",
         )
+    # memsvc's statements read and bind uuid[] (supersession links, id
+    # lists), a type the driver learns by asking the server: asked here, in
+    # the connection's setup, not inside the first such statement's timeout.
+    await conn.fetchval(LEARN_UUID_ARRAY)
