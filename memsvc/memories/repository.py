@@ -48,6 +48,7 @@ from memsvc.memories.inserts import (
     inserted_memory,
     scope_params,
 )
+from memsvc.memories.invalidating import Invalidating
 from memsvc.memories.policies import PolicyRepository
 from memsvc.memories.reads import KEY_MAX_LENGTH, MAX_PAGE
 from memsvc.memories.restoring import Restoring
@@ -90,13 +91,12 @@ __all__ = [
 DeleteHook = Callable[[asyncpg.Connection, list[str], list[uuid.UUID]], Awaitable[None]]
 
 
-
 @traced_operations("memsvc.memories", exclude=["delete_locked"])
 @signals_changes(
     "add", "add_many", "put", "update", "patch_metadata", "delete", "delete_locked", "delete_scope",
     "supersede", "invalidate", "restore",
 )
-class MemoryRepository(MemorySearches, Restoring):
+class MemoryRepository(MemorySearches, Restoring, Invalidating):
     """Store, fetch, change and search long-term memories.
 
     Writes never lose or duplicate under concurrency: exact duplicates within a
@@ -398,44 +398,6 @@ class MemoryRepository(MemorySearches, Restoring):
             prior.importance if importance is None else importance,
             ttl, id, moment, [old], expected, conn,
         )  # fmt: skip
-
-    async def invalidate(
-        self,
-        id: uuid.UUID | str,
-        *,
-        at: datetime | None = None,
-        expected_version: int | None = None,
-        tenant: str | None = None,
-        conn: asyncpg.Connection | None = None,
-    ) -> Memory:
-        """End a memory's validity at ``at`` (default: now) without a successor.
-
-        For a fact that stopped being true. The memory stays readable (``get``,
-        ``valid="all"``, ``valid_at`` before ``at``) with an ``invalidated``
-        history event. A memory already superseded or invalidated is a
-        ConflictError, as is a mismatched ``expected_version``; ``at`` must
-        come after the memory's ``valid_from`` (ValidationError). Returns
-        the memory as changed.
-        """
-        memory_id = parse_id("id", id)
-        moment = validity.check_optional_time(at, "at")
-        expected = {memory_id: validity.check_expected_version(expected_version)}
-        if tenant is not None:
-            tenant = Scope(tenant).tenant
-
-        async def attempt() -> Any:
-            async with self._transaction(conn, tenant=tenant) as active:
-                rows, _ = await validity.lock_open(
-                    active, self._schema, [memory_id], tenant, successor=None, expected=expected
-                )
-                when = rows[0]["now"] if moment is None else moment
-                validity.check_closable(rows, when, "at", None)
-                closed = await validity.close(
-                    active, self._schema, rows[0]["tenant_id"], [memory_id], when, None
-                )
-            return closed[0]
-
-        return Memory.from_row(await self._retrying(attempt, owns_transaction=conn is None))
 
     @asynccontextmanager
     async def _writing(
