@@ -464,8 +464,6 @@ async def test_a_process_killed_inside_a_clusters_transaction_is_resumed_by_the_
 
 
 async def test_forgotten_members_make_their_clusters_go(service: MemoryService) -> None:
-    if not hasattr(service, "policies"):
-        pytest.skip("this memsvc has no forgetting")
     ids = await seed_memories(service)
     await service.maintenance.consolidate(SCOPE)
     await service.policies.set(Scope("acme"), half_life=86_400)
