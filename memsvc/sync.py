@@ -125,8 +125,8 @@ async def _next(feed: AsyncIterator[Change]) -> Change:
 class SyncMemoryService:
     """:class:`memsvc.MemoryService` for synchronous code.
 
-    ``memories``, ``assemblies``, ``checkpoints`` and ``policies`` have the async API's
-    methods, blocking; ``working(scope)`` returns a blocking WorkingMemory;
+    ``memories``, ``assemblies``, ``checkpoints``, ``policies`` and ``maintenance``
+    have the async API's methods, blocking; ``working(scope)`` returns a blocking WorkingMemory;
     ``erase(scope)`` blocks until the erasure's receipt is ready.
     """
 
@@ -138,6 +138,7 @@ class SyncMemoryService:
         self.assemblies: Any = _Blocking(service.assemblies, runner)
         self.checkpoints: Any = _Blocking(service.checkpoints, runner)
         self.policies: Any = _Blocking(service.policies, runner)
+        self.maintenance: Any = _Blocking(service.maintenance, runner)
 
     @classmethod
     def open(

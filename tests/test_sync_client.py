@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
 
 from memsvc import ConflictError, HashingEmbedder, NotFoundError, Scope, Settings
@@ -106,3 +107,19 @@ def test_working_memory_through_the_sync_client(
     wm.restore_checkpoint(checkpoint)
     assert wm.get("draft") == {"step": 1}
     assert wm.get_scratchpad() == ["note"]
+
+
+def test_maintenance_without_await(sync_service: SyncMemoryService, scope: Scope) -> None:
+    """Consolidation, gc and the doctor block like the rest (issue 30 asked for consolidate)."""
+    base = np.random.default_rng(3).standard_normal(384)
+    texts = ["The user has a cat.", "The cat is called Miso.", "Miso the cat is three."]
+    members = []
+    for seed, text in enumerate(texts):
+        vector = base + 0.02 * np.random.default_rng(seed + 10).standard_normal(384)
+        members.append(sync_service.memories.add(scope, text, embedding=vector.tolist()))
+    report = sync_service.maintenance.consolidate(scope, min_cluster=3)
+    assert report.made == 1 and len(report.summaries) == 1
+    summary = sync_service.memories.get(report.summaries[0])
+    assert sorted(summary.metadata["derived_from"]) == sorted(str(m.id) for m in members)
+    assert sync_service.maintenance.consolidate(scope, min_cluster=3).made == 0
+    assert sync_service.maintenance.gc().expired_deleted == 0

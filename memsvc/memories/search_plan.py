@@ -27,7 +27,6 @@ the plan object is therefore :class:`PlannedSearch`.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,7 +44,7 @@ from memsvc.db.sql import Params, scope_condition
 from memsvc.memories import queries as q
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.filters import compile_where
-from memsvc.memories.text_terms import hybrid_terms
+from memsvc.memories.text_terms import hybrid_terms, text_words
 from memsvc.memories.validity import Validity, check_validity, validity_sql
 
 Rank = Literal["similarity", "recall"]
@@ -64,11 +63,6 @@ HYBRID_MIN_CANDIDATES = 50
 # to different texts, so the shapes an app uses are many but not unbounded.
 STATEMENTS_CACHED = 1024
 
-# "-" and "_" inside a word: read as spaces in text queries, as the text search
-# column reads them in its raw-token half (see tables.content_tsv_expression),
-# so "node-07" or "retry_backoff_ms" match however the parser split them. A
-# "-" after a space stays websearch_to_tsquery's "not".
-_JOINED = re.compile(r"(?<=\w)[-_](?=\w)")
 
 # What a search statement's text depends on, and all it depends on (with the
 # repository's schema, distance and text search configuration, fixed per
@@ -405,12 +399,12 @@ class SearchPlanner:
         if mode == "vector":
             return False, False
         assert text is not None
-        values.append(_JOINED.sub(" ", text))
+        values.append(text_words(text))
         if mode != "hybrid":
             return False, False
         terms = hybrid_terms(text)
         if terms.required == text:
             return False, terms.identifiers
-        values.append(_JOINED.sub(" ", terms.required))
-        values.append(_JOINED.sub(" ", terms.ranked))
+        values.append(text_words(terms.required))
+        values.append(text_words(terms.ranked))
         return True, terms.identifiers

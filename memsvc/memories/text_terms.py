@@ -39,6 +39,18 @@ _EDGE_PUNCTUATION = "?!.,;:()[]{}'`-"
 _RARE = re.compile(r"\d|\w_\w|\w{2}\.\w|\w\.\w{2}|/\w|\w/|\w-\w|[a-z][A-Z]")
 
 
+# "-" and "_" inside a word: read as spaces in text queries, as the text search
+# column reads them in its raw-token half (see tables.content_tsv_expression),
+# so "node-07" or "retry_backoff_ms" match however the parser split them. A
+# "-" after a space stays websearch_to_tsquery's "not".
+_JOINED = re.compile(r"(?<=\w)[-_](?=\w)")
+
+
+def text_words(text: str) -> str:
+    """A text query as the text arm sends it: ``-`` and ``_`` inside words read as spaces."""
+    return _JOINED.sub(" ", text)
+
+
 # The longest query read as a question (see the module docstring).
 QUESTION_WORDS = 12
 

@@ -9,6 +9,8 @@ scope already holds under another memory, a scope over its size limit), the
 batch starts over with each operation in a savepoint: the refused one is
 rolled back alone and reported with the store's reason, so no operation is
 ever half-applied, and a batch the store accepts whole pays no savepoints.
+Applied whole, each run of consecutive ADDs is one ``add_many``: the
+memories it writes are those ``add`` would write, one by one, in order.
 """
 
 from __future__ import annotations
@@ -95,25 +97,52 @@ class BatchApplier:
         ``isolated``: each in its own savepoint. Otherwise a refusal raises
         :class:`StoreRefused` (the transaction is then unusable).
         """
+        if not isolated:
+            try:
+                return await self._together(accepted), []
+            except (ValidationError, ConflictError, NotFoundError) as exc:
+                raise StoreRefused from exc
         applied: list[Applied] = []
         refused: list[Rejected] = []
         for index, operation in accepted:
             try:
-                if isolated:
-                    async with self._conn.transaction():
-                        memory = await self._one(operation)
-                else:
+                async with self._conn.transaction():
                     memory = await self._one(operation)
-                new_ref = self._created.get(index)
-                if new_ref is not None and memory is not None:
-                    self._shown[new_ref] = Shown(new_ref, memory)
             except (ValidationError, ConflictError, NotFoundError) as exc:
-                if not isolated:
-                    raise StoreRefused from exc
                 refused.append(Rejected(index, f"refused by the store: {exc}", "", "apply"))
                 continue
+            self._name_created(index, memory)
             applied.append(Applied(operation, memory, index))
         return applied, refused
+
+    async def _together(self, accepted: Sequence[tuple[int, Operation]]) -> list[Applied]:
+        """Every operation in order, each run of consecutive ADDs as one ``add_many``."""
+        applied: list[Applied] = []
+        position = 0
+        while position < len(accepted):
+            end = position
+            while end < len(accepted) and isinstance(accepted[end][1], ADD):
+                end += 1
+            if end > position + 1:
+                run = accepted[position:end]
+                added = await self._add_many([op for _, op in run if isinstance(op, ADD)])
+                for (index, operation), memory in zip(run, added, strict=True):
+                    self._name_created(index, memory)
+                    applied.append(Applied(operation, memory, index))
+                position = end
+                continue
+            index, operation = accepted[position]
+            one = await self._one(operation)
+            self._name_created(index, one)
+            applied.append(Applied(operation, one, index))
+            position += 1
+        return applied
+
+    def _name_created(self, index: int, memory: Memory | None) -> None:
+        """An ADD's memory under the handle later operations of the answer name it by."""
+        new_ref = self._created.get(index)
+        if new_ref is not None and memory is not None:
+            self._shown[new_ref] = Shown(new_ref, memory)
 
     async def _one(self, operation: Operation) -> Memory | None:
         if isinstance(operation, NOOP):
@@ -148,6 +177,21 @@ class BatchApplier:
             valid_from=operation.valid_from,
             conn=self._conn,
         )
+
+    async def _add_many(self, operations: Sequence[ADD]) -> list[Memory]:
+        items: list[dict[str, Any]] = []
+        for operation in operations:
+            item: dict[str, Any] = {
+                "content": operation.content,
+                "metadata": self._metadata(operation.metadata, operation),
+                "importance": operation.importance,
+                "valid_from": operation.valid_from,
+            }
+            embedding = self._embeddings.get(operation.content)
+            if embedding is not None:
+                item["embedding"] = embedding
+            items.append(item)
+        return await self._memories.add_many(self._scope, items, conn=self._conn)
 
     async def _update(self, operation: UPDATE) -> Memory:
         shown = self._named(operation.ref)

@@ -1,7 +1,8 @@
 """The memories shown to an extractor: for each candidate fact, its nearest in the scope.
 
 Each fact is searched in the exact scope (hybrid search when the service has
-an embedder, text search otherwise; the facts are embedded in one call), and
+an embedder, every fact in one statement; text search otherwise; the facts
+are embedded in one call), and
 the hits of every fact are shown once each under a short handle, ``m1``,
 ``m2``... in order of first appearance. The handles stand for the memories
 as read (id and version), which the apply step holds the memories to.
@@ -18,9 +19,15 @@ import asyncpg
 
 from memsvc.core.models import Memory
 from memsvc.core.scope import Scope
+from memsvc.core.settings import Settings
+from memsvc.db.codecs import vector_bytes
+from memsvc.db.sql import Params, scope_condition
 from memsvc.extraction.protocols import Candidate, Fact
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.repository import MemoryRepository
+from memsvc.memories.search_plan import HYBRID_MIN_CANDIDATES, MAX_K
+from memsvc.memories.text_terms import hybrid_terms, text_words
+from memsvc.remember import queries as q
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,7 @@ async def embed_facts(space: EmbeddingSpace | None, facts: Sequence[str]) -> lis
 
 async def find_candidates(
     memories: MemoryRepository,
+    settings: Settings,
     scope: Scope,
     facts: Sequence[str],
     vectors: Sequence[Any],
@@ -79,23 +87,65 @@ async def find_candidates(
 
     ``conn`` is a connection to the primary: the versions read are the ones
     the batch's transaction will hold the memories to, so no replica's lag
-    may show an older one.
+    may show an older one. With the facts' vectors, every fact is searched in
+    one statement; without (no embedder), each by text search.
     """
     if not facts:
         return CandidateSet()
+    if any(vector is None for vector in vectors):
+        found = [
+            [
+                hit.memory
+                for hit in await memories.search(
+                    scope, text, k=k, include="exact", valid="now", conn=conn
+                )
+            ]
+            for text in facts
+        ]
+    else:
+        found = await _related(settings, scope, facts, vectors, k, conn)
     by_id: dict[uuid.UUID, str] = {}
     by_ref: dict[str, Shown] = {}
     related: list[Fact] = []
-    for text, vector in zip(facts, vectors, strict=True):
-        hits = await memories.search(
-            scope, text, k=k, include="exact", query_embedding=vector, valid="now", conn=conn
-        )
+    for text, hits in zip(facts, found, strict=True):
         refs: list[str] = []
-        for hit in hits:
-            ref = by_id.get(hit.memory.id)
+        for memory in hits:
+            ref = by_id.get(memory.id)
             if ref is None:
-                ref = by_id[hit.memory.id] = f"m{len(by_id) + 1}"
-                by_ref[ref] = Shown(ref, hit.memory)
+                ref = by_id[memory.id] = f"m{len(by_id) + 1}"
+                by_ref[ref] = Shown(ref, memory)
             refs.append(ref)
         related.append(Fact(text, tuple(refs)))
     return CandidateSet(tuple(related), by_ref)
+
+
+async def _related(
+    settings: Settings,
+    scope: Scope,
+    facts: Sequence[str],
+    vectors: Sequence[Any],
+    k: int,
+    conn: asyncpg.Connection,
+) -> list[list[Memory]]:
+    """Each fact's hybrid search, all in one statement (see ``q.related_memories``)."""
+    terms = [hybrid_terms(text) for text in facts]
+    params = Params(
+        [vector_bytes(v, settings.vector_type) for v in vectors],
+        [text_words(t.required) for t in terms],
+        [text_words(t.ranked) for t in terms],
+        [t.identifiers for t in terms],
+        k,
+        min(MAX_K, max(2 * k, HYBRID_MIN_CANDIDATES)),
+    )
+    scope_sql = scope_condition(scope, "exact", params)
+    sql = q.related_memories(
+        settings.db_schema,
+        vector_type=settings.vector_type,
+        distance=settings.distance,
+        config=settings.text_search_config,
+        scope_sql=scope_sql,
+    )
+    found: list[list[Memory]] = [[] for _ in facts]
+    for row in await conn.fetch(sql, *params.values):
+        found[row["fact"] - 1].append(Memory.from_row(row))
+    return found

@@ -205,7 +205,7 @@ class Remembering(Repository):
             if facts.facts:
                 async with self._connection(tenant=scope.tenant, writes=False) as conn:
                     shown = await find_candidates(
-                        self._memories, scope, facts.facts, vectors, k, conn
+                        self._memories, self._settings, scope, facts.facts, vectors, k, conn
                     )
                 request = ExtractionRequest(
                     tuple(pending), shown.facts, shown.candidates,

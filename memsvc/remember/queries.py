@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from memsvc.memories import queries as q
+
 LEDGER_COLUMNS = (
     "tenant_id, project_id, agent_id, session_id, message_id, batch_id, extractor, model"
 )
@@ -38,3 +40,64 @@ WHERE {scope_sql} AND id = ANY({ids}::uuid[])
   AND (expires_at IS NULL OR expires_at > now())
 ORDER BY id
 FOR UPDATE"""
+
+
+def related_memories(
+    schema: str, *, vector_type: str, distance: str, config: str, scope_sql: str
+) -> str:
+    """Each fact's ``$5`` nearest memories valid now in the exact scope, by hybrid search.
+
+    One statement for a batch's facts: ``$1`` their query vectors
+    (``vector_type[]``), ``$2``/``$3`` the text arm's required and ranked
+    texts, ``$4`` whether a fact's text holds identifiers, ``$6`` each arm's
+    candidates. Each fact runs the hybrid search of ``svc.memories.search``
+    (see :func:`memsvc.memories.queries.search`): the vector arm and the text
+    arm fused by reciprocal rank, identifier matches first. Rows come in fact
+    order (``fact`` counts from 1), best first.
+    """
+    op = q.DISTANCE_OPERATORS[distance]
+    where = f"{scope_sql} AND {q.VALID_NOW} AND {q.LIVE}"
+    columns = q.qualified(q.MEMORY_COLUMNS_NO_EMBEDDING, "m").replace(
+        "m.NULL AS embedding", "NULL AS embedding"
+    )
+    return f"""
+SELECT f.fact, h.*
+FROM unnest($1::{vector_type}[], $2::text[], $3::text[], $4::bool[]) WITH ORDINALITY
+    AS f(query, required, ranked, identifiers, fact)
+CROSS JOIN LATERAL (
+    SELECT {columns}, fused.fused_score, fused.vector_rank, fused.text_rank
+    FROM (
+        SELECT coalesce(v.tenant_id, t.tenant_id) AS tenant_id, coalesce(v.id, t.id) AS id,
+               v.vector_rank, t.text_rank,
+               coalesce(1.0::float8 / ({q.RRF_K} + v.vector_rank), 0)
+                 + coalesce(1.0::float8 / ({q.RRF_K} + t.text_rank), 0)
+                 + CASE WHEN f.identifiers AND t.id IS NOT NULL
+                        THEN {q.IDENTIFIER_BONUS!r}::float8 ELSE 0 END AS fused_score
+        FROM (
+            SELECT tenant_id, id, row_number() OVER (ORDER BY distance) AS vector_rank
+            FROM (
+                SELECT tenant_id, id, embedding {op} f.query AS distance
+                FROM {schema}.memories
+                WHERE {where} AND embedding IS NOT NULL
+                ORDER BY embedding {op} f.query
+                LIMIT $6
+            ) AS nearest
+        ) AS v
+        FULL JOIN (
+            SELECT tenant_id, id, row_number() OVER (ORDER BY text_score DESC, id) AS text_rank
+            FROM (
+                SELECT tenant_id, id, ts_rank_cd(content_tsv, rq) AS text_score
+                FROM {schema}.memories,
+                     {q.text_query(config, "f.required")} AS mq,
+                     {q.text_query(config, "f.ranked")} AS rq
+                WHERE {where} AND content_tsv @@ mq
+                ORDER BY text_score DESC, id
+                LIMIT $6
+            ) AS matching
+        ) AS t ON t.tenant_id = v.tenant_id AND t.id = v.id
+        ORDER BY fused_score DESC, v.vector_rank NULLS LAST, t.text_rank NULLS LAST
+        LIMIT $5
+    ) AS fused
+    JOIN {schema}.memories AS m ON m.tenant_id = fused.tenant_id AND m.id = fused.id
+) AS h
+ORDER BY f.fact, h.fused_score DESC, h.vector_rank NULLS LAST, h.text_rank NULLS LAST"""
