@@ -161,12 +161,24 @@ JOIN unnest($1::text[], $2::uuid[]) AS d(tenant_id, memory_id)
 
 
 def lock_assemblies(schema: str) -> str:
-    """Lock assemblies (tenant/id arrays) FOR UPDATE in (tenant_id, id) order."""
+    """Lock assemblies ``$2`` (uuid[]) of tenant ``$1`` FOR UPDATE in id order.
+
+    One tenant per statement: Citus locks rows only by a statement it can
+    route to one shard, which takes the tenant by equality. Callers lock
+    tenant after tenant in name order, so every locker takes (tenant, id)
+    locks in one order.
+    """
     return f"""
 SELECT {LOCKED_COLUMNS} FROM {schema}.assemblies
-WHERE (tenant_id, id) IN (SELECT * FROM unnest($1::text[], $2::uuid[]))
-ORDER BY tenant_id, id
+WHERE tenant_id = $1 AND id = ANY($2::uuid[])
+ORDER BY id
 FOR UPDATE"""
+
+
+def lock_every_assembly(schema: str) -> str:
+    """Lock every assembly FOR UPDATE in (tenant_id, id) order; returns their keys."""
+    return f"""
+SELECT tenant_id, id FROM {schema}.assemblies ORDER BY tenant_id, id FOR UPDATE"""
 
 
 def detach_members(schema: str) -> str:
@@ -191,31 +203,40 @@ SET member_count = $3, embedded_count = $4, embedding_sum = $5::float8[], centro
 WHERE tenant_id = $1 AND id = $2"""
 
 
-def recompute(schema: str, vector_type: str) -> str:
+def recompute(schema: str, vector_type: str, *, one_tenant: bool = True) -> str:
     """Recompute counts, sum and centroid of locked assemblies from their members.
 
     The sum is taken per dimension in double precision (``unnest ... WITH
-    ORDINALITY``), like the incremental path keeps it. Parameters: tenant/id
-    arrays.
+    ORDINALITY``), like the incremental path keeps it. Parameters: ``$1`` the
+    tenant, ``$2`` the assemblies' ids (uuid[]); every table is filtered by
+    the tenant, so Citus runs the statement on the tenant's shard. Not
+    ``one_tenant`` (an embedding-model switch, on one node): ``$1``/``$2``
+    are tenant/id arrays.
     """
+    if one_tenant:
+        target = "SELECT $1::text AS tenant_id, id FROM unnest($2::uuid[]) AS t(id)"
+        tenant = "$1"
+    else:
+        target = "SELECT * FROM unnest($1::text[], $2::uuid[]) AS t(tenant_id, id)"
+        tenant = "t.tenant_id"
     return f"""
 WITH target AS (
-    SELECT * FROM unnest($1::text[], $2::uuid[]) AS t(tenant_id, id)
+    {target}
 ), counts AS (
     SELECT t.tenant_id, t.id,
            count(am.memory_id)::int AS member_count,
            count(m.embedding)::int AS embedded_count
     FROM target AS t
     LEFT JOIN {schema}.assembly_members AS am
-      ON am.tenant_id = t.tenant_id AND am.assembly_id = t.id
-    LEFT JOIN {schema}.memories AS m ON m.tenant_id = am.tenant_id AND m.id = am.memory_id
+      ON am.tenant_id = {tenant} AND am.assembly_id = t.id
+    LEFT JOIN {schema}.memories AS m ON m.tenant_id = {tenant} AND m.id = am.memory_id
     GROUP BY t.tenant_id, t.id
 ), dims AS (
     SELECT am.tenant_id, am.assembly_id AS id, u.i, sum(u.x::float8) AS total
     FROM target AS t
     JOIN {schema}.assembly_members AS am
-      ON am.tenant_id = t.tenant_id AND am.assembly_id = t.id
-    JOIN {schema}.memories AS m ON m.tenant_id = am.tenant_id AND m.id = am.memory_id
+      ON am.tenant_id = {tenant} AND am.assembly_id = t.id
+    JOIN {schema}.memories AS m ON m.tenant_id = {tenant} AND m.id = am.memory_id
     CROSS JOIN LATERAL unnest(m.embedding::real[]) WITH ORDINALITY AS u(x, i)
     WHERE m.embedding IS NOT NULL
     GROUP BY am.tenant_id, am.assembly_id, u.i
@@ -233,7 +254,7 @@ SET member_count = c.member_count,
     version = a.version + 1,
     updated_at = now()
 FROM counts AS c LEFT JOIN sums AS s ON s.tenant_id = c.tenant_id AND s.id = c.id
-WHERE a.tenant_id = c.tenant_id AND a.id = c.id
+WHERE a.tenant_id = {'$1' if one_tenant else 'c.tenant_id'} AND a.id = c.id
 RETURNING {qualified(ASSEMBLY_COLUMNS, "a")}"""
 
 

@@ -55,7 +55,7 @@ from memsvc.core.validation import (
 )
 from memsvc.db.replicas import ReadRouter
 from memsvc.db.repository import Repository
-from memsvc.db.sql import Params, scope_condition
+from memsvc.db.sql import Params, by_tenant, scope_condition
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.telemetry import traced_operations
 
@@ -183,6 +183,8 @@ class AssemblyRepository(Repository):
         self._delete_members_sql = q.delete_members(schema)
         self._set_sql = q.set_aggregates(schema)
         self._set_many_sql = q.set_aggregates_many(schema)
+        self._lock_sql = q.lock_assemblies(schema)
+        self._recompute_sql = q.recompute(schema, settings.vector_type)
 
     # ------------------------------------------------------------------ input
 
@@ -434,11 +436,7 @@ class AssemblyRepository(Repository):
         affected = await conn.fetch(q.assemblies_of_memories(self._schema), tenants, memory_ids)
         if not affected:
             return
-        locked = await conn.fetch(
-            q.lock_assemblies(self._schema),
-            [r["tenant_id"] for r in affected],
-            [r["assembly_id"] for r in affected],
-        )
+        locked = await self._lock(conn, [(r["tenant_id"], r["assembly_id"]) for r in affected])
         # After the locks, so this snapshot sees removals committed meanwhile.
         lost: dict[tuple[str, uuid.UUID], list[Vector | None]] = {}
         for r in await conn.fetch(q.detach_members(self._schema), tenants, memory_ids):
@@ -470,18 +468,9 @@ class AssemblyRepository(Repository):
         affected = await conn.fetch(q.assemblies_of_memories(self._schema), tenants, memory_ids)
         if not affected:
             return 0
-        locked = await conn.fetch(
-            q.lock_assemblies(self._schema),
-            [r["tenant_id"] for r in affected],
-            [r["assembly_id"] for r in affected],
-        )
+        locked = await self._lock(conn, [(r["tenant_id"], r["assembly_id"]) for r in affected])
         removed = await conn.fetch(q.detach_members(self._schema), tenants, memory_ids)
-        if locked:
-            await conn.fetch(
-                q.recompute(self._schema, self._settings.vector_type),
-                [r["tenant_id"] for r in locked],
-                [r["id"] for r in locked],
-            )
+        await self._recompute(conn, locked)
         return len(removed)
 
     async def embeddings_changed(
@@ -498,21 +487,31 @@ class AssemblyRepository(Repository):
         affected = await conn.fetch(q.assemblies_of_memories(self._schema), tenants, memory_ids)
         if affected:
             await self._recompute_locked(
-                conn, [r["tenant_id"] for r in affected], [r["assembly_id"] for r in affected]
+                conn, [(r["tenant_id"], r["assembly_id"]) for r in affected]
             )
 
-    async def _recompute_locked(
-        self, conn: asyncpg.Connection, tenants: list[str], ids: list[uuid.UUID]
+    async def _lock(
+        self, conn: asyncpg.Connection, keys: Iterable[tuple[str, uuid.UUID]]
+    ) -> builtins.list[Any]:
+        """Lock the assemblies ``keys`` (tenant, id) FOR UPDATE, tenant by tenant in key order."""
+        locked: builtins.list[Any] = []
+        for tenant, ids in by_tenant(keys):
+            locked.extend(await conn.fetch(self._lock_sql, tenant, ids))
+        return locked
+
+    async def _recompute(
+        self, conn: asyncpg.Connection, locked: Sequence[Any]
     ) -> builtins.list[Assembly]:
-        locked = await conn.fetch(q.lock_assemblies(self._schema), tenants, ids)
-        if not locked:
-            return []
-        rows = await conn.fetch(
-            q.recompute(self._schema, self._settings.vector_type),
-            [r["tenant_id"] for r in locked],
-            [r["id"] for r in locked],
-        )
+        """Recompute the locked assemblies (rows with ``tenant_id``, ``id``), tenant by tenant."""
+        rows: builtins.list[Any] = []
+        for tenant, ids in by_tenant((r["tenant_id"], r["id"]) for r in locked):
+            rows.extend(await conn.fetch(self._recompute_sql, tenant, ids))
         return [Assembly.from_row(row) for row in rows]
+
+    async def _recompute_locked(
+        self, conn: asyncpg.Connection, keys: Iterable[tuple[str, uuid.UUID]]
+    ) -> builtins.list[Assembly]:
+        return await self._recompute(conn, await self._lock(conn, keys))
 
     async def recompute(
         self,
@@ -534,7 +533,7 @@ class AssemblyRepository(Repository):
         async def attempt() -> Assembly:
             async with self._transaction(conn, tenant=tenant) as active:
                 row = self._one(await active.fetch(lock_sql, *args), assembly_id)
-                done = await self._recompute_locked(active, [row["tenant_id"]], [assembly_id])
+                done = await self._recompute_locked(active, [(row["tenant_id"], assembly_id)])
             return done[0]
 
         return await self._retrying(attempt, owns_transaction=conn is None)

@@ -10,6 +10,9 @@ the text, through :func:`quote_literal` or :func:`quote_ident`.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable
+
 from memsvc.core.scope import Include, Scope
 
 COLUMNS = ("tenant_id", "project_id", "agent_id", "session_id")
@@ -86,3 +89,16 @@ def quote_literal(text: str) -> str:
 def quote_ident(name: str) -> str:
     """``name`` as a quoted SQL identifier, as PostgreSQL's ``quote_ident`` would always quote."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def by_tenant(keys: Iterable[tuple[str, uuid.UUID]]) -> list[tuple[str, list[uuid.UUID]]]:
+    """Row keys (tenant, id) grouped by tenant: tenants in name order, ids in order, once each.
+
+    For statements that lock rows: Citus locks only by a statement routed to
+    one shard (the tenant by equality), and key order keeps lockers from
+    deadlocking.
+    """
+    grouped: dict[str, set[uuid.UUID]] = {}
+    for tenant, row_id in keys:
+        grouped.setdefault(tenant, set()).add(row_id)
+    return [(tenant, sorted(grouped[tenant])) for tenant in sorted(grouped)]

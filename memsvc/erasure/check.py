@@ -151,14 +151,16 @@ class ErasureCheck(Repository):
         )
         await conn.execute(q.INDEX_TEXTS)
         removed = await conn.fetchval(q.COUNT_TEXTS)
+        on_citus = await self._on_citus()
         if not plan.whole_tenant:
+            lengths = (await conn.fetchrow(q.TEXT_ARRAYS))["lengths"] if on_citus else None
             for relation in relations:
                 if relation.scoped and relation.text_columns:
-                    await self._forget_held_outside(conn, plan, relation)
+                    await self._forget_held_outside(conn, plan, relation, lengths)
         looked_for = await conn.fetchval(q.COUNT_TEXTS)
         substrings = await self._substrings(conn, plan)
         # On Citus the texts go to the shards as arrays (see q.TEXT_ARRAYS).
-        text_arrays = await conn.fetchrow(q.TEXT_ARRAYS) if await self._on_citus() else None
+        text_arrays = await conn.fetchrow(q.TEXT_ARRAYS) if on_citus else None
         found: dict[str, int] = {}
         searched = []
         for relation in relations:
@@ -186,17 +188,34 @@ class ErasureCheck(Repository):
         return found
 
     async def _forget_held_outside(
-        self, conn: asyncpg.Connection, plan: ErasurePlan, relation: Relation
+        self,
+        conn: asyncpg.Connection,
+        plan: ErasurePlan,
+        relation: Relation,
+        lengths: list[int] | None,
     ) -> None:
-        """Drop from the texts looked for those this table's rows outside the scope hold."""
+        """Drop from the texts looked for those this table's rows outside the scope hold.
+
+        ``lengths``: on Citus, the texts' lengths (the shards find the
+        fingerprints, the coordinator forgets them).
+        """
         params = Params(plan.texts.key)
         tenant = params.add(plan.scope.tenant)
         scope_sql = plan.scope_sql(params, "t")
         snapshot = params.add(plan.snapshot) if relation.name in q.WRITTEN_DURING else ""
-        kept = q.kept_rows(self._schema, relation.name, snapshot)
+        kept = q.kept_rows(self._schema, relation.name, snapshot, tenant)
         rows = f"t.tenant_id = {tenant} AND (({scope_sql}) IS NOT TRUE OR {kept})"
-        sql = q.held_outside(self._schema, relation.name, relation.text_columns, rows, "$1")
-        await conn.execute(sql, *params.values)
+        if lengths is None:
+            sql = q.held_outside(self._schema, relation.name, relation.text_columns, rows, "$1")
+            await conn.execute(sql, *params.values)
+            return
+        in_lengths = f"SELECT unnest({params.add(lengths)}::int[])"
+        sql = q.fingerprints_held(
+            self._schema, relation.name, relation.text_columns, rows, "$1", in_lengths
+        )
+        held = [row["fingerprint"] for row in await conn.fetch(sql, *params.values)]
+        if held:
+            await conn.execute(q.FORGET_TEXTS, held)
 
     @staticmethod
     async def _substrings(conn: asyncpg.Connection, plan: ErasurePlan) -> list[str]:

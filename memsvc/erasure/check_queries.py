@@ -58,11 +58,16 @@ NOW = "SELECT clock_timestamp()"
 WRITTEN_DURING = ("memories", "assemblies", "session_checkpoints", "remembered_messages")
 
 
-def kept_event(schema: str) -> str:
-    """An event (alias t) of a memory still there in the same scope: kept whole."""
+def kept_event(schema: str, tenant: str = "t.tenant_id") -> str:
+    """An event (alias t) of a memory still there in the same scope: kept whole.
+
+    ``tenant``: the events' tenant as a value, where the statement names one
+    (Citus routes a statement to one shard only when every table read is
+    filtered by the tenant's value).
+    """
     return f"""EXISTS (
         SELECT 1 FROM {schema}.memories AS m
-        WHERE m.tenant_id = t.tenant_id AND m.id = t.memory_id AND {same_scope("m", "t")})"""
+        WHERE m.tenant_id = {tenant} AND m.id = t.memory_id AND {same_scope("m", "t")})"""
 
 
 def left_in_scope(schema: str, table: str, scope_sql: str, snapshot: str, depth: int) -> dict[
@@ -196,24 +201,41 @@ def held_outside(schema: str, table: str, columns: list[tuple[str, str]], rows: 
     Those rows are another scope's (or kept whole): their texts are theirs,
     and finding them elsewhere would accuse the innocent.
     """
-    values = [v for name, kind in columns if (v := whole_values(f"t.{quote_ident(name)}", kind))]
-    union = " UNION ALL ".join(values)
     return f"""
 DELETE FROM {TEXTS} AS x USING (
-    SELECT DISTINCT sha256({key}::bytea || convert_to(v.t, 'UTF8')) AS fingerprint
-    FROM {schema}.{quote_ident(table)} AS t
-    CROSS JOIN LATERAL ({union}) AS v(t)
-    WHERE {rows} AND octet_length(v.t) IN (SELECT length FROM {LENGTHS})
+    {fingerprints_held(schema, table, columns, rows, key, f"SELECT length FROM {LENGTHS}")}
 ) AS h
 WHERE x.fingerprint = h.fingerprint"""
 
 
-def kept_rows(schema: str, table: str, snapshot: str) -> str:
-    """Rows (alias t) of the scope that the erasure keeps whole (written while it ran)."""
+def fingerprints_held(
+    schema: str, table: str, columns: list[tuple[str, str]], rows: str, key: str, lengths: str
+) -> str:
+    """The fingerprints of the whole values that rows ``rows`` of ``table`` hold.
+
+    ``lengths``: the erased texts' lengths, a subquery or (on Citus, whose
+    shards cannot read the coordinator's temporary tables) an array
+    parameter's elements.
+    """
+    values = [v for name, kind in columns if (v := whole_values(f"t.{quote_ident(name)}", kind))]
+    union = " UNION ALL ".join(values)
+    return f"""SELECT DISTINCT sha256({key}::bytea || convert_to(v.t, 'UTF8')) AS fingerprint
+    FROM {schema}.{quote_ident(table)} AS t
+    CROSS JOIN LATERAL ({union}) AS v(t)
+    WHERE {rows} AND octet_length(v.t) IN ({lengths})"""
+
+
+# Forget the fingerprints ``$1`` (found on Citus's shards by fingerprints_held).
+FORGET_TEXTS = f"DELETE FROM {TEXTS} WHERE fingerprint = ANY($1::bytea[])"
+
+
+def kept_rows(schema: str, table: str, snapshot: str, tenant: str) -> str:
+    """Rows (alias t) of tenant ``tenant`` (a placeholder) of the scope that the erasure keeps
+    whole (written while it ran)."""
     if table in WRITTEN_DURING:
         return f"NOT {committed_before('t.created_xid', snapshot)}"
     if table == "memory_events":
-        return kept_event(schema)
+        return kept_event(schema, tenant)
     return "FALSE"
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import asyncpg
 
+from memsvc.db.sql import by_tenant
 from memsvc.memories import queries as q
 
 DeleteLocked = Callable[[asyncpg.Connection, Sequence[Any]], Awaitable[int]]
@@ -44,8 +45,9 @@ async def remove_expired(
     In a transaction of its own (a savepoint in the caller's), so the lock,
     the detaching of assemblies and the delete go together.
     """
-    tenants = [row["tenant_id"] for row in rows]
-    ids = [row["id"] for row in rows]
+    sql = q.lock_expired(schema)
     async with conn.transaction():
-        locked = await conn.fetch(q.lock_expired(schema), tenants, ids)
+        locked = []
+        for tenant, ids in by_tenant((row["tenant_id"], row["id"]) for row in rows):
+            locked.extend(await conn.fetch(sql, tenant, ids))
         return await delete_locked(conn, locked)

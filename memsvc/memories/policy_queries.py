@@ -15,10 +15,11 @@ def upsert(schema: str) -> str:
     """Set the half-life (``$6``, seconds) of the scope ``$1``-``$4``; ``$5`` a new id."""
     return f"""
 INSERT INTO {schema}.memory_policies AS p
-    (tenant_id, project_id, agent_id, session_id, id, half_life_s)
-VALUES ($1, $2, $3, $4, $5, $6)
+    (tenant_id, project_id, agent_id, session_id, id, half_life_s, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (tenant_id, project_id, agent_id, session_id)
-DO UPDATE SET half_life_s = EXCLUDED.half_life_s, updated_at = now()
+-- EXCLUDED's time, not now(): Citus takes no volatile call in DO UPDATE SET.
+DO UPDATE SET half_life_s = EXCLUDED.half_life_s, updated_at = EXCLUDED.updated_at
 RETURNING {COLUMNS}"""
 
 
@@ -40,15 +41,18 @@ SELECT {COLUMNS} FROM {schema}.memory_policies {where}
 ORDER BY tenant_id, project_id NULLS FIRST, agent_id NULLS FIRST, session_id NULLS FIRST"""
 
 
-def applicable(policy: str, memory: str) -> str:
+def applicable(policy: str, memory: str, tenant: str | None = None) -> str:
     """Whether the policy row ``policy`` applies to the memory row ``memory``.
 
     It does when its scope is on the memory's path: equal to the memory's
     scope cut below its own deepest level (see :meth:`memsvc.Scope.ancestors`).
+    ``tenant``: the memory's tenant as a value, when the statement names one
+    (Citus routes a statement to one shard only when every table read is
+    filtered by the tenant's value).
     """
     p, m = policy, memory
     return (
-        f"{p}.tenant_id = {m}.tenant_id"
+        f"{p}.tenant_id = {tenant or m + '.tenant_id'}"
         f" AND ({p}.project_id IS NOT DISTINCT FROM {m}.project_id"
         f" OR ({p}.project_id IS NULL AND {p}.agent_id IS NULL AND {p}.session_id IS NULL))"
         f" AND ({p}.agent_id IS NOT DISTINCT FROM {m}.agent_id"
@@ -57,12 +61,13 @@ def applicable(policy: str, memory: str) -> str:
     )
 
 
-def half_life_of(schema: str, memory: str) -> str:
+def half_life_of(schema: str, memory: str, tenant: str | None = None) -> str:
     """A scalar subquery: the half-life (seconds) of the most specific policy on
-    the memory row ``memory``'s path, NULL when none applies."""
+    the memory row ``memory``'s path, NULL when none applies (``tenant``: see
+    :func:`applicable`)."""
     return f"""(
     SELECT p.half_life_s FROM {schema}.memory_policies AS p
-    WHERE {applicable("p", memory)}
+    WHERE {applicable("p", memory, tenant)}
     ORDER BY (p.session_id IS NOT NULL) DESC, (p.agent_id IS NOT NULL) DESC,
              (p.project_id IS NOT NULL) DESC
     LIMIT 1)"""

@@ -192,19 +192,19 @@ WHERE {scope_sql} AND key IS NULL AND valid_to IS NULL AND content_unique
 
 
 def lock_expired(schema: str) -> str:
-    """Lock the rows named (tenant/id arrays) that have expired or are forgotten, to delete them.
+    """Lock the rows ``$2`` (uuid[]) of tenant ``$1`` that have expired or are forgotten.
 
     Re-checked under the lock: a row whose TTL was extended (or that was
     restored) meanwhile is not taken, one deleted meanwhile is skipped. Id
-    order, as every deleter locks.
+    order, as every deleter locks; one tenant per statement (see
+    :func:`memsvc.db.sql.by_tenant`).
     """
     return f"""
-SELECT m.tenant_id, m.id FROM {schema}.memories AS m
-JOIN unnest($1::text[], $2::uuid[]) AS d(tenant_id, id)
-  ON m.tenant_id = d.tenant_id AND m.id = d.id
-WHERE m.id = ANY($2::uuid[]) AND (m.expires_at <= now() OR m.forgotten_at IS NOT NULL)
-ORDER BY m.tenant_id, m.id
-FOR UPDATE OF m"""
+SELECT tenant_id, id FROM {schema}.memories
+WHERE tenant_id = $1 AND id = ANY($2::uuid[])
+  AND (expires_at <= now() OR forgotten_at IS NOT NULL)
+ORDER BY id
+FOR UPDATE"""
 
 
 def upsert_by_key(schema: str, scope_sql: str) -> str:

@@ -99,15 +99,19 @@ class Forgetting(Repository):
         below_sql = f"{params.add(below)}::float8"
         limit = params.add(batch_size)
         tenant = None if scope is None else scope.tenant
+        tenant_sql = q.ALL_TENANTS if scope is None else params.add(scope.tenant)
         report = ForgetReport(dry_run=dry_run)
         if dry_run:
             after = (params.add(_START[0]), params.add(_START[1]))
             sql = q.weak_page(
-                self._schema, scope_sql, now_sql, below_sql, limit, assembly_members, after
+                self._schema, scope_sql, now_sql, below_sql, limit, assembly_members, after,
+                tenant_sql,
             )
             await self._dry_run(sql, params.values, tenant, batch_size, report)
             return report
-        sql = q.forget_batch(self._schema, scope_sql, now_sql, below_sql, limit, assembly_members)
+        sql = q.forget_batch(
+            self._schema, scope_sql, now_sql, below_sql, limit, assembly_members, tenant_sql
+        )
         while True:
 
             async def batch() -> builtins.list[uuid.UUID]:

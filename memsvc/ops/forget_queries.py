@@ -12,6 +12,9 @@ from memsvc.memories.queries import (
 )
 from memsvc.memories.strength import strength_sql
 
+# The ``tenant`` of a pass over every tenant: each row's own.
+ALL_TENANTS = "m.tenant_id"
+
 
 def _weak(
     schema: str,
@@ -20,16 +23,19 @@ def _weak(
     below: str,
     members: bool,
     after: tuple[str, str] | None,
+    tenant: str,
 ) -> str:
     """Rows of ``memories AS m`` a pass may forget, in id order: under a policy,
     not keyed, pinned, expired or forgotten already, not in an assembly unless
-    ``members``, and weaker than ``below`` at ``now``."""
+    ``members``, and weaker than ``below`` at ``now``. ``tenant``: the rows'
+    tenant in the other tables' conditions (``m.tenant_id``, or the value of
+    a pass over one tenant, which Citus routes to the tenant's shard)."""
     member_filter = (
         ""
         if members
         else f"""
   AND NOT EXISTS (SELECT 1 FROM {schema}.assembly_members AS am
-                  WHERE am.tenant_id = m.tenant_id AND am.memory_id = m.id)"""
+                  WHERE am.tenant_id = {tenant} AND am.memory_id = m.id)"""
     )
     resume = f"\n  AND (m.tenant_id, m.id) > ({after[0]}::text, {after[1]}::uuid)" if after else ""
     return f"""
@@ -37,13 +43,13 @@ SELECT {qualified(MEMORY_COLUMNS, "m")}, m.change_key FROM {schema}.memories AS 
 WHERE {scope_sql} AND m.key IS NULL AND NOT m.pinned AND m.forgotten_at IS NULL
   AND (m.expires_at IS NULL OR m.expires_at > now())
   AND EXISTS (SELECT 1 FROM {schema}.memory_policies AS p
-              WHERE p.tenant_id = m.tenant_id){member_filter}{resume}
-  AND {strength_sql(now, half_life_of(schema, "m"))} < {below}
+              WHERE p.tenant_id = {tenant}){member_filter}{resume}
+  AND {strength_sql(now, half_life_of(schema, "m", tenant))} < {below}
 ORDER BY m.tenant_id, m.id"""
 
 
 def forget_batch(
-    schema: str, scope_sql: str, now: str, below: str, limit: str, members: bool
+    schema: str, scope_sql: str, now: str, below: str, limit: str, members: bool, tenant: str
 ) -> str:
     """Forget the next batch of weak memories (see :func:`_weak`); returns their ids.
 
@@ -54,7 +60,7 @@ def forget_batch(
     pass, from which the grace period of restore and gc runs.
     """
     return f"""
-WITH old AS ({_weak(schema, scope_sql, now, below, members, None)}
+WITH old AS ({_weak(schema, scope_sql, now, below, members, None, tenant)}
     LIMIT {limit}
     FOR UPDATE OF m SKIP LOCKED
 ), upd AS (
@@ -62,7 +68,7 @@ WITH old AS ({_weak(schema, scope_sql, now, below, members, None)}
     SET forgotten_at = now(), version = m.version + 1, updated_at = now(),
         change_key = {NEXT_CHANGE_KEY.format(row="m")}
     FROM old
-    WHERE m.tenant_id = old.tenant_id AND m.id = old.id
+    WHERE m.tenant_id = {"old.tenant_id" if tenant == ALL_TENANTS else tenant} AND m.id = old.id
     RETURNING m.tenant_id, m.id, m.version
 ), ev AS (
     INSERT INTO {schema}.memory_events
@@ -82,10 +88,11 @@ def weak_page(
     limit: str,
     members: bool,
     after: tuple[str, str],
+    tenant: str,
 ) -> str:
     """A dry run's page: the weak memories after ``after`` (tenant, id placeholders), unlocked."""
     return f"""
-SELECT w.tenant_id, w.id FROM ({_weak(schema, scope_sql, now, below, members, after)}
+SELECT w.tenant_id, w.id FROM ({_weak(schema, scope_sql, now, below, members, after, tenant)}
     LIMIT {limit}) AS w"""
 
 

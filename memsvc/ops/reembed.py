@@ -332,12 +332,12 @@ class Reembedder:
         if new_dim:
             await self._retype_store(conn)
             await conn.execute(q.switch_centroids(schema, self._column_type))
-        keys = await conn.fetch(q.all_assemblies(schema))
+        keys = await conn.fetch(assembly_queries.lock_every_assembly(schema))
         if keys:
             tenants = [k["tenant_id"] for k in keys]
             ids = [k["id"] for k in keys]
-            await conn.execute(assembly_queries.lock_assemblies(schema), tenants, ids)
-            await conn.execute(assembly_queries.recompute(schema, self._vector_type), tenants, ids)
+            recompute = assembly_queries.recompute(schema, self._vector_type, one_tenant=False)
+            await conn.execute(recompute, tenants, ids)
         await conn.execute(q.record_dim(schema), str(self._dim))
         await conn.execute(q.mark_switched(schema), report.migration_id)
         report.switched_here = True

@@ -234,11 +234,6 @@ def switch_centroids(schema: str, column_type: str) -> str:
     return f"ALTER TABLE {schema}.assemblies ALTER COLUMN centroid TYPE {column_type} USING NULL"
 
 
-def all_assemblies(schema: str) -> str:
-    """Every assembly's key (their centroids are recomputed at the switch)."""
-    return f"SELECT tenant_id, id FROM {schema}.assemblies ORDER BY tenant_id, id"
-
-
 def store_vectors(schema: str) -> str:
     """Whether the LangGraph store holds any vector (its column shares the dimension)."""
     return f"SELECT EXISTS (SELECT 1 FROM {schema}.langgraph_store_vectors)"

@@ -137,6 +137,7 @@ async def _related(
         k,
         min(MAX_K, max(2 * k, HYBRID_MIN_CANDIDATES)),
     )
+    tenant = params.add(scope.tenant)
     scope_sql = scope_condition(scope, "exact", params)
     sql = q.related_memories(
         settings.db_schema,
@@ -144,6 +145,7 @@ async def _related(
         distance=settings.distance,
         config=settings.text_search_config,
         scope_sql=scope_sql,
+        tenant=tenant,
     )
     found: list[list[Memory]] = [[] for _ in facts]
     for row in await conn.fetch(sql, *params.values):

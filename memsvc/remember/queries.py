@@ -43,7 +43,7 @@ FOR UPDATE"""
 
 
 def related_memories(
-    schema: str, *, vector_type: str, distance: str, config: str, scope_sql: str
+    schema: str, *, vector_type: str, distance: str, config: str, scope_sql: str, tenant: str
 ) -> str:
     """Each fact's ``$5`` nearest memories valid now in the exact scope, by hybrid search.
 
@@ -53,7 +53,9 @@ def related_memories(
     candidates. Each fact runs the hybrid search of ``svc.memories.search``
     (see :func:`memsvc.memories.queries.search`): the vector arm and the text
     arm fused by reciprocal rank, identifier matches first. Rows come in fact
-    order (``fact`` counts from 1), best first.
+    order (``fact`` counts from 1), best first. ``tenant`` is the scope's
+    tenant again, for the hits' read-back: Citus routes a statement to one
+    shard only when every read of a table names the tenant.
     """
     op = q.DISTANCE_OPERATORS[distance]
     where = f"{scope_sql} AND {q.VALID_NOW} AND {q.LIVE}"
@@ -98,6 +100,6 @@ CROSS JOIN LATERAL (
         ORDER BY fused_score DESC, v.vector_rank NULLS LAST, t.text_rank NULLS LAST
         LIMIT $5
     ) AS fused
-    JOIN {schema}.memories AS m ON m.tenant_id = fused.tenant_id AND m.id = fused.id
+    JOIN {schema}.memories AS m ON m.tenant_id = {tenant} AND m.id = fused.id
 ) AS h
 ORDER BY f.fact, h.fused_score DESC, h.vector_rank NULLS LAST, h.text_rank NULLS LAST"""

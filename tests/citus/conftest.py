@@ -34,6 +34,13 @@ def service(citus_service: MemoryService) -> MemoryService:  # noqa: F811  (the 
     return citus_service
 
 
+@pytest.fixture
+def memsvc_database_url(citus_settings: Settings) -> str:  # noqa: F811  (the fixture)
+    """The coordinator's database, for tests that read tables with a connection of their own."""
+    assert citus_settings.database_url is not None
+    return citus_settings.database_url
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.path)).parents:
