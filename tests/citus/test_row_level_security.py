@@ -306,3 +306,25 @@ async def test_a_tenant_id_with_quotes_and_backslashes_writes_as_it_is(
         assert [m.content for m in listed] == ["odd tenant's, revised"]
         with pytest.raises(NotFoundError):
             await svc.memories.update(theirs.id, content="x", tenant=odd)
+
+
+async def test_as_of_reads_stay_within_the_tenant(rls_schema: tuple[CitusSchema, str]) -> None:
+    """The single-node as-of case, on the cluster, written and read as the runtime role."""
+    async with MemoryService.open(runtime(rls_schema), embedder=HashingEmbedder()) as svc:
+        alpha, beta = Scope("alpha", "p", "a", "s"), Scope("beta", "p", "a", "s")
+        secret = await svc.memories.add(alpha, "alpha secret")
+        await svc.memories.add(beta, "beta note")
+        then = datetime.now(UTC)
+        await svc.memories.delete(secret.id, tenant="alpha")
+        # The deleted memory comes back from history for its tenant only.
+        found = await svc.memories.get(secret.id, tenant="alpha", as_of=then)
+        assert found.content == "alpha secret"
+        with pytest.raises(NotFoundError):
+            await svc.memories.get(secret.id, tenant="beta", as_of=then)
+        assert await svc.memories.get_many([secret.id], tenant="beta", as_of=then) == []
+        seen = await svc.memories.list(Scope("beta"), include="descendants", as_of=then)
+        assert [m.content for m in seen] == ["beta note"]
+        assert await svc.memories.count(Scope("alpha"), include="descendants", as_of=then) == 1
+        # an id alone names no tenant: refused, as every read under row-level security
+        with pytest.raises(ValidationError):
+            await svc.memories.get(secret.id, as_of=then)
