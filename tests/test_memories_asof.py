@@ -417,10 +417,12 @@ async def test_as_of_matches_a_model_of_concurrent_updates_and_deletes(
                     ids.append(m.id)
                     continue
                 memory_id = rng.choice(ids)
+                # By tenant too: Citus locks rows only in a statement routed to one shard.
                 row = await conn.fetchrow(
                     "SELECT version, key, tenant_id, project_id, agent_id, session_id"
-                    " FROM memsvc.memories WHERE id = $1 FOR UPDATE",
+                    " FROM memsvc.memories WHERE tenant_id = $2 AND id = $1 FOR UPDATE",
                     memory_id,
+                    parent.tenant,
                 )
                 if row is None:  # deleted already
                     await tx.rollback()

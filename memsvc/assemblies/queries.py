@@ -13,7 +13,7 @@ lock would be invisible to the rest of it.
 
 from __future__ import annotations
 
-from memsvc.db.sql import tenant_or_any
+from memsvc.db.sql import INSERT_ARM_RETURNING, tenant_or_any
 from memsvc.memories.queries import (
     DISTANCE_OPERATORS,
     MEMORY_COLUMNS,
@@ -54,6 +54,7 @@ WITH ins AS (
 ), members AS (
     INSERT INTO {schema}.assembly_members (tenant_id, assembly_id, memory_id)
     SELECT ins.tenant_id, ins.id, m.id FROM ins, unnest($13::uuid[]) AS m(id)
+    {INSERT_ARM_RETURNING}
 )
 SELECT * FROM ins"""
 

@@ -17,6 +17,17 @@ from memsvc.core.scope import Include, Scope
 
 COLUMNS = ("tenant_id", "project_id", "agent_id", "session_id")
 
+# Ends every CTE arm inserting rows selected from another arm (a memory's
+# history event, an assembly's members), for Citus under row-level security.
+# Citus runs such an INSERT ... SELECT from the coordinator: without
+# RETURNING it sends the rows to the shard by COPY, which PostgreSQL refuses
+# wherever policies apply ("COPY FROM not supported with row-level
+# security"); with RETURNING it writes them to a file beside the shard and
+# inserts them there by INSERT ... SELECT, which the policies check as any
+# insert (a row of another tenant is refused). On one server nothing reads
+# the arm's rows.
+INSERT_ARM_RETURNING = "RETURNING 1"
+
 
 class Params:
     """Positional parameters of one statement, numbered as they are added."""

@@ -22,6 +22,11 @@ commit (see ``DELETED_COMMITTED_AT`` in the memory queries).
 As-of reads run on the primary, never on a read replica: a replica that has
 not replayed up to ``t`` would leave out commits at or before it, and it
 cannot see the primary's transactions still becoming visible.
+
+On Citus each statement names one tenant and filters every table it reads
+by it, so Citus routes it whole to the node holding the tenant's shards
+(guard included: the snapshot and commit times checked are that node's);
+a read by id without a tenant runs once per tenant holding the ids.
 """
 
 from __future__ import annotations
@@ -71,6 +76,11 @@ def by_ids_statement(
     if tenant is not None:
         values.append(tenant)
     return q.by_ids(schema, None if tenant is None else "$3"), values
+
+
+def tenants_of_ids(schema: str) -> str:
+    """The statement of the tenants holding a row or an event of the memories ``$1``."""
+    return q.tenants_of_ids(schema)
 
 
 def _validity_at(validity: Validity, t_param: str, params: Params) -> str:

@@ -91,11 +91,20 @@ guard AS (
 )"""
 
 
-def _rows(schema: str, event_filter: str, row_filter: str, t: str, embedding: bool) -> str:
-    """The common table expressions ``guard``, ``later`` and ``asof`` (memories at ``t``)."""
+def _rows(
+    schema: str, event_filter: str, row_filter: str, t: str, embedding: bool, tenant: str | None
+) -> str:
+    """The common table expressions ``guard``, ``later`` and ``asof`` (memories at ``t``).
+
+    ``tenant``: the placeholder of the one tenant read, or None. With it
+    every table the statement reads is filtered by that tenant, not only
+    joined on it: Citus then routes the whole statement to the node holding
+    the tenant's shards (it cannot plan its joins across shards).
+    """
     events = f"{schema}.memory_events"
+    same_tenant = "l.tenant_id" if tenant is None else tenant
     before_l = (
-        f"FROM {events} AS p WHERE p.tenant_id = l.tenant_id AND p.memory_id = l.memory_id "
+        f"FROM {events} AS p WHERE p.tenant_id = {same_tenant} AND p.memory_id = l.memory_id "
         "AND p.event_id < l.event_id"
     )
     current_embedding = "m.embedding" if embedding else "NULL"
@@ -140,6 +149,15 @@ WITH {_guard(schema, t).strip()}, later AS (
 )"""
 
 
+def tenants_of_ids(schema: str) -> str:
+    """The tenants holding a row or an event of the memories ``$1`` (uuid[]), for Citus."""
+    return f"""
+SELECT tenant_id FROM {schema}.memories WHERE id = ANY($1::uuid[])
+UNION
+SELECT tenant_id FROM {schema}.memory_events WHERE memory_id = ANY($1::uuid[])
+ORDER BY tenant_id"""
+
+
 def _select(where: str, t: str) -> str:
     # Access statistics, forgetting and reinforcement are not history: an
     # as-of read shows none of them (a forgotten memory as it was stored).
@@ -163,7 +181,7 @@ def by_ids(schema: str, tenant_param: str | None, embedding: bool = True) -> str
     ids = "{alias}id = ANY($1::uuid[])" + tenant
     rows, rebuilt = (ids.format(alias=alias) for alias in ("m.", ""))
     events = "e.memory_id = ANY($1::uuid[])" + tenant.format(alias="e.")
-    return f"""{_rows(schema, events, rows, "$2", embedding)}
+    return f"""{_rows(schema, events, rows, "$2", embedding, tenant_param)}
 SELECT g.future, g.too_old, g.missed, g.horizon, r.*
 FROM guard AS g LEFT JOIN ({_select(rebuilt, "$2")}
 ) AS r ON true"""
@@ -194,7 +212,8 @@ def in_scope(
     if after_param is not None:
         where += f" AND id > {after_param}"
     limit = f"ORDER BY id LIMIT {limit_param}" if limit_param else "ORDER BY id"
-    return f"""{_rows(schema, f"e.tenant_id = {tenant_param}", row_scope_sql, t, True)}
+    tenant = f"e.tenant_id = {tenant_param}"
+    return f"""{_rows(schema, tenant, row_scope_sql, t, True, tenant_param)}
 SELECT g.future, g.too_old, g.missed, g.horizon, r.*
 FROM guard AS g LEFT JOIN ({_select(where, t)}
     {limit}
@@ -206,7 +225,8 @@ def count_in_scope(
     schema: str, tenant_param: str, scope_sql: str, row_scope_sql: str, t: str
 ) -> str:
     """How many memories a scope held at ``t`` (arguments as :func:`in_scope`)."""
-    return f"""{_rows(schema, f"e.tenant_id = {tenant_param}", row_scope_sql, t, False)}
+    tenant = f"e.tenant_id = {tenant_param}"
+    return f"""{_rows(schema, tenant, row_scope_sql, t, False, tenant_param)}
 SELECT g.future, g.too_old, g.missed, g.horizon,
        (SELECT count(*) FROM ({_select(scope_sql, t)}) AS r) AS n
 FROM guard AS g"""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memsvc.db.sql import INSERT_ARM_RETURNING
 from memsvc.memories.dedupe_rule import REINFORCE_WEIGHT
 from memsvc.memories.queries import (
     DISTANCE_OPERATORS,
@@ -85,6 +86,7 @@ WITH old AS (
                'pinned', $6::bool, 'valid_from', $7::timestamptz)),
            {NEXT_CHANGE_KEY.format(row="old")}
     FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
+    {INSERT_ARM_RETURNING}
 )
 SELECT * FROM upd"""
 

@@ -6,7 +6,7 @@ The forget pass itself, which sets ``forgotten_at``, is maintenance: see
 
 from __future__ import annotations
 
-from memsvc.db.sql import tenant_or_any
+from memsvc.db.sql import INSERT_ARM_RETURNING, tenant_or_any
 from memsvc.memories.queries import (
     EVENT_SCOPE,
     MEMORY_COLUMNS,
@@ -50,6 +50,7 @@ WITH old AS (
     SELECT {qualified(EVENT_SCOPE, "upd")}, upd.id, 'updated', upd.version, {FORGETTING_PRIOR},
            {NEXT_CHANGE_KEY.format(row="old")}
     FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
+    {INSERT_ARM_RETURNING}
 )
 SELECT r.*, (SELECT count(*) FROM old) AS found, (SELECT count(*) FROM upd) AS restored,
        (SELECT forgotten_at FROM old LIMIT 1) AS was_forgotten_at

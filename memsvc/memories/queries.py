@@ -8,7 +8,7 @@ its event commit together in one round trip.
 
 from __future__ import annotations
 
-from memsvc.db.sql import tenant_or_any
+from memsvc.db.sql import INSERT_ARM_RETURNING, tenant_or_any
 
 # Every column of memories, in table order: SELECT lists, RETURNING, COPY.
 MEMORY_COLUMN_NAMES = (
@@ -128,6 +128,7 @@ WITH ins AS (
     INSERT INTO {schema}.memory_events
         (tenant_id, project_id, agent_id, session_id, memory_id, kind, version, links)
     SELECT tenant_id, $2, $3, $4, id, 'created', version, $13::uuid[] FROM ins
+    {INSERT_ARM_RETURNING}
 )
 SELECT * FROM ins"""
 
@@ -169,6 +170,7 @@ WITH batch AS (
     INSERT INTO {schema}.memory_events
         (tenant_id, project_id, agent_id, session_id, memory_id, kind, version)
     SELECT tenant_id, project_id, agent_id, session_id, id, 'created', version FROM ins
+    {INSERT_ARM_RETURNING}
 )
 SELECT * FROM ins"""
 
@@ -255,6 +257,7 @@ WITH old AS (
            CASE WHEN up.inserted THEN 'created' ELSE 'updated' END,
            up.version, (SELECT {PRIOR} FROM old), up.change_key
     FROM up
+    {INSERT_ARM_RETURNING}
 )
 -- Not correlated with "up" (Citus runs no correlated subquery over a CTE):
 -- "up" holds exactly one row.
@@ -367,6 +370,7 @@ WITH old AS (
     SELECT {qualified(EVENT_SCOPE, "upd")}, upd.id, 'updated', upd.version, {PRIOR},
            {NEXT_CHANGE_KEY.format(row="old")}
     FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
+    {INSERT_ARM_RETURNING}
 )
 SELECT upd.*, (SELECT version FROM old) AS prior_version,
        (SELECT count(*) FROM old) AS found
@@ -398,6 +402,7 @@ WITH old AS (
     SELECT {qualified(EVENT_SCOPE, "upd")}, upd.id, 'updated', upd.version, {PRIOR},
            {NEXT_CHANGE_KEY.format(row="old")}
     FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
+    {INSERT_ARM_RETURNING}
 )
 SELECT upd.*, (SELECT count(*) FROM old) AS found
 FROM (SELECT 1) one LEFT JOIN upd ON true"""
@@ -466,6 +471,7 @@ WITH gone AS (
     SELECT {qualified(EVENT_SCOPE, "old")}, old.id, 'deleted', old.version, {PRIOR},
            {NEXT_CHANGE_KEY.format(row="old")}, {DELETED_COMMITTED_AT}
     FROM gone AS old
+    {INSERT_ARM_RETURNING}
 )
 SELECT count(*) FROM gone"""
 

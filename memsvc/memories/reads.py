@@ -29,6 +29,7 @@ from memsvc.memories.asof import (
     by_ids_statement,
     count_statement,
     in_scope_statement,
+    tenants_of_ids,
     validate_as_of,
 )
 from memsvc.memories.validity import Valid, Validity, check_validity, validity_sql
@@ -148,8 +149,10 @@ class MemoryReads(Repository):
             tenant = Scope(tenant).tenant
         if as_of is not None:
             moment = validate_as_of(as_of)
-            as_of_sql, values = by_ids_statement(self._schema, ids, tenant, moment)
-            rows = await self._as_of_rows(conn, as_of_sql, values, moment, tenant)
+            rows = []
+            for each in await self._as_of_tenants(ids, tenant, conn):
+                as_of_sql, values = by_ids_statement(self._schema, ids, each, moment)
+                rows += await self._as_of_rows(conn, as_of_sql, values, moment, each)
             return [Memory.from_row(row) for row in rows if row["id"] is not None]
         single = len(ids) == 1
         key: object = ids[0] if single else ids
@@ -262,6 +265,24 @@ class MemoryReads(Repository):
         )
         rows = await self._as_of_rows(conn, sql, values, moment, scope.tenant)
         return [Memory.from_row(row) for row in rows if row["id"] is not None]
+
+    async def _as_of_tenants(
+        self, ids: builtins.list[uuid.UUID], tenant: str | None, conn: asyncpg.Connection | None
+    ) -> builtins.list[str | None]:
+        """The tenants an as-of read by id runs for: ``tenant``, or on Citus each holding an id.
+
+        Citus cannot plan the statement over every tenant's shards (it joins
+        the ledger with the rows), only for one tenant, routed to the node
+        holding it. The tenants are those of the ids' rows and events (a
+        deleted memory has only events); none found, the statement still
+        runs once, for a tenant holding nothing, so the moment is checked
+        as on one server.
+        """
+        if tenant is not None or not await self._on_citus():
+            return [tenant]
+        sql = tenants_of_ids(self._schema)
+        rows = await self._read(conn, lambda active: active.fetch(sql, ids), tenant=None)
+        return [row["tenant_id"] for row in rows] or [""]
 
     @citus_limited("memories reads with as_of")
     def _as_of_rows(

@@ -422,12 +422,14 @@ class MemoryRepository(MemorySearches, Restoring, Invalidating):
             async with self._connection(conn, tenant=scope.tenant) as active:
                 yield active
             return
+        # Asked before the transaction: the first time it takes a pooled connection.
+        citus = (limit is not None or lock) and await self._on_citus()
         async with self._transaction(conn, tenant=scope.tenant) as active:
             # During an embedding-model migration the write runs wholly before
             # or wholly after the switch (see EmbeddingSpace.hold).
             await self._space.hold(active)
             if limit is not None or lock:
-                await self._semantic.lock(active, scope)
+                await self._semantic.lock(active, scope, citus=citus)
             yield active
             if limit is not None:
                 params = Params()

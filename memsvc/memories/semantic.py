@@ -77,12 +77,21 @@ class SemanticDedupe:
             f" SET LOCAL hnsw.max_scan_tuples = {int(settings.hnsw_max_scan_tuples)};"
         )
 
-    async def lock(self, conn: asyncpg.Connection, scope: Scope) -> None:
-        """Serialise this transaction with the scope's other semantic writers."""
+    async def lock(self, conn: asyncpg.Connection, scope: Scope, *, citus: bool = False) -> None:
+        """Serialise this transaction with the scope's other semantic writers.
+
+        On Citus (``citus``) the settings go alone: Citus sends the whole
+        text of a ``SET LOCAL`` to each worker connection the transaction
+        opens, and a lock in that text would be taken again by a second
+        connection to one worker, which then waits for the first forever.
+        """
         key = quote_literal(scope_lock_key(self._schema, scope))
-        await conn.execute(
-            f"{self._settings_sql} SELECT pg_advisory_xact_lock(hashtextextended({key}, 0))"
-        )
+        lock = f"SELECT pg_advisory_xact_lock(hashtextextended({key}, 0))"
+        if citus:
+            await conn.execute(self._settings_sql)
+            await conn.execute(lock)
+            return
+        await conn.execute(f"{self._settings_sql} {lock}")
 
     async def match(
         self,

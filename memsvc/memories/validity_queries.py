@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memsvc.db.sql import tenant_or_any
+from memsvc.db.sql import INSERT_ARM_RETURNING, tenant_or_any
 from memsvc.memories.queries import (
     EVENT_SCOPE,
     LIVE,
@@ -57,5 +57,6 @@ WITH old AS (
            {NEXT_CHANGE_KEY.format(row="old")},
            CASE WHEN $4::uuid IS NULL THEN NULL ELSE ARRAY[$4::uuid] END
     FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
+    {INSERT_ARM_RETURNING}
 )
 SELECT * FROM upd ORDER BY id"""

@@ -106,12 +106,13 @@ class Deduplication(Repository):
         nearest_sql = q.older_nearest(
             self._schema, self._settings.distance, scope_condition(scope, "exact", near)
         )
+        citus = await self._on_citus()
         while True:
 
             async def batch() -> tuple[int, builtins.list[tuple[uuid.UUID, uuid.UUID]]]:
                 merges = []
                 async with self._transaction(tenant=scope.tenant) as active:
-                    await self._semantic.lock(active, scope)
+                    await self._semantic.lock(active, scope, citus=citus)
                     found = await active.fetch(page_sql, *params.values)
                     for row in found:
                         kept = await self._merge_one(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memsvc.db.sql import INSERT_ARM_RETURNING
 from memsvc.memories.forgetting_queries import FORGETTING_PRIOR
 from memsvc.memories.policy_queries import half_life_of
 from memsvc.memories.queries import (
@@ -76,6 +77,7 @@ WITH old AS ({_weak(schema, scope_sql, now, below, members, None, tenant)}
     SELECT {qualified(EVENT_SCOPE, "old")}, old.id, 'updated', upd.version, {FORGETTING_PRIOR},
            {NEXT_CHANGE_KEY.format(row="old")}
     FROM upd JOIN old ON old.tenant_id = upd.tenant_id AND old.id = upd.id
+    {INSERT_ARM_RETURNING}
 )
 SELECT tenant_id, id FROM upd ORDER BY tenant_id, id"""
 

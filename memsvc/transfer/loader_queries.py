@@ -15,6 +15,7 @@ batch back and it goes through the staging path instead.
 
 from __future__ import annotations
 
+from memsvc.db.sql import INSERT_ARM_RETURNING
 from memsvc.memories.queries import MEMORY_COLUMN_NAMES, MEMORY_COLUMNS
 
 STAGING = "memsvc_import_memories"
@@ -101,6 +102,7 @@ WITH ins AS (
     INSERT INTO {schema}.memory_events
         (tenant_id, project_id, agent_id, session_id, memory_id, kind, version)
     SELECT tenant_id, project_id, agent_id, session_id, id, 'created', version FROM ins
+    {INSERT_ARM_RETURNING}
 )
 -- Two staged rows with one id: the first (staged, hence inserted, first) went in.
 SELECT DISTINCT ON (s.tenant_id, s.id) s.ord

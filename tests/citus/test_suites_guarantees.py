@@ -1,14 +1,10 @@
 """Guarantees on the cluster: erasure on every shard; the known limits, typed.
 
 Erasure of a tenant is checked by reading every shard of every table on the
-workers themselves. As-of reads are a known limit on Citus (their statements
-join the ledger with sets Citus cannot co-locate): they raise
-CitusUnsupportedError naming them.
+workers themselves (as-of reads are tested in ``test_suites_asof.py``).
 """
 
 from __future__ import annotations
-
-from datetime import UTC, datetime
 
 import asyncpg
 import pytest
@@ -71,14 +67,6 @@ async def test_erasing_a_tenant_leaves_none_of_its_text_on_any_shard_of_any_node
     assert receipt.verified, receipt.remaining
     assert await shards_holding(citus_cluster, schema, SECRET) == {}
     assert await shards_holding(citus_cluster, schema, "acme keeps this") != {}
-
-
-
-async def test_as_of_reads_are_refused_by_name(citus_service: MemoryService) -> None:
-    memory = await citus_service.memories.add(Scope("acme", "bridge"), "then")
-    with pytest.raises(CitusUnsupportedError) as refused:
-        await citus_service.memories.get(memory.id, tenant="acme", as_of=datetime.now(UTC))
-    assert refused.value.operation == "memories reads with as_of"
 
 
 class _FixedEmbeddings(Embeddings):
