@@ -245,7 +245,8 @@ async def test_gc_places_an_expired_memorys_deletion_at_its_start_with_the_same_
         lock = conn.transaction()
         await lock.start()
         await conn.execute(
-            "SELECT 1 FROM memsvc.assemblies WHERE id = $1 FOR UPDATE", assembly.id
+            "SELECT 1 FROM memsvc.assemblies WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+            scope.tenant, assembly.id,
         )
         gc = asyncio.create_task(service.maintenance.gc())
         await asyncio.sleep(0.3)  # gc has started and waits for the assembly

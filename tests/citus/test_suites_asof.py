@@ -21,14 +21,9 @@ LEFT_OUT = (
     "test_the_embedded_server_turns_commit_timestamps_on_once",
     "test_without_commit_timestamps_the_error_names_the_setting",
     "test_a_commit_not_yet_visible_is_waited_for_not_missed",
-    # Its setup locks an assembly by id alone, and gc deleting an expired
-    # member of an assembly is a known limit on Citus.
-    "test_gc_places_an_expired_memorys_deletion_at_its_start_with_the_same_answers",
     # On Citus a transaction's snapshot is per node, taken when it first
     # reaches the node: see the variant below.
     "test_caller_repeatable_read_transaction_reads_its_snapshot",
-    # It erases one session's scope; on Citus erasure is by tenant: see below.
-    "test_erased_memories_are_gone_from_the_past_too",
 )
 for _name in LEFT_OUT:
     del globals()[_name]
