@@ -152,27 +152,65 @@ FROM unnest($7::int[], $8::text[], $9::text[], $10::bytea[]) AS w(idx, channel, 
 ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx) {conflict}"""
 
 
-def _tuple_columns(schema: str) -> str:
-    # The blobs of the checkpoint's versions and its writes, as arrays of
-    # records, so a checkpoint comes back whole in one row of one snapshot.
-    return f"""c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+# A checkpoint's blobs and writes come back as parallel arrays of plain
+# types, one lateral aggregate per table, rather than arrays of records:
+# Citus passes each result column between nodes as text and cannot read an
+# anonymous record back ("input of anonymous composite types is not
+# implemented"). Empty arrays come back as NULL (an aggregate of no rows).
+BLOB_ARRAYS = ("blob_channels", "blob_types", "blob_values")
+WRITE_ARRAYS = ("write_task_ids", "write_channels", "write_types", "write_values")
+_WRITE_ORDER = "ORDER BY w.task_path, w.task_id, w.idx"
+
+
+def _blobs_of(schema: str, row: str, channels: str = "") -> str:
+    """A lateral aggregate of the stored values of ``row``'s channel versions.
+
+    LATERAL changes nothing for PostgreSQL (the function reads only the
+    outer row); Citus wraps a function of FROM that is not LATERAL in a
+    subquery without adjusting its references to the outer row, which then
+    fails ("invalid attnum", recursive_planning.c, TransformFunctionRTE).
+    """
+    return f"""CROSS JOIN LATERAL (
+    SELECT array_agg(b.channel) AS blob_channels, array_agg(b.blob_type) AS blob_types,
+        array_agg(b.blob) AS blob_values
+    FROM LATERAL unnest({row}.channels, {row}.versions) AS v(channel, version)
+    JOIN {schema}.{BLOBS} AS b
+        ON b.tenant_id = $1 AND b.thread_id = {row}.thread_id
+        AND b.checkpoint_ns = {row}.checkpoint_ns
+        AND b.channel = v.channel AND b.version = v.version
+    WHERE b.blob_type <> 'empty' {channels}
+) AS bl"""
+
+
+def _writes_of(schema: str, row: str, channels: str = "") -> str:
+    """A lateral aggregate of ``row``'s pending writes, in (task_path, task_id, idx) order."""
+    return f"""CROSS JOIN LATERAL (
+    SELECT array_agg(w.task_id {_WRITE_ORDER}) AS write_task_ids,
+        array_agg(w.channel {_WRITE_ORDER}) AS write_channels,
+        array_agg(w.value_type {_WRITE_ORDER}) AS write_types,
+        array_agg(w.value {_WRITE_ORDER}) AS write_values
+    FROM {schema}.{WRITES} AS w
+    WHERE w.tenant_id = $1 AND w.thread_id = {row}.thread_id
+    AND w.checkpoint_ns = {row}.checkpoint_ns AND w.checkpoint_id = {row}.checkpoint_id
+    {channels}
+) AS wr"""
+
+
+def _whole_checkpoints(schema: str, chosen: str, order: str) -> str:
+    """The checkpoints the statement ``chosen`` selects (tenant $1), each whole.
+
+    ``chosen`` filters, orders and limits the rows first, so only those
+    returned have their blobs and writes read; ``order`` is its ORDER BY
+    again (a join does not promise to keep the order of its input).
+    """
+    return f"""
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
     c.checkpoint_type, c.checkpoint, c.metadata,
-    ARRAY(
-        SELECT ROW(b.channel, b.blob_type, b.blob)
-        FROM unnest(c.channels, c.versions) AS v(channel, version)
-        JOIN {schema}.{BLOBS} AS b
-            ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id
-            AND b.checkpoint_ns = c.checkpoint_ns
-            AND b.channel = v.channel AND b.version = v.version
-        WHERE b.blob_type <> 'empty'
-    ) AS blobs,
-    ARRAY(
-        SELECT ROW(w.task_id, w.channel, w.value_type, w.value)
-        FROM {schema}.{WRITES} AS w
-        WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id
-        AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id
-        ORDER BY w.task_path, w.task_id, w.idx
-    ) AS writes"""
+    {", ".join(BLOB_ARRAYS)}, {", ".join(WRITE_ARRAYS)}
+FROM ({chosen}) AS c
+{_blobs_of(schema, "c")}
+{_writes_of(schema, "c")}
+{order}"""
 
 
 def get_tuple(schema: str, *, by_id: bool) -> str:
@@ -181,12 +219,13 @@ def get_tuple(schema: str, *, by_id: bool) -> str:
     Parameters: $1 tenant, $2 thread, $3 ns (, $4 checkpoint id).
     """
     by = "AND c.checkpoint_id = $4" if by_id else ""
-    return f"""
-SELECT {_tuple_columns(schema)}
-FROM {schema}.{CP} AS c
-WHERE c.tenant_id = $1 AND c.thread_id = $2 AND c.checkpoint_ns = $3 {by}
-ORDER BY c.checkpoint_id DESC
-LIMIT 1"""
+    order = "ORDER BY c.checkpoint_id DESC"
+    chosen = f"""
+    SELECT * FROM {schema}.{CP} AS c
+    WHERE c.tenant_id = $1 AND c.thread_id = $2 AND c.checkpoint_ns = $3 {by}
+    {order}
+    LIMIT 1"""
+    return _whole_checkpoints(schema, chosen, order)
 
 
 # Filters of list_checkpoints, in the order their values are passed; each
@@ -218,12 +257,13 @@ def list_checkpoints(schema: str, filters: Sequence[str], *, limited: bool) -> s
         conditions.append(template.format(*(f"${number + i + 1}" for i in range(slots))))
         number += slots
     limit = f"LIMIT ${number + 1}" if limited else ""
-    return f"""
-SELECT {_tuple_columns(schema)}
-FROM {schema}.{CP} AS c
-WHERE {" AND ".join(conditions)}
-ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC
-{limit}"""
+    order = "ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC"
+    chosen = f"""
+    SELECT * FROM {schema}.{CP} AS c
+    WHERE {" AND ".join(conditions)}
+    {order}
+    {limit}"""
+    return _whole_checkpoints(schema, chosen, order)
 
 
 def delta_threads(schema: str) -> str:
@@ -408,32 +448,22 @@ WITH RECURSIVE target AS (
     ORDER BY checkpoint_id DESC
     LIMIT 1
 ), chain AS (
-    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.channels, c.versions, 1 AS depth
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+        c.channels, c.versions, 1 AS depth
     FROM {schema}.{CP} AS c, target
     WHERE c.tenant_id = $1 AND c.thread_id = $2 AND c.checkpoint_ns = $3
     AND c.checkpoint_id = target.parent_checkpoint_id
     UNION ALL
-    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.channels, c.versions, chain.depth + 1
+    SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+        c.channels, c.versions, chain.depth + 1
     FROM chain JOIN {schema}.{CP} AS c
         ON c.tenant_id = $1 AND c.thread_id = $2 AND c.checkpoint_ns = $3
         AND c.checkpoint_id = chain.parent_checkpoint_id
     WHERE chain.depth < $6
 )
 SELECT chain.checkpoint_id, chain.parent_checkpoint_id, chain.depth,
-    ARRAY(
-        SELECT ROW(b.channel, b.blob_type, b.blob)
-        FROM unnest(chain.channels, chain.versions) AS v(channel, version)
-        JOIN {schema}.{BLOBS} AS b
-            ON b.tenant_id = $1 AND b.thread_id = $2 AND b.checkpoint_ns = $3
-            AND b.channel = v.channel AND b.version = v.version
-        WHERE v.channel = ANY($5::text[]) AND b.blob_type <> 'empty'
-    ) AS blobs,
-    ARRAY(
-        SELECT ROW(w.task_id, w.channel, w.value_type, w.value)
-        FROM {schema}.{WRITES} AS w
-        WHERE w.tenant_id = $1 AND w.thread_id = $2 AND w.checkpoint_ns = $3
-        AND w.checkpoint_id = chain.checkpoint_id AND w.channel = ANY($5::text[])
-        ORDER BY w.task_path, w.task_id, w.idx
-    ) AS writes
+    {", ".join(BLOB_ARRAYS)}, {", ".join(WRITE_ARRAYS)}
 FROM chain
+{_blobs_of(schema, "chain", "AND v.channel = ANY($5::text[])")}
+{_writes_of(schema, "chain", "AND w.channel = ANY($5::text[])")}
 ORDER BY chain.depth"""

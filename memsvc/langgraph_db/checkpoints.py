@@ -41,6 +41,18 @@ def _keep(value: object) -> int:
     return value
 
 
+def _whole(row: asyncpg.Record) -> dict[str, Any]:
+    """``row`` with its blobs and writes as lists of tuples, from their parallel arrays.
+
+    ``blobs``: (channel, type, bytes); ``writes``: (task id, channel, type,
+    bytes), in order (see :mod:`memsvc.langgraph_db.checkpoint_queries`).
+    """
+    whole = dict(row)
+    whole["blobs"] = list(zip(*(whole.pop(name) or () for name in q.BLOB_ARRAYS), strict=True))
+    whole["writes"] = list(zip(*(whole.pop(name) or () for name in q.WRITE_ARRAYS), strict=True))
+    return whole
+
+
 class LangGraphCheckpointRepository(Repository):
     """Checkpoints, blobs (one per channel version) and writes of LangGraph threads."""
 
@@ -156,7 +168,8 @@ class LangGraphCheckpointRepository(Repository):
         if checkpoint_id is not None:
             args.append(checkpoint_id)
         sql = q.get_tuple(self._schema, by_id=checkpoint_id is not None)
-        return await self._read(conn, lambda active: active.fetchrow(sql, *args), tenant=tenant)
+        row = await self._read(conn, lambda active: active.fetchrow(sql, *args), tenant=tenant)
+        return None if row is None else _whole(row)
 
     async def list(
         self,
@@ -196,7 +209,7 @@ class LangGraphCheckpointRepository(Repository):
         rows: builtins.list[Any] = await self._read(
             conn, lambda active: active.fetch(sql, *args), tenant=tenant
         )
-        return rows
+        return [_whole(row) for row in rows]
 
     async def ancestors(
         self,
@@ -221,7 +234,7 @@ class LangGraphCheckpointRepository(Repository):
         rows: builtins.list[Any] = await self._read(
             conn, lambda active: active.fetch(sql, *args), tenant=tenant
         )
-        return rows
+        return [_whole(row) for row in rows]
 
     async def delete_threads(
         self, thread_ids: Sequence[str], *, tenant: str, conn: asyncpg.Connection | None = None

@@ -109,7 +109,8 @@ WITH namespace AS (
     SELECT $1, $2, $3, CASE WHEN d.outcome = 'ready' THEN 'ready' ELSE 'building' END
     FROM decision AS d WHERE d.outcome IN ('build', 'ready')
     ON CONFLICT (tenant_id, prefix) DO UPDATE
-    SET index_name = EXCLUDED.index_name, state = EXCLUDED.state, updated_at = now()
+    SET index_name = EXCLUDED.index_name, state = EXCLUDED.state,
+        updated_at = EXCLUDED.updated_at  -- now(), the column's default (see record)
     RETURNING 1
 )
 SELECT d.outcome, NOT coalesce((SELECT valid FROM own), true) AS leftover,
@@ -152,12 +153,16 @@ def catalog_of_tenant(schema: str) -> str:
 
 
 def record(schema: str) -> str:
-    """Record tenant ``$1``'s namespace ``$2`` index ``$3`` as ready (one the catalog lacked)."""
+    """Record tenant ``$1``'s namespace ``$2`` index ``$3`` as ready (one the catalog lacked).
+
+    ``EXCLUDED.updated_at`` is the column's default, ``now()``: Citus refuses
+    a function that is not immutable in ``DO UPDATE SET``.
+    """
     return f"""
 INSERT INTO {schema}.{CATALOG} AS n (tenant_id, prefix, index_name, state)
 VALUES ($1, $2, $3, 'ready')
 ON CONFLICT (tenant_id, prefix) DO UPDATE
-SET index_name = EXCLUDED.index_name, state = 'ready', updated_at = now()"""
+SET index_name = EXCLUDED.index_name, state = 'ready', updated_at = EXCLUDED.updated_at"""
 
 
 def emptied(schema: str) -> str:

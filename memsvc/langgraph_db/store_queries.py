@@ -107,10 +107,16 @@ WHERE i.tenant_id = $1 AND {LIVE}"""
 
 
 def refresh_items(schema: str) -> str:
-    """Restart the TTL of live items ($2 prefixes, $3 keys) that have one."""
+    """Restart the TTL of live items ($2 prefixes, $3 keys) that have one.
+
+    The sum is taken in UTC timestamps, whose ``+`` is immutable (a TTL is
+    minutes, which no time zone changes): Citus refuses an ``UPDATE`` that
+    calls a stable function, such as ``timestamptz + interval``, on a column.
+    """
     return f"""
 UPDATE {schema}.langgraph_store_items AS i
-SET expires_at = now() + i.ttl_minutes * interval '1 minute'
+SET expires_at = ((now() AT TIME ZONE 'UTC') + i.ttl_minutes * interval '1 minute')
+    AT TIME ZONE 'UTC'
 FROM unnest($2::text[], $3::text[]) AS u(p, k)
 WHERE i.tenant_id = $1 AND i.prefix = u.p AND i.key = u.k
   AND i.ttl_minutes IS NOT NULL AND {LIVE}"""

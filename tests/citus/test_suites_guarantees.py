@@ -12,7 +12,6 @@ from langchain_core.embeddings import Embeddings
 
 from memsvc import CitusUnsupportedError, HashingEmbedder, MemoryService, Scope, Settings
 from memsvc.integrations.langchain import MemsvcVectorStore
-from memsvc.integrations.langgraph import MemsvcSaver, MemsvcStore
 from memsvc.testing.citus import CitusCluster
 from tests.citus.helpers import worker_dsns
 
@@ -95,16 +94,3 @@ async def test_the_langchain_vector_store_adds_finds_and_deletes_in_its_tenant(
     await mine.adelete(["k"])
     assert [d.id for d in await mine.aget_by_ids(["k", "c"])] == ["c"]
     assert [d.id for d in await theirs.aget_by_ids(["k"])] == ["k"]
-
-
-async def test_the_langgraph_saver_and_store_are_refused_by_name(
-    citus_service: MemoryService,
-) -> None:
-    saver = MemsvcSaver(citus_service, tenant="acme")
-    with pytest.raises(CitusUnsupportedError) as refused:
-        await saver.aget_tuple({"configurable": {"thread_id": "t1", "checkpoint_ns": ""}})
-    assert refused.value.operation == "MemsvcSaver"
-    store = MemsvcStore(citus_service, tenant="acme")
-    with pytest.raises(CitusUnsupportedError) as refused:
-        await store.aput(("docs",), "k", {"text": "x"})
-    assert refused.value.operation == "MemsvcStore"

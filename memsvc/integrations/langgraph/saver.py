@@ -103,10 +103,7 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
         self.svc = async_service(svc, "MemsvcSaver")
         self.tenant = validate_id("tenant", tenant)
         self._repository = on_service_loop(
-            LangGraphCheckpointRepository(self.svc.pool, self.svc.settings).refuse_on_citus(
-                "MemsvcSaver"
-            ),
-            self.svc,
+            LangGraphCheckpointRepository(self.svc.pool, self.svc.settings), self.svc
         )
 
     # ------------------------------------------------------------------ async

@@ -160,7 +160,7 @@ class MemsvcStore(BaseStore):
         self._svc = svc = async_service(svc, "MemsvcStore")
         self._tenant = validate_id("tenant", tenant)
         self._repository = on_service_loop(
-            LangGraphStoreRepository(svc.pool, svc.settings).refuse_on_citus("MemsvcStore"), svc
+            LangGraphStoreRepository(svc.pool, svc.settings), svc
         )
         self._max_bytes = svc.settings.max_metadata_bytes
         self.ttl_config = ttl
