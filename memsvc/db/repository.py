@@ -7,7 +7,7 @@ import functools
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import asyncpg
 
@@ -87,8 +87,6 @@ class Repository:
     _change_listener: Callable[[], None] | None = None
     # Whether the database is a Citus cluster: asked once, when a path differs there.
     _citus: bool | None = None
-    # An operation this repository serves that cannot run on Citus (see refuse_on_citus).
-    _refused_on_citus: str | None = None
 
     def __init__(
         self, pool: asyncpg.Pool, settings: Settings, *, reads: ReadRouter | None = None
@@ -110,7 +108,6 @@ class Repository:
         refused. ``writes=False`` promises the block only reads (its WAL
         position need not be recorded).
         """
-        await self._refuse_if_citus()
         if self._settings.row_level_security:
             async with self._transaction(conn, tenant=tenant, writes=writes) as active:
                 yield active
@@ -154,7 +151,6 @@ class Repository:
 
     async def _on_pooled(self, statement: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """``statement`` on a pooled connection, for a read (no WAL position to record)."""
-        await self._refuse_if_citus()
         try:
             pooled = await self._acquire()
             try:
@@ -183,24 +179,6 @@ class Repository:
                 finally:
                     await self._pool.release(pooled)
         return self._citus
-
-    def refuse_on_citus(self, operation: str) -> Self:
-        """Make every call raise CitusUnsupportedError naming ``operation`` on Citus.
-
-        For repositories whose statements Citus cannot plan: the caller gets
-        the typed error before anything is sent, never a raw Citus error.
-        Returns the repository.
-        """
-        self._refused_on_citus = operation
-        return self
-
-    async def _refuse_if_citus(self) -> None:
-        if self._refused_on_citus is not None and await self._on_citus():
-            raise CitusUnsupportedError(
-                self._refused_on_citus,
-                "Citus cannot plan some of its statements (upserts calling now(), reads "
-                "of stored arrays); keep these tables on a single-node database",
-            )
 
     async def _routed(
         self, table: str, row_id: Any, tenant: str | None, conn: asyncpg.Connection | None
@@ -242,7 +220,6 @@ class Repository:
         self, conn: asyncpg.Connection | None = None, *, tenant: str | None, writes: bool = True
     ) -> AsyncIterator[asyncpg.Connection]:
         """A transaction (or a savepoint inside the caller's transaction) acting for ``tenant``."""
-        await self._refuse_if_citus()
         with translate_errors():
             if conn is not None:
                 async with conn.transaction():

@@ -117,6 +117,12 @@ class NamespaceSize:
     estimated: float | None  # the planner's estimate of its vectors (None: not asked)
     usable: bool  # its own index is built
     indexes: int  # namespace indexes of the table
+    # Whether table and estimated weigh the namespace: not on Citus, whose
+    # coordinator holds none of the rows its statistics would count (the
+    # shards on the workers do). Unweighed, a search takes the plans that
+    # need no weighing: the table's graph with the configured ef_search, no
+    # namespace index built, no statistics gathered.
+    weighed: bool = True
 
 
 @dataclass(frozen=True)
@@ -382,7 +388,8 @@ class LangGraphStoreRepository(Repository):
         )
         vectors = row["vectors"]
         estimated = None
-        if vectors is not None and vectors > q.EXACT_UP_TO:
+        weighed = not await self._on_citus()
+        if weighed and vectors is not None and vectors > q.EXACT_UP_TO:
             estimate_sql = q.namespace_estimate(
                 self._schema, q.namespace_literal_condition(prefix, "v")
             )
@@ -397,6 +404,7 @@ class LangGraphStoreRepository(Repository):
             estimated,
             bool(row["usable"]),
             int(row["namespace_indexes"]),
+            weighed,
         )
         if vectors is not None and (tenant, prefix) in self._written:
             self._written[(tenant, prefix)] = (int(vectors), 0)
@@ -423,7 +431,8 @@ class LangGraphStoreRepository(Repository):
         # The count stops at QUANTIZED_UP_TO + 1: a namespace beyond it is big
         # enough; whether it is a small enough share is the table's estimate's say.
         return (
-            not size.usable
+            size.weighed
+            and not size.usable
             and size.vectors is not None
             and not self._indexing_off
             and self._building is None
@@ -489,8 +498,8 @@ class LangGraphStoreRepository(Repository):
         if self._settings.distance not in QUANTIZED_DISTANCES:
             return False
         vectors = size.vectors
-        if size.usable or vectors is None:
-            return False  # its own index serves it
+        if size.usable or vectors is None or not size.weighed:
+            return False  # its own index serves it, or its share is unknown
         if not q.EXACT_UP_TO < vectors <= QUANTIZED_UP_TO:
             return False
         # The table's estimate can lag behind a namespace that grew since.
@@ -642,7 +651,7 @@ class LangGraphStoreRepository(Repository):
             return None
         if size.usable:
             wanted = scan * OWN_INDEX_EF_FACTOR
-        elif size.vectors:
+        elif size.vectors and size.weighed:
             share = size.vectors / max(size.table, size.vectors)
             wanted = math.ceil(TABLE_EF_FACTOR * scan / share)
         else:
