@@ -39,7 +39,7 @@ from memsvc.core.errors import ValidationError
 from memsvc.core.scope import validate_id
 from memsvc.core.validation import check_text
 from memsvc.integrations.loop_bridge import async_service, on_service_loop, run_blocking
-from memsvc.langgraph_db.checkpoints import LangGraphCheckpointRepository
+from memsvc.langgraph_db.checkpoints import LangGraphCheckpointRepository, row_blobs, row_writes
 from memsvc.service import MemoryService
 from memsvc.sync import SyncMemoryService
 
@@ -315,12 +315,12 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
                     break
                 seen.add(row["checkpoint_id"])
                 # the writes stored at an ancestor produced its child, on the path
-                for task_id, channel, value_type, value in reversed(row["writes"]):
+                for task_id, channel, value_type, value in reversed(builtins.list(row_writes(row))):
                     if channel in remaining:
                         collected[channel].append(
                             (task_id, channel, self.serde.loads_typed((value_type, value)))
                         )
-                for channel, blob_type, blob in row["blobs"]:
+                for channel, blob_type, blob in row_blobs(row):
                     if channel in remaining:
                         seeds[channel] = self.serde.loads_typed((blob_type, blob))
                         remaining.discard(channel)
@@ -481,7 +481,7 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint = self.serde.loads_typed((row["checkpoint_type"], row["checkpoint"]))
         checkpoint["channel_values"] = {
             channel: self.serde.loads_typed((blob_type, blob))
-            for channel, blob_type, blob in row["blobs"]
+            for channel, blob_type, blob in row_blobs(row)
         }
         parent_id = row["parent_checkpoint_id"]
         return CheckpointTuple(
@@ -493,6 +493,6 @@ class MemsvcSaver(BaseCheckpointSaver[str]):
             else _config(thread_id, checkpoint_ns, parent_id),
             pending_writes=[
                 (task_id, channel, self.serde.loads_typed((value_type, value)))
-                for task_id, channel, value_type, value in row["writes"]
+                for task_id, channel, value_type, value in row_writes(row)
             ],
         )
