@@ -201,7 +201,8 @@ def _whole_checkpoints(schema: str, chosen: str, order: str) -> str:
 
     ``chosen`` filters, orders and limits the rows first, so only those
     returned have their blobs and writes read; ``order`` is its ORDER BY
-    again (a join does not promise to keep the order of its input).
+    again (a join does not promise to keep the order of its input), or
+    nothing when it selects one row.
     """
     return f"""
 SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
@@ -219,13 +220,12 @@ def get_tuple(schema: str, *, by_id: bool) -> str:
     Parameters: $1 tenant, $2 thread, $3 ns (, $4 checkpoint id).
     """
     by = "AND c.checkpoint_id = $4" if by_id else ""
-    order = "ORDER BY c.checkpoint_id DESC"
     chosen = f"""
     SELECT * FROM {schema}.{CP} AS c
     WHERE c.tenant_id = $1 AND c.thread_id = $2 AND c.checkpoint_ns = $3 {by}
-    {order}
+    ORDER BY c.checkpoint_id DESC
     LIMIT 1"""
-    return _whole_checkpoints(schema, chosen, order)
+    return _whole_checkpoints(schema, chosen, "")  # one row: no order to keep
 
 
 # Filters of list_checkpoints, in the order their values are passed; each
