@@ -1,4 +1,4 @@
-"""Guarantees on the cluster: erasure on every shard; the known limits, typed.
+"""Guarantees on the cluster: erasure on every shard; the LangChain store's tenants.
 
 Erasure of a tenant is checked by reading every shard of every table on the
 workers themselves (as-of reads are tested in ``test_suites_asof.py``).
@@ -7,10 +7,9 @@ workers themselves (as-of reads are tested in ``test_suites_asof.py``).
 from __future__ import annotations
 
 import asyncpg
-import pytest
 from langchain_core.embeddings import Embeddings
 
-from memsvc import CitusUnsupportedError, HashingEmbedder, MemoryService, Scope, Settings
+from memsvc import HashingEmbedder, MemoryService, Scope, Settings
 from memsvc.integrations.langchain import MemsvcVectorStore
 from memsvc.testing.citus import CitusCluster
 from tests.citus.helpers import worker_dsns
