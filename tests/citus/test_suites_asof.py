@@ -17,6 +17,9 @@ from memsvc import MemoryService, NotFoundError, Scope, ValidationError
 from tests.test_memories_asof import *  # noqa: F403
 
 LEFT_OUT = (
+    # It times gc against a 0.3 s sleep (gc must be waiting for a lock by
+    # then); on the cluster gc's pass over each tenant reaches it later.
+    "test_gc_places_an_expired_memorys_deletion_at_its_start_with_the_same_answers",
     # No cluster involved: they start servers of their own.
     "test_the_embedded_server_turns_commit_timestamps_on_once",
     "test_without_commit_timestamps_the_error_names_the_setting",
