@@ -67,6 +67,7 @@ TENANT_TABLES = (
     "consolidation_clusters",
     "consolidation_members",
     "memory_policies",
+    "memory_scope_indexes",
 )
 
 
@@ -164,6 +165,7 @@ class MemoryService:
             namespace_indexes=NamespaceIndexes(pool, settings),
             working_store=working_store,
             reads=self._reads,
+            scope_indexes=self.memories.scope_indexes,
         )
         self._remembering = Remembering(
             pool,

@@ -189,4 +189,8 @@ class MemorySearches(MemoryReads):
                 rows = await active.fetch(sql, *planned.values)
             else:
                 rows = []
-        return "\n".join(row[0] for row in rows)
+        lines = [row[0] for row in rows]
+        if planned.scope_index is not None:
+            # Whether it ran is the plan's to say (an index scan using it).
+            lines.append(f"Scope index of this scope: {planned.scope_index}")
+        return "\n".join(lines)
