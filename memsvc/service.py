@@ -142,6 +142,8 @@ class MemoryService:
             space=self.embedding_space,
             policies=self.policies,
         )
+        # Its directory reads run in the background: stopped before the pool closes.
+        self.stop_on_close(self.memories.scope_indexes)
         self._feed = ChangeFeed(pool, settings, dsn=dsn)
         self._notifier = ChangeNotifier(dsn, settings)
         self._notifier.attach(self.memories, self.assemblies, self.checkpoints)

@@ -73,6 +73,15 @@ async def catalog(svc: MemoryService) -> dict[str, str]:
     return {row["index_name"]: row["state"] for row in rows}
 
 
+async def until_indexed(svc: MemoryService, scope: Scope, indexed: bool = True) -> None:
+    """Until this service's searches know ``scope``'s index (read in the background)."""
+    for _ in range(100):
+        if svc.memories.scope_indexes.indexed(scope) == indexed:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"searches never learned that {scope} is indexed: {indexed}")
+
+
 @pytest.fixture
 async def svc(memsvc_database_url: str) -> AsyncIterator[MemoryService]:
     settings = settings_for_tests(
@@ -267,11 +276,13 @@ async def test_searches_see_a_new_or_dropped_index_within_seconds(
     async with MemoryService.open(settings) as builder:
         await builder.maintenance.index_scopes()
         await asyncio.sleep(0.3)
+        await until_indexed(svc, FILLED)
         assert q.scope_index_name(FILLED) in await svc.memories.explain_search(FILLED, query)
         await builder.memories.delete_scope(FILLED)
     # Dropped elsewhere: searches are right before and after re-reading.
     assert await svc.memories.search(FILLED, query) == []
     await asyncio.sleep(0.3)
+    await until_indexed(svc, FILLED, indexed=False)
     assert await svc.memories.search(FILLED, query) == []
 
 
@@ -313,6 +324,7 @@ async def test_row_level_security_still_isolates_searches_of_indexed_scopes(
             built = await builder.maintenance.index_scopes()
         assert built.built == [alpha]
         query = vectors(3, 1)[0]
+        await until_indexed(svc, alpha)
         plan = await svc.memories.explain_search(alpha, query, k=10)
         assert f"Index Scan using {q.scope_index_name(alpha)}" in plan
         hits = await svc.memories.search(alpha, query, k=10)
@@ -325,8 +337,8 @@ async def test_row_level_security_still_isolates_searches_of_indexed_scopes(
             )
         assert seen == 0
         # Each tenant's searches learn of their own scopes' indexes only.
-        assert await svc.memories.scope_indexes.indexed(alpha)
-        assert not await svc.memories.scope_indexes.indexed(beta)
+        await svc.memories.scope_indexes.read_directory("beta")  # beta's rows only
+        assert not svc.memories.scope_indexes.indexed(beta)
         beta_hits = await svc.memories.search(beta, query, k=10)
         assert len(beta_hits) == 10 and all(h.memory.scope == beta for h in beta_hits)
     await memsvc_postgres.drop_database(name)

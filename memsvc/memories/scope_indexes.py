@@ -44,13 +44,16 @@ lock can guard the DDL).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
 
 import asyncpg
 
+from memsvc.core.errors import MemsvcError
 from memsvc.core.scope import Include, Scope
 from memsvc.core.settings import Settings
 from memsvc.db.index_ddl import index_ddl_session
@@ -97,38 +100,65 @@ class ScopeIndexes(Repository):
     def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         super().__init__(pool, settings)
         # Ready scopes by tenant (None: every tenant's, read at once), with
-        # when they were read.
+        # when they were read, and the reads under way.
         self._directory: dict[str | None, tuple[float, frozenset[Levels]]] = {}
+        self._reading: dict[str | None, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------------------ searches
 
-    async def indexed(self, scope: Scope) -> bool:
-        """Whether ``scope`` has a ready index (as the catalog said at most a few seconds ago)."""
+    def indexed(self, scope: Scope) -> bool:
+        """Whether ``scope`` has a ready index, as the catalog said a few seconds ago.
+
+        Never waits: a directory older than ``DIRECTORY_SECONDS`` (or none
+        yet) is read again in the background, and meanwhile answers as it
+        was (a search then runs the statement it ran before). So a search
+        never needs a second connection (a caller's own connection may be
+        the pool's last) nor a round trip more.
+        """
         if self._settings.scope_indexes_max == 0:
             return False
         key = scope.tenant if self._settings.row_level_security else None
         known = self._directory.get(key)
-        if known is None or time.monotonic() - known[0] > DIRECTORY_SECONDS:
-            known = await self._read_directory(key)
-        return scope.levels in known[1]
+        if (known is None or time.monotonic() - known[0] > DIRECTORY_SECONDS) and (
+            key not in self._reading
+        ):
+            task = asyncio.get_running_loop().create_task(self._read_in_background(key))
+            self._reading[key] = task
+            task.add_done_callback(lambda _: self._reading.pop(key, None))
+        return known is not None and scope.levels in known[1]
 
-    async def _read_directory(self, tenant: str | None) -> tuple[float, frozenset[Levels]]:
+    async def read_directory(self, tenant: str | None = None) -> None:
+        """Read which scopes have a ready index now (``tenant``'s under row-level security)."""
+        key = tenant if self._settings.row_level_security else None
         if len(self._directory) >= TENANTS_KEPT:
             self._directory.clear()
-        sql = q.every_row(self._schema) if tenant is None else q.of_tenant(self._schema)
-        args = () if tenant is None else (tenant,)
-        rows = await self._read(None, lambda conn: conn.fetch(sql, *args), tenant=tenant)
+        sql = q.every_row(self._schema) if key is None else q.of_tenant(self._schema)
+        args = () if key is None else (key,)
+        rows = await self._read(None, lambda conn: conn.fetch(sql, *args), tenant=key)
         ready = frozenset(
             (r["tenant_id"], r["project_id"], r["agent_id"], r["session_id"])
             for r in rows
             if r["state"] == "ready"
         )
-        known = self._directory[tenant] = (time.monotonic(), ready)
-        return known
+        self._directory[key] = (time.monotonic(), ready)
+
+    async def _read_in_background(self, key: str | None) -> None:
+        try:
+            await self.read_directory(key)
+        except (MemsvcError, OSError) as exc:
+            # Searches go on with what they knew; the next one tries again.
+            log.debug("scope index directory not read: %s", exc)
 
     def forget_directory(self) -> None:
         """Read the catalog again at the next search (after this process changed it)."""
         self._directory.clear()
+
+    async def stop_background_work(self) -> None:
+        """Wait for directory reads under way (the service calls this before closing its pool)."""
+        for task in list(self._reading.values()):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     # ------------------------------------------------------------------ builds
 
@@ -168,7 +198,8 @@ class ScopeIndexes(Repository):
                 elif outcome == "built":
                     report.built.append(scope)
                     report.rebuilt += scope in invalid
-        self.forget_directory()
+        # This process's searches see the change at once (others within seconds).
+        await self.read_directory()
         return report
 
     async def _build(self, ddl: asyncpg.Connection, scope: Scope) -> str:
@@ -280,6 +311,11 @@ class ScopeIndexes(Repository):
         scopes may be landing); if it waits in vain, nothing is dropped and
         :meth:`within` still finds them.
         """
+        if not await self.within(scope, include):
+            # None, and none can land later: a build claims its row before
+            # it builds, and marks it ready only if the scope still holds a
+            # vector (the erased rows are gone), else drops what it built.
+            return 0
         names = {row["index_name"] for row in await self._listed_within(scope, include)}
         async with index_ddl_session(self._pool, self._settings, wait=DDL_WAIT_SECONDS) as ddl:
             if ddl is None:

@@ -373,7 +373,7 @@ class SearchPlanner:
             and include == "exact"
             and mode_name != "text"
             and plan != "exact"
-            and await self._scope_indexes.indexed(scope)
+            and self._scope_indexes.indexed(scope)
         ):
             statement = self.statements.scoped(shape, scope_literals(scope))
             scope_index = scope_index_name(scope)
