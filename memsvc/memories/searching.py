@@ -174,6 +174,9 @@ class MemorySearches(MemoryReads):
     ) -> str:
         """``EXPLAIN ANALYZE`` of the search statement: which indexes ran, and how long.
 
+        When the scope has an index of its own (see
+        docs/how-to/scope-indexes.md), a last line names it.
+
         ``mode``, ``query_embedding``, ``plan``, ``valid`` and ``valid_at`` as
         in :meth:`search`.
         """
