@@ -344,6 +344,33 @@ async def test_row_level_security_still_isolates_searches_of_indexed_scopes(
     await memsvc_postgres.drop_database(name)
 
 
+async def test_gc_by_a_role_that_cannot_build_goes_on_without_scope_indexes(
+    memsvc_database_url: str,
+) -> None:
+    role = f"memsvc_si_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(memsvc_database_url)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN NOSUPERUSER")
+        await admin.execute(f"GRANT USAGE ON SCHEMA memsvc TO {role}")
+        await admin.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA memsvc TO {role}"
+        )
+        await admin.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA memsvc TO {role}")
+    finally:
+        await admin.close()
+    settings = settings_for_tests(
+        memsvc_database_url.replace("postgres@", f"{role}@", 1), scope_index_from=100
+    )
+    async with MemoryService.open(settings) as svc:
+        await fill(svc, FILLED, 150, seed=1)
+        report = await svc.maintenance.gc()  # CREATE INDEX needs the table's owner
+        assert report.scope_indexes_built == 0
+        indexes = await svc.maintenance.index_scopes()
+        assert indexes.skipped == "build failed: 42501" and indexes.built == []
+        assert await present(svc) == {} and await catalog(svc) == {}
+        assert len(await svc.memories.search(FILLED, vectors(3, 1)[0], k=10)) == 10
+
+
 def test_a_predicate_is_read_back_into_the_scope_it_names() -> None:
     for scope in (
         Scope("acme"),
