@@ -67,6 +67,7 @@ TENANT_TABLES = (
     "consolidation_clusters",
     "consolidation_members",
     "memory_policies",
+    "memory_scope_indexes",
 )
 
 
@@ -141,6 +142,8 @@ class MemoryService:
             space=self.embedding_space,
             policies=self.policies,
         )
+        # Its directory reads run in the background: stopped before the pool closes.
+        self.stop_on_close(self.memories.scope_indexes)
         self._feed = ChangeFeed(pool, settings, dsn=dsn)
         self._notifier = ChangeNotifier(dsn, settings)
         self._notifier.attach(self.memories, self.assemblies, self.checkpoints)
@@ -164,6 +167,7 @@ class MemoryService:
             namespace_indexes=NamespaceIndexes(pool, settings),
             working_store=working_store,
             reads=self._reads,
+            scope_indexes=self.memories.scope_indexes,
         )
         self._remembering = Remembering(
             pool,

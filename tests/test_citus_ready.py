@@ -38,6 +38,7 @@ from memsvc.db.time_checks import TIME_COLUMNS
 from memsvc.embedding import HashingEmbedder
 from memsvc.langgraph_db import store_index_queries as langgraph_store_index_queries
 from memsvc.langgraph_db import store_queries as langgraph_store_queries
+from memsvc.memories import scope_index_queries
 from memsvc.ops import (
     doctor_queries,
     forget_queries,
@@ -83,7 +84,8 @@ def _cross_tenant() -> dict[str, str]:
         "events, copied before the server forgets them",
         forget_queries.ANY_POLICY.format(schema=s): "gc: is a half-life policy set anywhere",
         forget_queries.forget_batch(
-            s, "TRUE", "coalesce($1::timestamptz, now())", "$2::float8", "$3", False
+            s, "TRUE", "coalesce($1::timestamptz, now())", "$2::float8", "$3", False,
+            forget_queries.ALL_TENANTS,
         ): "gc: forget the weak memories of every tenant under a policy",
         forget_queries.lock_forgotten(s): "gc: memories of every tenant forgotten past "
         "their grace period",
@@ -95,6 +97,11 @@ def _cross_tenant() -> dict[str, str]:
         "of every tenant",
         langgraph_store_index_queries.every_claim(s): "gc: the LangGraph store's namespace "
         "index catalog, every tenant's (to drop indexes of emptied namespaces)",
+        scope_index_queries.every_row(s): "searches (every few seconds per process) and "
+        "gc: which scopes of every tenant have their own index (a catalog of at most "
+        "scope_indexes_max rows)",
+        scope_index_queries.big_scopes(s): "gc: exact scopes of every tenant past "
+        "scope_index_from, to give them their own index",
         doctor_queries.assembly_mismatches(s): "doctor: assembly counters of every tenant",
         doctor_queries.orphaned_history(s): "doctor: history rows without a memory",
         doctor_queries.memories_without_history(s): "doctor: memories without history",

@@ -159,6 +159,21 @@ class Settings(BaseSettings):
     hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
     hnsw_ef_search: int = Field(default=100, ge=1, le=1000)
     hnsw_max_scan_tuples: int = Field(default=20_000, ge=1, le=MAX_INT4)
+    scope_index_from: int = Field(
+        default=5_000,
+        ge=100,
+        le=MAX_INT4,
+        description="An exact scope holding at least this many live vectors gets a partial "
+        "HNSW index of its own (built by gc and svc.maintenance.index_scopes(), see "
+        "docs/how-to/scope-indexes.md).",
+    )
+    scope_indexes_max: int = Field(
+        default=32,
+        ge=0,
+        le=1_024,
+        description="Scope indexes at most (0: none). Every statement planned on memories "
+        "locks each of them; see docs/how-to/scope-indexes.md for the measured ceiling.",
+    )
     embedder: str = Field(
         default="hashing",
         description="Embedder where memsvc picks one (`memsvc mcp`, the demo): `hashing`, "

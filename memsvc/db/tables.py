@@ -68,6 +68,7 @@ from memsvc.db.tables_features import (
     add_consolidation_tables,
     add_policies_table,
     add_remembered_messages_table,
+    add_scope_indexes_table,
 )
 from memsvc.db.tables_langgraph import LANGGRAPH_COMMENTS as LANGGRAPH_COMMENTS
 from memsvc.db.tables_langgraph import add_langgraph_store_tables, add_langgraph_tables
@@ -422,5 +423,6 @@ def build_metadata(settings: Settings) -> MetaData:
     add_remembered_messages_table(metadata)
     add_consolidation_tables(metadata, settings)
     add_policies_table(metadata)
+    add_scope_indexes_table(metadata)
     add_range_checks(metadata)
     return metadata

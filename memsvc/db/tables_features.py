@@ -1,4 +1,4 @@
-"""Tables of assemblies, remembered messages, consolidation, policies and checkpoints."""
+"""Tables of assemblies, messages, consolidation, policies, checkpoints, scope indexes."""
 
 from __future__ import annotations
 
@@ -312,6 +312,28 @@ def add_policies_table(metadata: MetaData) -> None:
         *(policies.c[c] for c in ("tenant_id", "project_id", "agent_id", "session_id")),
         unique=True,
         postgresql_nulls_not_distinct=True,
+    )
+
+
+SCOPE_INDEXES_COMMENT = (
+    "Scope indexes of memories: one partial HNSW index of memories per row, holding the "
+    "vectors of exactly one scope (see memsvc.memories.scope_indexes)."
+)
+SCOPE_INDEX_NAME_COMMENT = "The partial HNSW index of memories, in this schema."
+SCOPE_INDEX_STATE_COMMENT = "'building' (claimed by a build, or one that stopped) or 'ready'."
+
+
+def add_scope_indexes_table(metadata: MetaData) -> None:
+    """The catalog of memories' scope indexes (``memory_scope_indexes``)."""
+    Table(
+        "memory_scope_indexes",
+        metadata,
+        *scope_columns(),
+        Column("index_name", Text, nullable=False, comment=SCOPE_INDEX_NAME_COMMENT),
+        Column("state", Text, nullable=False, comment=SCOPE_INDEX_STATE_COMMENT),
+        PrimaryKeyConstraint("tenant_id", "index_name"),
+        CheckConstraint("state IN ('building', 'ready')", name="state"),
+        comment=SCOPE_INDEXES_COMMENT,
     )
 
 

@@ -63,6 +63,7 @@ from memsvc.erasure.receipt import ErasureReceipt
 from memsvc.erasure.texts import ErasedTexts
 from memsvc.langgraph_db.checkpoints import LangGraphCheckpointRepository
 from memsvc.langgraph_db.store_indexes import NamespaceIndexes
+from memsvc.memories.scope_indexes import ScopeIndexes
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.working import WorkingStore
 
@@ -87,9 +88,11 @@ class Erasure(Repository):
         namespace_indexes: NamespaceIndexes,
         working_store: WorkingStore,
         reads: ReadRouter | None = None,
+        scope_indexes: ScopeIndexes | None = None,
     ) -> None:
         super().__init__(pool, settings, reads=reads)
         self._assemblies = assemblies
+        self._scope_indexes = scope_indexes or ScopeIndexes(pool, settings)
         self._working_store = working_store
         self._langgraph = langgraph_threads
         self._store_indexes = namespace_indexes
@@ -144,6 +147,7 @@ class Erasure(Repository):
             await self._erase(plan, receipt, progress)
             progress.start("verifying", total=None)
             await self._check.verify(plan, receipt)
+            await self._check_scope_indexes(plan, receipt)
             if plan.whole_tenant:
                 await self._check_namespace_indexes(plan.scope.tenant, receipt)
         if vacuum:
@@ -167,6 +171,12 @@ class Erasure(Repository):
         await self._erase_remembered(plan, receipt, progress)
         progress.start("erasing half-life policies")
         await self._erase_policies(plan, receipt, progress)
+        # A scope index names its scope's ids in its predicate: it goes with
+        # the rows (a build still running is waited for; one starting later
+        # finds no rows).
+        progress.start("dropping scope indexes", total=None)
+        dropped = await self._scope_indexes.drop_within(plan.scope, plan.include)
+        receipt.add("scope_indexes", dropped)
         if plan.whole_tenant:
             progress.start("erasing LangGraph checkpoints and store items")
             await self._erase_langgraph(plan.scope.tenant, plan.batch_size, receipt)
@@ -387,6 +397,13 @@ class Erasure(Repository):
         # their predicates: they go with the rows (a build still running
         # anywhere is waited for; one starting later finds no rows).
         receipt.add("namespace_indexes", await self._store_indexes.drop_tenant(tenant))
+
+    async def _check_scope_indexes(self, plan: ErasurePlan, receipt: ErasureReceipt) -> None:
+        """No index of memories may name a scope within the erased one."""
+        left = len(await self._scope_indexes.within(plan.scope, plan.include))
+        if left:
+            receipt.remaining["scope_indexes"] = left
+            receipt.verified = False
 
     async def _check_namespace_indexes(self, tenant: str, receipt: ErasureReceipt) -> None:
         """Index definitions hold the tenant and namespace labels too: none may be left."""

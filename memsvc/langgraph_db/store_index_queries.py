@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import hashlib
 
+from memsvc.db import index_ddl
 from memsvc.db.sql import quote_literal
 
 # Names of the partial HNSW indexes of single namespaces (see create_index).
 NAMESPACE_INDEX_PREFIX = "ix_langgraph_store_ns_"
 CATALOG = "langgraph_store_namespace_indexes"
 
-# Namespace index DDL of a schema runs under this session advisory lock (the
-# key text is ``$1``: see the module docstring of memsvc.langgraph_db.store_indexes).
-TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
-UNLOCK = "SELECT pg_advisory_unlock(hashtextextended($1, 0))"
-# A build or a drop waits for older transactions: minutes, never cut short.
-NO_TIMEOUTS = "SET statement_timeout = 0; SET lock_timeout = 0"
+# Namespace index DDL of a schema runs under the schema's index DDL lock
+# (see memsvc.db.index_ddl); these names stay here for the callers that use them.
+TRY_LOCK = index_ddl.TRY_LOCK
+UNLOCK = index_ddl.UNLOCK
+NO_TIMEOUTS = index_ddl.NO_TIMEOUTS
+lock_key = index_ddl.lock_key
 
 
 def namespace_index_name(tenant: str, prefix: str) -> str:
@@ -34,11 +35,6 @@ def namespace_index_name(tenant: str, prefix: str) -> str:
 def analyze_tables(schema: str) -> str:
     """Gather the store tables' statistics (what the planner sizes a namespace from)."""
     return f"ANALYZE {schema}.langgraph_store_items, {schema}.langgraph_store_vectors"
-
-
-def lock_key(schema: str) -> str:
-    """The text whose hash keys the schema's namespace index DDL lock."""
-    return f"memsvc:{schema}:{CATALOG}"
 
 
 def namespace_literal_condition(prefix: str | None, alias: str = "i") -> str:

@@ -38,24 +38,20 @@ statements: stores build no namespace index there, and drops run unlocked.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 import asyncpg
 
-from memsvc.db.errors import translate_errors
+from memsvc.db.index_ddl import index_ddl_session
 from memsvc.db.repository import Repository
 from memsvc.langgraph_db import store_index_queries as q
 
 # How long a build or an erasure waits for another process's namespace index
 # DDL (a build of a large namespace takes minutes); gc does not wait.
 DDL_WAIT_SECONDS = 600.0
-POLL_FIRST_SECONDS = 0.05
-POLL_MAX_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -224,28 +220,6 @@ class NamespaceIndexes(Repository):
             for row in rows
         ]
 
-    @asynccontextmanager
-    async def _ddl(self, *, wait: float) -> AsyncIterator[asyncpg.Connection | None]:
-        """A pooled session holding the schema's DDL lock (None: not had within ``wait`` s).
-
-        Its timeouts are lifted (a build or a drop waits for older
-        transactions); the pool resets the session, and releases the lock
-        should the block fail, when the connection goes back.
-        """
-        with translate_errors():
-            async with self._pool.acquire() as conn:
-                if self._settings.pgbouncer:
-                    yield conn
-                    return
-                await conn.execute(q.NO_TIMEOUTS)
-                key = q.lock_key(self._schema)
-                deadline = time.monotonic() + wait
-                pause = POLL_FIRST_SECONDS
-                while not await conn.fetchval(q.TRY_LOCK, key):
-                    if time.monotonic() + pause > deadline:
-                        yield None
-                        return
-                    await asyncio.sleep(pause)
-                    pause = min(pause * 2, POLL_MAX_SECONDS)
-                yield conn
-                await conn.execute(q.UNLOCK, key)
+    def _ddl(self, *, wait: float) -> AbstractAsyncContextManager[asyncpg.Connection | None]:
+        """A pooled session holding the schema's index DDL lock (see :mod:`memsvc.db.index_ddl`)."""
+        return index_ddl_session(self._pool, self._settings, wait=wait)

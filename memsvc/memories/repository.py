@@ -52,6 +52,7 @@ from memsvc.memories.invalidating import Invalidating
 from memsvc.memories.policies import PolicyRepository
 from memsvc.memories.reads import KEY_MAX_LENGTH, MAX_PAGE
 from memsvc.memories.restoring import Restoring
+from memsvc.memories.scope_indexes import ScopeIndexes
 from memsvc.memories.search import SearchRunner
 from memsvc.memories.search_plan import (
     MAX_K,
@@ -135,7 +136,10 @@ class MemoryRepository(MemorySearches, Restoring, Invalidating):
         self._insert_many_sql = q.insert_many(self._schema, settings.vector_type)
         # The one search path: arguments -> plan (its statement cached by
         # shape) -> rows -> hits (see memsvc.memories.search_plan).
-        self._planner = SearchPlanner(settings, self._space, reranks=reranker is not None)
+        self.scope_indexes = ScopeIndexes(pool, settings)
+        self._planner = SearchPlanner(
+            settings, self._space, reranks=reranker is not None, scope_indexes=self.scope_indexes
+        )
         self._runner = SearchRunner(settings, self._run_search, reranker)
 
     # ------------------------------------------------------------------ input
@@ -781,4 +785,8 @@ class MemoryRepository(MemorySearches, Restoring, Invalidating):
             deleted = await self._retrying(attempt, owns_transaction=conn is None)
             total += deleted
             if deleted == 0:
+                if total and conn is None:
+                    # Committed: scope indexes of emptied scopes go (in the
+                    # caller's transaction, gc drops them).
+                    await self.scope_indexes.drop_shrunken(scope, include)
                 return total

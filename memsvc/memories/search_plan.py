@@ -44,6 +44,8 @@ from memsvc.db.sql import Params, scope_condition
 from memsvc.memories import queries as q
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.filters import compile_where
+from memsvc.memories.scope_index_queries import scope_index_name, scope_literals
+from memsvc.memories.scope_indexes import ScopeIndexes
 from memsvc.memories.text_terms import hybrid_terms, text_words
 from memsvc.memories.validity import Validity, check_validity, validity_sql
 
@@ -104,6 +106,7 @@ class PlannedSearch:
     reordered: bool  # reranked, ranked for recall or diversified after the database
     scope: Scope
     hit_scope: Scope | None  # the scope of every hit, when include="exact"
+    scope_index: str | None = None  # the scope's own index the statement can walk, if any
 
 
 def scope_values(scope: Scope, include: str) -> list[object]:
@@ -215,9 +218,17 @@ class SearchStatements:
         # garbage collector frees with the repository.)
         self.get = functools.lru_cache(maxsize=maxsize)(self.build)
         self.cache_info = self.get.cache_info
+        # Statements of the scopes with an index of their own: one per
+        # (shape, scope), at most Settings.scope_indexes_max scopes.
+        self.scoped = functools.lru_cache(maxsize=maxsize)(self.build)
 
-    def build(self, shape: Shape) -> SearchStatement:
-        """The statement of ``shape``, numbering placeholders in the order ``plan`` binds values."""
+    def build(self, shape: Shape, literals: str | None = None) -> SearchStatement:
+        """The statement of ``shape``, numbering placeholders in the order ``plan`` binds values.
+
+        ``literals``: the scope's levels written in (see
+        :func:`memsvc.memories.scope_index_queries.scope_literals`), so the
+        planner can walk the scope's own index; the values bound are the same.
+        """
         (
             mode, include, levels, filter_sql, floor, after, before, plan, embeddings, split,
             boost, valid,
@@ -247,6 +258,8 @@ class SearchStatements:
         bound = len(params.values)
         scope_sql = scope_condition(scope, include, params)
         assert params.values[bound:] == scope_values(scope, include), "scope values out of order"
+        if literals is not None:
+            scope_sql = f"{scope_sql} AND {literals}"
         options: dict[str, Any] = {
             "mode": mode,
             "distance": self._distance,
@@ -272,10 +285,18 @@ class SearchStatements:
 class SearchPlanner:
     """Turns a search's arguments into a :class:`PlannedSearch` (see the module docstring)."""
 
-    def __init__(self, settings: Settings, space: EmbeddingSpace, *, reranks: bool) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        space: EmbeddingSpace,
+        *,
+        reranks: bool,
+        scope_indexes: ScopeIndexes | None = None,
+    ) -> None:
         self._space = space
         self._vector_type = settings.vector_type
         self._reranks = reranks  # the service has a reranker (text queries fetch more)
+        self._scope_indexes = scope_indexes
         self.statements = SearchStatements(settings)
 
     async def plan(
@@ -340,6 +361,16 @@ class SearchPlanner:
             validity[0],
         )
         statement = self.statements.get(shape)
+        scope_index = None
+        if (
+            self._scope_indexes is not None
+            and include == "exact"
+            and mode_name != "text"
+            and plan != "exact"
+            and self._scope_indexes.indexed(scope)
+        ):
+            statement = self.statements.scoped(shape, scope_literals(scope))
+            scope_index = scope_index_name(scope)
         if mode_name != "text":
             # Encoded here rather than by the codec: the checked array is a
             # copy already (the caller may change its own meanwhile), and the
@@ -364,6 +395,7 @@ class SearchPlanner:
             reordered,
             scope,
             scope if include == "exact" else None,
+            scope_index,
         )
 
     @staticmethod

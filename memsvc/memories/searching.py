@@ -174,6 +174,9 @@ class MemorySearches(MemoryReads):
     ) -> str:
         """``EXPLAIN ANALYZE`` of the search statement: which indexes ran, and how long.
 
+        When the scope has an index of its own (see
+        docs/how-to/scope-indexes.md), a last line names it.
+
         ``mode``, ``query_embedding``, ``plan``, ``valid`` and ``valid_at`` as
         in :meth:`search`.
         """
@@ -189,4 +192,8 @@ class MemorySearches(MemoryReads):
                 rows = await active.fetch(sql, *planned.values)
             else:
                 rows = []
-        return "\n".join(row[0] for row in rows)
+        lines = [row[0] for row in rows]
+        if planned.scope_index is not None:
+            # Whether it ran is the plan's to say (an index scan using it).
+            lines.append(f"Scope index of this scope: {planned.scope_index}")
+        return "\n".join(lines)

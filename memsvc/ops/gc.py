@@ -68,6 +68,8 @@ class GcReport:
     expired_deleted: int = 0
     store_items_expired: int = 0
     namespace_indexes_dropped: int = 0
+    scope_indexes_built: int = 0
+    scope_indexes_dropped: int = 0
     checkpoints_pruned: int = 0
     idle_sessions: int = 0
     idle_memories_deleted: int = 0
@@ -169,6 +171,13 @@ class GarbageCollector:
         # Namespaces that emptied (expired, deleted) leave their indexes to gc.
         progress.start("gc: dropping namespace indexes of emptied store namespaces")
         report.namespace_indexes_dropped = await self._store_indexes.collect()
+        # Scopes that grew past Settings.scope_index_from get their own
+        # index; invalid, emptied and shrunken ones are dropped (and the
+        # invalid ones of big scopes built again).
+        progress.start("gc: building and dropping scope indexes of memories")
+        scope_indexes = await self._memories.scope_indexes.maintain()
+        report.scope_indexes_built = len(scope_indexes.built)
+        report.scope_indexes_dropped = scope_indexes.dropped
         report.checkpoints_pruned = await self._prune_checkpoints(progress)
         await self._persist_commit_times(batch_size, report, progress)
         if idle_session_days is not None:

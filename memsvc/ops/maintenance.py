@@ -21,6 +21,7 @@ from memsvc.embedding import Embedder, embedder_from_spec
 from memsvc.extraction.protocols import Summarizer
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.repository import MemoryRepository
+from memsvc.memories.scope_indexes import ScopeIndexReport
 from memsvc.memories.semantic import Dedupe, validate_dedupe
 from memsvc.ops.consolidation import CLUSTER_THRESHOLD, Consolidation, ConsolidationReport
 from memsvc.ops.dedupe import DEFAULT_BATCH as DEFAULT_DEDUPE_BATCH
@@ -211,6 +212,19 @@ class Maintenance:
             )
         finally:
             self._wrote()
+
+    async def index_scopes(self) -> ScopeIndexReport:
+        """Give big exact scopes their own HNSW index now, rather than at the next gc.
+
+        Scopes holding at least ``Settings.scope_index_from`` live vectors,
+        biggest first, while fewer than ``Settings.scope_indexes_max`` exist;
+        invalid and shrunken ones are dropped first (invalid ones of big
+        scopes built again). Built concurrently: writes go on. Skipped (the
+        report says why) under row-level security, on Citus or partitioned
+        tables, behind pgbouncer, or while other index DDL runs. See
+        :mod:`memsvc.memories.scope_indexes` and docs/how-to/scope-indexes.md.
+        """
+        return await self._memories.scope_indexes.maintain()
 
     async def forget(
         self,

@@ -139,6 +139,11 @@ def gc_lines(report: GcReport) -> list[str]:
         lines.append(
             f"LangGraph store namespace indexes dropped: {report.namespace_indexes_dropped}"
         )
+    if report.scope_indexes_built or report.scope_indexes_dropped:
+        lines.append(
+            f"scope indexes of memories built: {report.scope_indexes_built}; dropped: "
+            f"{report.scope_indexes_dropped}"
+        )
     lines.append(f"{report.batches} batches in {report.seconds:.1f} s")
     return lines
 

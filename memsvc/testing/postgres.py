@@ -65,6 +65,7 @@ TABLES = (
     "langgraph_store_namespace_indexes",
     "remembered_messages",
     "memory_policies",
+    "memory_scope_indexes",
 )
 
 

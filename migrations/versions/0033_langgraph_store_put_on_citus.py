@@ -9,8 +9,8 @@ there. The inserted row carries ``now()`` already (``EXCLUDED.updated_at``,
 the transaction's start, as ``now()`` is), so the test reads it from there:
 same answer, no function call. The rest of the function is 0018's.
 
-Revision ID: 0034
-Revises: 0031
+Revision ID: 0033
+Revises: 0032
 Create Date: 2026-11-27
 """
 
@@ -22,8 +22,8 @@ from alembic import op
 
 from memsvc.db.migrate import settings_for_migration
 
-revision: str = "0034"
-down_revision: str | None = "0031"
+revision: str = "0033"
+down_revision: str | None = "0032"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

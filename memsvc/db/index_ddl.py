@@ -1,0 +1,72 @@
+"""One partial index DDL at a time per schema: a polled session advisory lock.
+
+``CREATE INDEX CONCURRENTLY`` waits for every transaction older than its
+snapshot; a second build, or a ``DROP INDEX CONCURRENTLY``, waits for the
+first's table lock inside a statement (with a snapshot), and PostgreSQL
+ends one of the two as a deadlock. Two builds of partial indexes on
+different tables also wait for each other's transactions. So every build
+and drop of the partial indexes memsvc makes (the LangGraph store's
+namespace indexes, memories' scope indexes) holds one session advisory
+lock of the schema, taken by polling ``pg_try_advisory_lock`` (a statement
+waiting for it would hold a snapshot a running build waits for).
+
+Behind pgbouncer in transaction mode a session lock cannot be held across
+statements: the session is yielded without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+
+from memsvc.core.settings import Settings
+from memsvc.db.errors import translate_errors
+
+POLL_FIRST_SECONDS = 0.05
+POLL_MAX_SECONDS = 1.0
+TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
+UNLOCK = "SELECT pg_advisory_unlock(hashtextextended($1, 0))"
+# A build or a drop waits for older transactions: minutes, never cut short.
+NO_TIMEOUTS = "SET statement_timeout = 0; SET lock_timeout = 0"
+
+
+def lock_key(schema: str) -> str:
+    """The text whose hash keys the schema's partial index DDL lock.
+
+    Named after the first catalog that used it (the LangGraph store's), and
+    kept: processes of an older memsvc still take this key.
+    """
+    return f"memsvc:{schema}:langgraph_store_namespace_indexes"
+
+
+@asynccontextmanager
+async def index_ddl_session(
+    pool: asyncpg.Pool, settings: Settings, *, wait: float
+) -> AsyncIterator[asyncpg.Connection | None]:
+    """A pooled session holding the schema's DDL lock (None: not had within ``wait`` s).
+
+    Its timeouts are lifted (a build or a drop waits for older
+    transactions); the pool resets the session, and releases the lock
+    should the block fail, when the connection goes back.
+    """
+    with translate_errors():
+        async with pool.acquire() as conn:
+            if settings.pgbouncer:
+                yield conn
+                return
+            await conn.execute(NO_TIMEOUTS)
+            key = lock_key(settings.db_schema)
+            deadline = time.monotonic() + wait
+            pause = POLL_FIRST_SECONDS
+            while not await conn.fetchval(TRY_LOCK, key):
+                if time.monotonic() + pause > deadline:
+                    yield None
+                    return
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, POLL_MAX_SECONDS)
+            yield conn
+            await conn.execute(UNLOCK, key)

@@ -1,0 +1,267 @@
+"""SQL of :mod:`memsvc.memories.scope_indexes`.
+
+Each function returns one statement's text for a schema name (a validated
+identifier); values are ``$n`` parameters, except in the DDL and in the
+scope condition searches add (:func:`scope_literals`), whose scope values
+are literals by nature: the planner proves an index's predicate only from
+constants. ``$1`` is the tenant where there is one, ``$2``-``$4`` the
+project, agent and session (NULL for a level not set).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from memsvc.core.scope import Scope
+from memsvc.db.sql import COLUMNS, quote_literal
+
+# Names of the partial HNSW indexes of single scopes of memories.
+SCOPE_INDEX_PREFIX = "ix_memories_scope_"
+CATALOG = "memory_scope_indexes"
+
+
+def scope_index_name(scope: Scope) -> str:
+    """The name of the scope's own index: a digest, so any ids fit."""
+    key = json.dumps(["exact", *scope.levels])
+    return SCOPE_INDEX_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def scope_literals(scope: Scope) -> str:
+    """The scope's set levels as literal equalities, added to a search of exactly it.
+
+    With the statement's ``IS NULL`` conditions on the levels not set, they
+    prove the predicate of the scope's index (:func:`create_index`) in any
+    plan, generic ones too; PostgreSQL merges each with the same level's
+    bound equality, so the row estimate stays that of one condition.
+    """
+    return " AND ".join(
+        f"{column} = {quote_literal(value)}"
+        for column, value in zip(COLUMNS, scope.levels, strict=True)
+        if value is not None
+    )
+
+
+def predicate(scope: Scope, table: str = "") -> str:
+    """The predicate of the scope's index: every level, equal or NULL."""
+    prefix = f"{table}." if table else ""
+    return " AND ".join(
+        f"{prefix}{column} IS NULL"
+        if value is None
+        else f"{prefix}{column} = {quote_literal(value)}"
+        for column, value in zip(COLUMNS, scope.levels, strict=True)
+    )
+
+
+def create_index(
+    schema: str, scope: Scope, expression: str, opclass: str, m: int, ef_construction: int
+) -> str:
+    """A partial HNSW index of one exact scope's vectors, built without blocking writers."""
+    return (
+        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {scope_index_name(scope)} "
+        f"ON {schema}.memories USING hnsw ({expression} {opclass}) "
+        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)}) "
+        f"WHERE {predicate(scope)}"
+    )
+
+
+def drop_index(schema: str, name: str) -> str:
+    """Drop a scope index (valid, or left invalid by a build that stopped) without blocking."""
+    return f"DROP INDEX CONCURRENTLY IF EXISTS {schema}.{name}"
+
+
+def _scope_indexes_of_table(schema: str) -> str:
+    return f"""
+    FROM pg_index AS x JOIN pg_class AS c ON c.oid = x.indexrelid
+    WHERE x.indrelid = '{schema}.memories'::regclass
+      AND left(c.relname, {len(SCOPE_INDEX_PREFIX)}) = '{SCOPE_INDEX_PREFIX}'"""
+
+
+def scope_indexes(schema: str) -> str:
+    """Every scope index of memories: name, validity, predicate text (:func:`read_predicate`)."""
+    return f"""
+SELECT c.relname AS name, x.indisvalid AS valid,
+       pg_get_expr(x.indpred, x.indrelid) AS predicate,
+       current_setting('standard_conforming_strings') = 'on' AS conforming
+{_scope_indexes_of_table(schema)}
+ORDER BY c.relname"""
+
+
+def buildable(schema: str) -> str:
+    """Whether this schema's memories can get scope indexes (a plain table, no Citus).
+
+    ``CREATE INDEX CONCURRENTLY`` refuses a partitioned table; on Citus the
+    index would be built on every shard of every tenant.
+    """
+    return f"""
+SELECT c.relkind = 'r' AND NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')
+FROM pg_class AS c WHERE c.oid = '{schema}.memories'::regclass"""
+
+
+def big_scopes(schema: str) -> str:
+    """Exact scopes holding at least ``$1`` live vectors, largest first (at most ``$2``)."""
+    return f"""
+SELECT tenant_id, project_id, agent_id, session_id, count(*) AS vectors
+FROM {schema}.memories
+WHERE embedding IS NOT NULL AND forgotten_at IS NULL
+GROUP BY tenant_id, project_id, agent_id, session_id
+HAVING count(*) >= $1
+ORDER BY count(*) DESC, tenant_id, project_id, agent_id, session_id
+LIMIT $2"""
+
+
+def vectors_in(schema: str, scope_sql: str, limit: int) -> str:
+    """Vectors the exact scope ``scope_sql`` holds, counted up to ``limit``."""
+    return f"""
+SELECT count(*) FROM (
+    SELECT 1 FROM {schema}.memories
+    WHERE {scope_sql} AND embedding IS NOT NULL
+    LIMIT {int(limit)}
+) AS c"""
+
+
+def claim(schema: str) -> str:
+    """Record scope ``$1``-``$4``'s index ``$5`` as ``building``, unless ``$6`` others exist.
+
+    Returns ``outcome``: ``'full'`` (that many scope indexes exist already),
+    ``'ready'`` (its valid index exists: recorded ready) or ``'build'``;
+    ``leftover`` says an invalid index of that name is there (a build that
+    stopped), to drop first.
+    """
+    return f"""
+WITH own AS (
+    SELECT x.indisvalid AS valid {_scope_indexes_of_table(schema)} AND c.relname = $5
+), decision AS (
+    SELECT CASE
+        WHEN coalesce((SELECT valid FROM own), false) THEN 'ready'
+        WHEN (SELECT count(*) {_scope_indexes_of_table(schema)} AND c.relname <> $5) >= $6
+            THEN 'full'
+        ELSE 'build'
+    END AS outcome
+), recorded AS (
+    INSERT INTO {schema}.{CATALOG} AS n
+        (tenant_id, project_id, agent_id, session_id, index_name, state)
+    SELECT $1, $2, $3, $4, $5, CASE WHEN d.outcome = 'ready' THEN 'ready' ELSE 'building' END
+    FROM decision AS d WHERE d.outcome IN ('build', 'ready')
+    ON CONFLICT (tenant_id, index_name) DO UPDATE SET state = EXCLUDED.state
+    RETURNING 1
+)
+SELECT d.outcome, NOT coalesce((SELECT valid FROM own), true) AS leftover,
+       (SELECT count(*) FROM recorded) AS recorded
+FROM decision AS d"""
+
+
+def mark_ready(schema: str, scope_sql: str, name_param: str) -> str:
+    """After a build: mark index ``name_param`` ready if its row and a vector of its scope stand.
+
+    ``scope_sql`` is the exact scope's condition, the tenant bound first (``$1``).
+
+    Erasure removes the tenant's rows first; a scope emptied meanwhile
+    holds no vector. Returns whether it did.
+    """
+    return f"""
+WITH marked AS (
+    UPDATE {schema}.{CATALOG} AS n SET state = 'ready'
+    WHERE n.tenant_id = $1 AND n.index_name = {name_param}
+      AND EXISTS (
+          SELECT 1 FROM {schema}.memories WHERE {scope_sql} AND embedding IS NOT NULL
+      )
+    RETURNING 1
+)
+SELECT count(*) > 0 FROM marked"""
+
+
+def forget(schema: str) -> str:
+    """Remove tenant ``$1``'s catalog row of index ``$2`` (the index is gone or going)."""
+    return f"DELETE FROM {schema}.{CATALOG} WHERE tenant_id = $1 AND index_name = $2"
+
+
+def every_row(schema: str) -> str:
+    """Every catalog row (gc; the searches' directory of ready scopes)."""
+    return f"""
+SELECT tenant_id, project_id, agent_id, session_id, index_name, state
+FROM {schema}.{CATALOG}"""
+
+
+def of_tenant(schema: str) -> str:
+    """Tenant ``$1``'s catalog rows (the searches' directory under row-level security)."""
+    return f"""
+SELECT tenant_id, project_id, agent_id, session_id, index_name, state
+FROM {schema}.{CATALOG} WHERE tenant_id = $1"""
+
+
+def record(schema: str) -> str:
+    """Record scope ``$1``-``$4``'s index ``$5`` as ready (one the catalog lacked)."""
+    return f"""
+INSERT INTO {schema}.{CATALOG} AS n
+    (tenant_id, project_id, agent_id, session_id, index_name, state)
+VALUES ($1, $2, $3, $4, $5, 'ready')
+ON CONFLICT (tenant_id, index_name) DO UPDATE SET state = 'ready'"""
+
+
+def _deparsed(text: str) -> str:
+    # A string literal as pg_get_expr writes it with standard_conforming_strings on.
+    return "'" + text.replace("'", "''") + "'"
+
+
+def deparsed_predicate(scope: Scope) -> str:
+    """The predicate :func:`create_index` writes, as ``pg_get_expr`` gives it back."""
+    clauses = [
+        f"({column} IS NULL)" if value is None else f"({column} = {_deparsed(value)}::text)"
+        for column, value in zip(COLUMNS, scope.levels, strict=True)
+    ]
+    return "(" + " AND ".join(clauses) + ")"
+
+
+def _literals(predicate: str) -> list[str] | None:
+    """The string literals of a deparsed predicate, in order (None: one is unterminated)."""
+    values = []
+    position = 0
+    while (start := predicate.find("'", position)) >= 0:
+        end = start + 1
+        while True:
+            end = predicate.find("'", end)
+            if end < 0:
+                return None
+            if predicate.startswith("''", end):
+                end += 2
+                continue
+            break
+        values.append(predicate[start + 1 : end].replace("''", "'"))
+        position = end + 1
+    return values
+
+
+def read_predicate(predicate: str, conforming: bool = True) -> Scope | None:
+    """The scope a scope index's predicate names, read as values (None: not memsvc's).
+
+    The literals are read in order (the tenant, then the levels set); the
+    whole predicate must then equal the one :func:`create_index` writes for
+    a scope with those values at some levels, never matched as text alone.
+    """
+    if not conforming:
+        predicate = predicate.replace("\\\\", "\\")
+    values = _literals(predicate)
+    if not values or len(values) > 4:
+        return None
+    tenant, below = values[0], values[1:]
+    for present in _level_choices(len(below)):
+        levels: list[str | None] = [None, None, None]
+        for slot, value in zip(present, below, strict=True):
+            levels[slot] = value
+        scope = Scope.trusted(tenant, *levels)
+        if predicate == deparsed_predicate(scope):
+            return scope
+    return None
+
+
+def _level_choices(count: int) -> list[tuple[int, ...]]:
+    """Which of project, agent, session (0-2) may hold ``count`` values, in order."""
+    slots = (0, 1, 2)
+    if count == 0:
+        return [()]
+    if count == 3:
+        return [slots]
+    if count == 1:
+        return [(s,) for s in slots]
+    return [(0, 1), (0, 2), (1, 2)]
