@@ -70,3 +70,20 @@ async def index_ddl_session(
                 pause = min(pause * 2, POLL_MAX_SECONDS)
             yield conn
             await conn.execute(UNLOCK, key)
+
+
+def create_partial_hnsw(
+    name: str, table: str, expression: str, opclass: str, m: int, ef_construction: int, where: str
+) -> str:
+    """A partial HNSW index of the rows ``where`` holds, built without blocking writers."""
+    return (
+        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} "
+        f"USING hnsw ({expression} {opclass}) "
+        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)}) "
+        f"WHERE {where}"
+    )
+
+
+def drop_partial_index(schema: str, name: str) -> str:
+    """Drop a partial index (valid, or left invalid by a build that stopped) without blocking."""
+    return f"DROP INDEX CONCURRENTLY IF EXISTS {schema}.{name}"

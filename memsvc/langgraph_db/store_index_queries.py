@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 
 from memsvc.db import index_ddl
+from memsvc.db.index_ddl import create_partial_hnsw
 from memsvc.db.sql import quote_literal
 
 # Names of the partial HNSW indexes of single namespaces (see create_index).
@@ -224,18 +225,12 @@ def create_index(
     only, instead of stepping over every other namespace's in the table's
     graph. Writers are not blocked.
     """
-    return (
-        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {schema}.langgraph_store_vectors "
-        f"USING hnsw (({expression}) {opclass}) "
-        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)}) "
-        f"WHERE tenant_id = {quote_literal(tenant)} "
-        f"AND {namespace_literal_condition(prefix, 'langgraph_store_vectors')}"
+    return create_partial_hnsw(
+        name, f"{schema}.langgraph_store_vectors", f"({expression})", opclass, m,
+        ef_construction,
+        f"tenant_id = {quote_literal(tenant)} "
+        f"AND {namespace_literal_condition(prefix, 'langgraph_store_vectors')}",
     )
-
-
-def drop_index(schema: str, name: str) -> str:
-    """Drop a namespace index (valid, or left invalid by a build that stopped) without blocking."""
-    return f"DROP INDEX CONCURRENTLY IF EXISTS {schema}.{name}"
 
 
 def _deparsed(text: str) -> str:

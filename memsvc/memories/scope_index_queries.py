@@ -14,6 +14,7 @@ import hashlib
 import json
 
 from memsvc.core.scope import Scope
+from memsvc.db.index_ddl import create_partial_hnsw
 from memsvc.db.sql import COLUMNS, quote_literal
 
 # Names of the partial HNSW indexes of single scopes of memories.
@@ -57,17 +58,10 @@ def create_index(
     schema: str, scope: Scope, expression: str, opclass: str, m: int, ef_construction: int
 ) -> str:
     """A partial HNSW index of one exact scope's vectors, built without blocking writers."""
-    return (
-        f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {scope_index_name(scope)} "
-        f"ON {schema}.memories USING hnsw ({expression} {opclass}) "
-        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)}) "
-        f"WHERE {predicate(scope)}"
+    return create_partial_hnsw(
+        scope_index_name(scope), f"{schema}.memories", expression, opclass, m, ef_construction,
+        predicate(scope),
     )
-
-
-def drop_index(schema: str, name: str) -> str:
-    """Drop a scope index (valid, or left invalid by a build that stopped) without blocking."""
-    return f"DROP INDEX CONCURRENTLY IF EXISTS {schema}.{name}"
 
 
 def _scope_indexes_of_table(schema: str) -> str:

@@ -56,7 +56,7 @@ import asyncpg
 from memsvc.core.errors import MemsvcError
 from memsvc.core.scope import Include, Scope
 from memsvc.core.settings import Settings
-from memsvc.db.index_ddl import index_ddl_session
+from memsvc.db.index_ddl import drop_partial_index, index_ddl_session
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params, scope_condition
 from memsvc.db.table_columns import OPCLASSES
@@ -225,7 +225,7 @@ class ScopeIndexes(Repository):
             return str(row["outcome"])
         try:
             if row["leftover"]:
-                await ddl.execute(q.drop_index(self._schema, name))
+                await ddl.execute(drop_partial_index(self._schema, name))
             await ddl.execute(self._create_sql(scope))
         except asyncpg.PostgresError:
             # No invalid index, no claim left behind (a cancelled build
@@ -358,7 +358,7 @@ class ScopeIndexes(Repository):
         return [row for row in rows if _within(_scope_of(row), scope, include)]
 
     async def _drop(self, ddl: asyncpg.Connection, tenant: str, name: str) -> None:
-        await ddl.execute(q.drop_index(self._schema, name))
+        await ddl.execute(drop_partial_index(self._schema, name))
         async with ddl.transaction():
             await self._set_tenant(ddl, tenant)
             await ddl.execute(q.forget(self._schema), tenant, name)
