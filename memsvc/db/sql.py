@@ -113,3 +113,26 @@ def by_tenant(keys: Iterable[tuple[str, uuid.UUID]]) -> list[tuple[str, list[uui
     for tenant, row_id in keys:
         grouped.setdefault(tenant, set()).add(row_id)
     return [(tenant, sorted(grouped[tenant])) for tenant in sorted(grouped)]
+
+
+def string_literals(text: str) -> list[str] | None:
+    """The string literals of SQL text PostgreSQL deparsed, in order (None: one is unterminated).
+
+    For reading values back out of an index predicate (``pg_get_expr``) with
+    standard_conforming_strings on: ``''`` inside a literal is one quote.
+    """
+    values = []
+    position = 0
+    while (start := text.find("'", position)) >= 0:
+        end = start + 1
+        while True:
+            end = text.find("'", end)
+            if end < 0:
+                return None
+            if text.startswith("''", end):
+                end += 2
+                continue
+            break
+        values.append(text[start + 1 : end].replace("''", "'"))
+        position = end + 1
+    return values

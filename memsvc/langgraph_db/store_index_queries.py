@@ -13,7 +13,7 @@ import hashlib
 
 from memsvc.db import index_ddl
 from memsvc.db.index_ddl import create_partial_hnsw
-from memsvc.db.sql import quote_literal
+from memsvc.db.sql import quote_literal, string_literals
 
 # Names of the partial HNSW indexes of single namespaces (see create_index).
 NAMESPACE_INDEX_PREFIX = "ix_langgraph_store_ns_"
@@ -258,24 +258,10 @@ def read_predicate(predicate: str, conforming: bool = True) -> tuple[str, str] |
     """
     if not conforming:
         predicate = predicate.replace("\\\\", "\\")
-    values = []
-    position = 0
-    for _ in range(2):
-        start = predicate.find("'", position)
-        if start < 0:
-            return None
-        end = start + 1
-        while True:
-            end = predicate.find("'", end)
-            if end < 0:
-                return None
-            if predicate.startswith("''", end):
-                end += 2
-                continue
-            break
-        values.append(predicate[start + 1 : end].replace("''", "'"))
-        position = end + 1
-    tenant, prefix = values
+    values = string_literals(predicate)
+    if values is None or len(values) < 2:
+        return None
+    tenant, prefix = values[:2]
     if predicate != deparsed_predicate(tenant, prefix):
         return None
     return tenant, prefix

@@ -15,7 +15,7 @@ import json
 
 from memsvc.core.scope import Scope
 from memsvc.db.index_ddl import create_partial_hnsw
-from memsvc.db.sql import COLUMNS, quote_literal
+from memsvc.db.sql import COLUMNS, quote_literal, string_literals
 
 # Names of the partial HNSW indexes of single scopes of memories.
 SCOPE_INDEX_PREFIX = "ix_memories_scope_"
@@ -207,25 +207,6 @@ def deparsed_predicate(scope: Scope) -> str:
     return "(" + " AND ".join(clauses) + ")"
 
 
-def _literals(predicate: str) -> list[str] | None:
-    """The string literals of a deparsed predicate, in order (None: one is unterminated)."""
-    values = []
-    position = 0
-    while (start := predicate.find("'", position)) >= 0:
-        end = start + 1
-        while True:
-            end = predicate.find("'", end)
-            if end < 0:
-                return None
-            if predicate.startswith("''", end):
-                end += 2
-                continue
-            break
-        values.append(predicate[start + 1 : end].replace("''", "'"))
-        position = end + 1
-    return values
-
-
 def read_predicate(predicate: str, conforming: bool = True) -> Scope | None:
     """The scope a scope index's predicate names, read as values (None: not memsvc's).
 
@@ -235,7 +216,7 @@ def read_predicate(predicate: str, conforming: bool = True) -> Scope | None:
     """
     if not conforming:
         predicate = predicate.replace("\\\\", "\\")
-    values = _literals(predicate)
+    values = string_literals(predicate)
     if not values or len(values) > 4:
         return None
     tenant, below = values[0], values[1:]
