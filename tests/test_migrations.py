@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
+import string
 import sys
 import uuid
 
 import asyncpg
+import numpy as np
 import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
@@ -250,3 +253,40 @@ async def test_0028_and_0030_leave_checks_not_valid_on_populated_tables_and_0030
     }
     async with MemoryService.open(settings) as service:
         assert (await service.memories.get(kept.id)).content == "same text"
+
+
+async def test_0034_keeps_vectors_in_their_rows_from_then_on(empty_database: str) -> None:
+    from memsvc import Scope
+
+    settings = settings_for_tests(empty_database)
+    # Letters no compression shortens: the row passes 2 kB, and the vector
+    # (1.5 kB) is the largest value PostgreSQL could move out of it.
+    letters = random.Random(3)
+    content = "".join(letters.choice(string.ascii_lowercase) for _ in range(1_000))
+    vector = np.full(settings.embedding_dim, 1.0 / np.sqrt(settings.embedding_dim))
+
+    await asyncio.to_thread(migrate.upgrade, settings, empty_database, "head")
+    async with MemoryService.open(settings) as service:
+        for name in ("before", "after"):
+            await service.memories.add(Scope("t", name), content, embedding=vector)
+    # The "before" row written again as 0033 stored it (the service needs head).
+    await asyncio.to_thread(migrate.downgrade, settings, empty_database, "0033")
+    conn = await asyncpg.connect(empty_database)
+    try:
+        await conn.execute(
+            "UPDATE memsvc.memories SET embedding = embedding + embedding "
+            "WHERE project_id = 'before'"
+        )
+    finally:
+        await conn.close()
+    await asyncio.to_thread(migrate.upgrade, settings, empty_database, "head")
+    conn = await asyncpg.connect(empty_database)
+    try:
+        out_of_row = dict(await conn.fetch(
+            "SELECT project_id, pg_column_toast_chunk_id(embedding) IS NOT NULL "
+            "FROM memsvc.memories"
+        ))
+    finally:
+        await conn.close()
+    # Rows written before keep their vectors where they were.
+    assert out_of_row == {"before": True, "after": False}

@@ -103,9 +103,14 @@ RETURNING id, embedder, dim, started_at, switched_at, 0::float8 AS age_s"""
 
 
 def add_column(schema: str, column_type: str) -> str:
-    """The second embedding column (instant: no default, no rewrite)."""
+    """The second embedding column (instant: no default, no rewrite).
+
+    Its vectors stay in their rows, as ``embedding``'s do (migration 0034):
+    the column becomes ``embedding`` at the switch.
+    """
     return (
-        f"ALTER TABLE {schema}.memories ADD COLUMN IF NOT EXISTS {NEXT_COLUMN} {column_type}"
+        f"ALTER TABLE {schema}.memories ADD COLUMN IF NOT EXISTS {NEXT_COLUMN} {column_type};"
+        f" ALTER TABLE {schema}.memories ALTER COLUMN {NEXT_COLUMN} SET STORAGE MAIN"
     )
 
 

@@ -2,10 +2,13 @@
 
 Each fact is searched in the exact scope (hybrid search when the service has
 an embedder, every fact in one statement; text search otherwise; the facts
-are embedded in one call), and
-the hits of every fact are shown once each under a short handle, ``m1``,
-``m2``... in order of first appearance. The handles stand for the memories
-as read (id and version), which the apply step holds the memories to.
+are embedded in one call). The statement reads a small scope's rows once
+for all the facts; a scope with an HNSW index of its own is walked through
+it, fact by fact; a bigger one without is left to the planner, fact by fact.
+Then the hits of every fact are shown once each under a short handle,
+``m1``, ``m2``... in order of first appearance. The handles stand for the
+memories as read (id and version), which the apply step holds the memories
+to.
 """
 
 from __future__ import annotations
@@ -25,9 +28,17 @@ from memsvc.db.sql import Params, scope_condition
 from memsvc.extraction.protocols import Candidate, Fact
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.repository import MemoryRepository
+from memsvc.memories.scope_index_queries import scope_literals
+from memsvc.memories.scope_indexes import ScopeIndexes
 from memsvc.memories.search_plan import HYBRID_MIN_CANDIDATES, MAX_K
 from memsvc.memories.text_terms import hybrid_terms, text_words
 from memsvc.remember import queries as q
+
+# Up to this many rows, a scope's vectors are read once for all of a batch's
+# facts and sorted for each (exact); a bigger one, without an index of its
+# own, is left to the planner fact by fact (an HNSW walk, most often), since
+# reading it whole would cost more than the walks.
+SHARED_SCAN_MAX_ROWS = 5_000
 
 
 @dataclass(frozen=True)
@@ -103,7 +114,7 @@ async def find_candidates(
             for text in facts
         ]
     else:
-        found = await _related(settings, scope, facts, vectors, k, conn)
+        found = await _related(settings, memories.scope_indexes, scope, facts, vectors, k, conn)
     by_id: dict[uuid.UUID, str] = {}
     by_ref: dict[str, Shown] = {}
     related: list[Fact] = []
@@ -121,6 +132,7 @@ async def find_candidates(
 
 async def _related(
     settings: Settings,
+    indexes: ScopeIndexes,
     scope: Scope,
     facts: Sequence[str],
     vectors: Sequence[Any],
@@ -139,6 +151,14 @@ async def _related(
     )
     tenant = params.add(scope.tenant)
     scope_sql = scope_condition(scope, "exact", params)
+    shared_scan = 0
+    if indexes.indexed(scope):
+        # Each fact walks the scope's own HNSW index, which its levels
+        # written in let the planner use.
+        scope_sql = f"{scope_sql} AND {scope_literals(scope)}"
+    else:
+        if await _holds_at_most(settings, scope, SHARED_SCAN_MAX_ROWS, conn):
+            shared_scan = len(facts)
     sql = q.related_memories(
         settings.db_schema,
         vector_type=settings.vector_type,
@@ -146,8 +166,21 @@ async def _related(
         config=settings.text_search_config,
         scope_sql=scope_sql,
         tenant=tenant,
+        shared_scan=shared_scan,
     )
     found: list[list[Memory]] = [[] for _ in facts]
     for row in await conn.fetch(sql, *params.values):
         found[row["fact"] - 1].append(Memory.from_row(row))
     return found
+
+
+async def _holds_at_most(
+    settings: Settings, scope: Scope, most: int, conn: asyncpg.Connection
+) -> bool:
+    """Whether the exact scope holds at most ``most`` rows (live or not)."""
+    params = Params()
+    scope_sql = scope_condition(scope, "exact", params)
+    held = await conn.fetchval(
+        q.scope_rows_up_to(settings.db_schema, scope_sql, most), *params.values
+    )
+    return int(held) <= most

@@ -42,8 +42,26 @@ ORDER BY id
 FOR UPDATE"""
 
 
+def scope_rows_up_to(schema: str, scope_sql: str, most: int) -> str:
+    """How many rows the exact scope ``scope_sql`` holds, counted up to ``most + 1``.
+
+    Live or not: the scope's btree index answers it without reading a row.
+    """
+    return f"""
+SELECT count(*) FROM (
+    SELECT 1 FROM {schema}.memories WHERE {scope_sql} LIMIT {int(most) + 1}
+) AS held"""
+
+
 def related_memories(
-    schema: str, *, vector_type: str, distance: str, config: str, scope_sql: str, tenant: str
+    schema: str,
+    *,
+    vector_type: str,
+    distance: str,
+    config: str,
+    scope_sql: str,
+    tenant: str,
+    shared_scan: int = 0,
 ) -> str:
     """Each fact's ``$5`` nearest memories valid now in the exact scope, by hybrid search.
 
@@ -56,13 +74,40 @@ def related_memories(
     order (``fact`` counts from 1), best first. ``tenant`` is the scope's
     tenant again, for the hits' read-back: Citus routes a statement to one
     shard only when every read of a table names the tenant.
+
+    ``shared_scan``: the number of facts, when the scope's rows are to be
+    read once for them all and each fact's arms run over them (exact): for a
+    small scope, where reading its rows would be most of each fact's cost.
+    A row's text-search vector is kept only if it matches some fact, so each
+    fact's text arm tests only those. 0: each fact's arms are planned on
+    their own (an HNSW walk, the scope's own index when ``scope_sql`` names
+    its levels, or an exact scan).
     """
     op = q.DISTANCE_OPERATORS[distance]
     where = f"{scope_sql} AND {q.VALID_NOW} AND {q.LIVE}"
     columns = q.qualified(q.MEMORY_COLUMNS_NO_EMBEDDING, "m").replace(
         "m.NULL AS embedding", "NULL AS embedding"
     )
-    return f"""
+    rows, kept = f"{schema}.memories", where
+    where_vectors = f"{where} AND embedding IS NOT NULL"
+    shared = ""
+    if shared_scan:
+        any_fact = " || ".join(
+            q.text_query(config, f"($2::text[])[{n}]") for n in range(1, shared_scan + 1)
+        )
+        # The facts' text queries are parsed once (an InitPlan), not per row;
+        # subvector() copies each vector whole, so one kept out of its row
+        # (TOAST) is fetched once, not once per fact.
+        shared = f"""
+WITH scoped AS MATERIALIZED (
+    SELECT tenant_id, id,
+           CASE WHEN content_tsv @@ (SELECT {any_fact}) THEN content_tsv END AS content_tsv,
+           subvector(embedding, 1, vector_dims(embedding)) AS embedding
+    FROM {rows} WHERE {where}
+)"""
+        rows, kept = "scoped", "content_tsv IS NOT NULL"
+        where_vectors = "embedding IS NOT NULL"
+    return f"""{shared}
 SELECT f.fact, h.*
 FROM unnest($1::{vector_type}[], $2::text[], $3::text[], $4::bool[]) WITH ORDINALITY
     AS f(query, required, ranked, identifiers, fact)
@@ -79,8 +124,7 @@ CROSS JOIN LATERAL (
             SELECT tenant_id, id, row_number() OVER (ORDER BY distance) AS vector_rank
             FROM (
                 SELECT tenant_id, id, embedding {op} f.query AS distance
-                FROM {schema}.memories
-                WHERE {where} AND embedding IS NOT NULL
+                FROM {rows} WHERE {where_vectors}
                 ORDER BY embedding {op} f.query
                 LIMIT $6
             ) AS nearest
@@ -89,10 +133,12 @@ CROSS JOIN LATERAL (
             SELECT tenant_id, id, row_number() OVER (ORDER BY text_score DESC, id) AS text_rank
             FROM (
                 SELECT tenant_id, id, ts_rank_cd(content_tsv, rq) AS text_score
-                FROM {schema}.memories,
-                     {q.text_query(config, "f.required")} AS mq,
-                     {q.text_query(config, "f.ranked")} AS rq
-                WHERE {where} AND content_tsv @@ mq
+                FROM {q.text_query(config, "f.required")} AS mq,
+                     {q.text_query(config, "f.ranked")} AS rq,
+                     LATERAL (
+                         SELECT tenant_id, id, content_tsv FROM {rows}
+                         WHERE {kept} AND content_tsv @@ mq
+                     ) AS matched
                 ORDER BY text_score DESC, id
                 LIMIT $6
             ) AS matching
