@@ -16,7 +16,6 @@ import importlib.util
 import itertools
 import math
 import os
-import random
 import re
 import threading
 import weakref
@@ -72,9 +71,6 @@ class HashingEmbedder:
 
 
 # ---------------------------------------------------------------------- OpenAI
-
-# Statuses worth another try: request timeout, rate limit, server trouble.
-_RETRYABLE_STATUSES = frozenset({408, 429})
 
 
 def _positive(value: object, field: str, *, integer: bool = False) -> Any:
@@ -210,54 +206,10 @@ class OpenAIEmbedder:
         return self._vectors(body, len(batch))
 
     async def _post(self, payload: dict[str, Any]) -> httpx.Response:
-        import httpx
-
         url = f"{self.base_url}/embeddings"
-        for attempt in itertools.count():
-            wait: float | None = None
-            cause: Exception | None = None
-            try:
-                response = await self._http().post(url, json=payload)
-            except httpx.TimeoutException as exc:
-                failure = EmbeddingError(
-                    f"{self._where()} did not answer within {self.timeout_s:g}s", retryable=True
-                )
-                cause = exc
-            except httpx.HTTPError as exc:
-                failure = EmbeddingError(
-                    f"could not reach {self._where()}: {type(exc).__name__}: {exc}", retryable=True
-                )
-                cause = exc
-            else:
-                status = response.status_code
-                if 200 <= status < 300:
-                    return response
-                retryable = status in _RETRYABLE_STATUSES or status >= 500
-                detail = openai_compat.server_message(response)
-                if status in (401, 403):
-                    detail = f"check the API key ({detail})"
-                failure = EmbeddingError(
-                    f"{self._where()} answered HTTP {status}: {detail}",
-                    status=status,
-                    retryable=retryable,
-                )
-                wait = openai_compat.retry_after(response.headers) if retryable else None
-            if not failure.retryable or attempt >= self.max_retries:
-                raise failure from cause
-            if wait is not None and wait > self.max_backoff_s:
-                raise EmbeddingError(
-                    f"{self._where()} asked to retry after {wait:g}s, "
-                    f"longer than max_backoff_s={self.max_backoff_s:g}",
-                    status=failure.status,
-                    retryable=True,
-                ) from cause
-            if wait is None:
-                # Full jitter between half and all of the exponential step, so
-                # many clients throttled together do not come back together.
-                step = min(self.max_backoff_s, self.backoff_s * 2.0**attempt)
-                wait = random.uniform(step / 2, step)
-            await asyncio.sleep(wait)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await openai_compat.post_retrying(
+            self._http(), url, payload, self, EmbeddingError, self._where()
+        )
 
     def _vectors(self, body: object, count: int) -> list[Vector]:
         data = body.get("data") if isinstance(body, dict) else None

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import itertools
 import json
 import math
 import os
-import random
 import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,7 +33,6 @@ if TYPE_CHECKING:
 StructuredOutput = Literal["auto", "json_schema", "tool"]
 STRUCTURED_OUTPUTS: tuple[str, ...] = ("auto", "json_schema", "tool")
 
-_RETRYABLE_STATUSES = frozenset({408, 429})
 # Statuses with which a server says it does not take this kind of request.
 _UNSUPPORTED_STATUSES = frozenset({400, 404, 415, 422, 501})
 
@@ -231,56 +228,11 @@ class ChatCompletions:
             await client.aclose()
 
     async def _post(self, payload: dict[str, Any]) -> Any:
-        import httpx
-
         url = f"{self.base_url}/chat/completions"
-        for attempt in itertools.count():
-            wait: float | None = None
-            cause: Exception | None = None
-            try:
-                response = await self._http().post(url, json=payload)
-            except httpx.TimeoutException as exc:
-                failure = ExtractionError(
-                    f"{self.where()} did not answer within {self.timeout_s:g}s", retryable=True
-                )
-                cause = exc
-            except httpx.HTTPError as exc:
-                failure = ExtractionError(
-                    f"could not reach {self.where()}: {type(exc).__name__}: {exc}", retryable=True
-                )
-                cause = exc
-            else:
-                status = response.status_code
-                if 200 <= status < 300:
-                    try:
-                        return response.json()
-                    except ValueError as exc:
-                        raise ExtractionError(
-                            f"{self.where()} answered with something not JSON"
-                        ) from exc
-                retryable = status in _RETRYABLE_STATUSES or (status >= 500 and status != 501)
-                detail = openai_compat.server_message(response)
-                if status in (401, 403):
-                    detail = f"check the API key ({detail})"
-                failure = ExtractionError(
-                    f"{self.where()} answered HTTP {status}: {detail}",
-                    status=status,
-                    retryable=retryable,
-                )
-                wait = openai_compat.retry_after(response.headers) if retryable else None
-            if not failure.retryable or attempt >= self.max_retries:
-                raise failure from cause
-            if wait is not None and wait > self.max_backoff_s:
-                raise ExtractionError(
-                    f"{self.where()} asked to retry after {wait:g}s, "
-                    f"longer than max_backoff_s={self.max_backoff_s:g}",
-                    status=failure.status,
-                    retryable=True,
-                ) from cause
-            if wait is None:
-                # Full jitter between half and all of the exponential step, so
-                # many clients throttled together do not come back together.
-                step = min(self.max_backoff_s, self.backoff_s * 2.0**attempt)
-                wait = random.uniform(step / 2, step)
-            await asyncio.sleep(wait)
-        raise AssertionError("unreachable")  # pragma: no cover
+        response = await openai_compat.post_retrying(
+            self._http(), url, payload, self, ExtractionError, self.where()
+        )
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ExtractionError(f"{self.where()} answered with something not JSON") from exc

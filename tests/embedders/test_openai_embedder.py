@@ -129,6 +129,15 @@ async def test_client_errors_are_not_retried(server: FakeEmbeddingsServer) -> No
     assert len(server.requests) == 1
 
 
+async def test_not_implemented_is_not_retried(server: FakeEmbeddingsServer) -> None:
+    # 501 is the one 5xx that calling again cannot cure.
+    server.then(Reply(status=501))
+    with pytest.raises(EmbeddingError, match="HTTP 501") as caught:
+        await embedder(server)(["x"])
+    assert caught.value.status == 501 and not caught.value.retryable
+    assert len(server.requests) == 1
+
+
 async def test_a_rejected_key_says_so_without_showing_it(server: FakeEmbeddingsServer) -> None:
     server.then(Reply(status=401, body=b'{"error": {"message": "Incorrect API key"}}'))
     with pytest.raises(EmbeddingError, match="HTTP 401: check the API key") as caught:
