@@ -156,9 +156,8 @@ async def _related(
         # Each fact walks the scope's own HNSW index, which its levels
         # written in let the planner use.
         scope_sql = f"{scope_sql} AND {scope_literals(scope)}"
-    else:
-        if await _holds_at_most(settings, scope, SHARED_SCAN_MAX_ROWS, conn):
-            shared_scan = len(facts)
+    elif await _holds_at_most(settings, scope, SHARED_SCAN_MAX_ROWS, conn):
+        shared_scan = len(facts)
     sql = q.related_memories(
         settings.db_schema,
         vector_type=settings.vector_type,
