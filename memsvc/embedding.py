@@ -94,7 +94,7 @@ class OpenAIEmbedder:
     Works with OpenAI itself and with servers speaking its API (vLLM, Ollama,
     text-embeddings-inference, LiteLLM). Texts go in batches of ``batch_size``;
     a request that times out, fails to connect, or is answered 408, 429 or 5xx
-    is retried up to ``max_retries`` times with exponential backoff and jitter,
+    (but 501) is retried up to ``max_retries`` times with exponential backoff and jitter,
     waiting what a ``Retry-After`` header asks for instead when there is one.
     Every failure is an :class:`~memsvc.EmbeddingError` (the httpx exception
     is its ``__cause__``).

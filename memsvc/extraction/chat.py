@@ -7,7 +7,7 @@ call whose arguments follow the schema (servers without the former). With
 falls back to the tool call when the server refuses the request (HTTP 400,
 404, 415, 422, 501) or answers without JSON, then keeps to the way that
 worked. Retries and errors follow :class:`~memsvc.embedding.OpenAIEmbedder`:
-timeouts, connection failures, 408, 429 and 5xx are retried with
+timeouts, connection failures, 408, 429 and 5xx (but 501) are retried with
 exponential backoff and jitter, or after what ``Retry-After`` asks; every
 failure is an :class:`~memsvc.core.errors.ExtractionError` naming the
 endpoint and model, never the key.
