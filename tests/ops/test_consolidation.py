@@ -290,18 +290,21 @@ async def test_naive_control_check_then_create_puts_memories_in_several_clusters
 ) -> None:
     """What the claim prevents: "in a cluster already?" read, then written, by racing runs."""
     ids = await seed_memories(service)
+    # The summarizer answers after every run has checked (a sleep instead made
+    # the race depend on timing: on a slow cluster the runs' checks did not
+    # overlap, and the control then showed nothing).
+    summarizer_answers = asyncio.Barrier(4)
 
     async def naive_run() -> None:
-        for topic, members in ids.items():
+        for members in ids.values():
             taken = [await service.assemblies.memberships(m) for m in members]
+            await summarizer_answers.wait()
             if any(taken):
                 continue
-            await asyncio.sleep(0.05)  # the summarizer answers
             await service.assemblies.create(
                 SCOPE, f"naive:{uuid.uuid4()}", metadata={"kind": "consolidation"},
                 memory_ids=members,
             )
-            del topic
 
     await asyncio.gather(*(naive_run() for _ in range(4)))
     found = await clusters(service)
