@@ -61,10 +61,21 @@ async def test_terminated_backends_give_typed_errors_and_lose_no_acknowledged_wr
 
         tasks = [asyncio.create_task(writer(w)) for w in range(4)]
         tasks += [asyncio.create_task(searcher()) for _ in range(2)]
+        async def progress() -> None:
+            """Until a search and a write succeed after the last termination."""
+            searched, written = search_outcomes["ok"], len(ledger.acknowledged)
+            while search_outcomes["ok"] == searched or len(ledger.acknowledged) == written:
+                await asyncio.sleep(0.01)
+
         terminated = 0
         try:
-            for _ in range(TERMINATION_ROUNDS):
+            for n in range(TERMINATION_ROUNDS):
                 await asyncio.sleep(0.05)
+                if n % 10 == 9:
+                    # Every tenth round lets calls through before terminating
+                    # again: on a slow machine 50 ms may not be enough for a
+                    # new connection to set up and answer a search.
+                    await bounded(progress(), CALL_BOUND_S)
                 terminated += await admin.fetchval(TERMINATE_MEMSVC_BACKENDS)
         finally:
             stop.set()
