@@ -93,6 +93,8 @@ async def find_candidates(
     vectors: Sequence[Any],
     k: int,
     conn: asyncpg.Connection,
+    *,
+    small_scope: bool,
 ) -> CandidateSet:
     """The ``k`` memories most related to each fact in the exact scope, under handles.
 
@@ -100,6 +102,8 @@ async def find_candidates(
     the batch's transaction will hold the memories to, so no replica's lag
     may show an older one. With the facts' vectors, every fact is searched in
     one statement; without (no embedder), each by text search.
+    ``small_scope``: the scope held at most ``SHARED_SCAN_MAX_ROWS`` rows
+    when last counted (then its rows are read once for all the facts).
     """
     if not facts:
         return CandidateSet()
@@ -114,7 +118,9 @@ async def find_candidates(
             for text in facts
         ]
     else:
-        found = await _related(settings, memories.scope_indexes, scope, facts, vectors, k, conn)
+        found = await _related(
+            settings, memories.scope_indexes, scope, facts, vectors, k, conn, small_scope
+        )
     by_id: dict[uuid.UUID, str] = {}
     by_ref: dict[str, Shown] = {}
     related: list[Fact] = []
@@ -138,6 +144,7 @@ async def _related(
     vectors: Sequence[Any],
     k: int,
     conn: asyncpg.Connection,
+    small_scope: bool,
 ) -> list[list[Memory]]:
     """Each fact's hybrid search, all in one statement (see ``q.related_memories``)."""
     terms = [hybrid_terms(text) for text in facts]
@@ -156,7 +163,7 @@ async def _related(
         # Each fact walks the scope's own HNSW index, which its levels
         # written in let the planner use.
         scope_sql = f"{scope_sql} AND {scope_literals(scope)}"
-    elif await _holds_at_most(settings, scope, SHARED_SCAN_MAX_ROWS, conn):
+    elif small_scope:
         shared_scan = len(facts)
     sql = q.related_memories(
         settings.db_schema,
@@ -171,15 +178,3 @@ async def _related(
     for row in await conn.fetch(sql, *params.values):
         found[row["fact"] - 1].append(Memory.from_row(row))
     return found
-
-
-async def _holds_at_most(
-    settings: Settings, scope: Scope, most: int, conn: asyncpg.Connection
-) -> bool:
-    """Whether the exact scope holds at most ``most`` rows (live or not)."""
-    params = Params()
-    scope_sql = scope_condition(scope, "exact", params)
-    held = await conn.fetchval(
-        q.scope_rows_up_to(settings.db_schema, scope_sql, most), *params.values
-    )
-    return int(held) <= most

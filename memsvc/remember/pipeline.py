@@ -43,6 +43,7 @@ from memsvc.extraction.protocols import ExtractionRequest, Extractor
 from memsvc.extraction.specs import extractor_from_spec
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.repository import MemoryRepository
+from memsvc.remember import candidates
 from memsvc.remember import queries as q
 from memsvc.remember.apply import SUPPORTED, BatchApplier, Provenance, StoreRefused
 from memsvc.remember.candidates import CandidateSet, embed_facts, find_candidates
@@ -163,11 +164,11 @@ class Remembering(Repository):
         self, scope: Scope, batch: list[Message], extractor: Extractor, k: int, out: _Outcome
     ) -> None:
         while True:
-            pending = await self._not_yet_remembered(scope, batch, out)
+            pending, small_scope = await self._not_yet_remembered(scope, batch, out)
             if not pending:
                 return
             try:
-                await self._extract_and_apply(scope, pending, extractor, k, out)
+                await self._extract_and_apply(scope, pending, extractor, k, small_scope, out)
             except _AlreadyApplied:
                 # Another call committed some of these messages first; the
                 # rest (fewer each time round) are asked about again.
@@ -176,19 +177,29 @@ class Remembering(Repository):
 
     async def _not_yet_remembered(
         self, scope: Scope, batch: list[Message], out: _Outcome
-    ) -> list[Message]:
+    ) -> tuple[list[Message], bool]:
+        """The batch's messages the scope's ledger lacks, and whether the scope is small."""
         params = Params()
         scope_sql = scope_condition(scope, "exact", params)
-        sql = q.remembered(self._schema, scope_sql, params.add([m.id for m in batch]))
-        rows = await self._read(
-            None, lambda conn: conn.fetch(sql, *params.values), tenant=scope.tenant, routed=False
+        most = candidates.SHARED_SCAN_MAX_ROWS
+        sql = q.remembered_and_held(
+            self._schema, scope_sql, params.add([m.id for m in batch]), most
         )
-        done = {row["message_id"] for row in rows}
+        row = await self._read(
+            None, lambda conn: conn.fetchrow(sql, *params.values), tenant=scope.tenant, routed=False
+        )
+        done = set(row["remembered"])
         out.already.extend(m.id for m in batch if m.id in done and m.id not in out.already)
-        return [m for m in batch if m.id not in done]
+        return [m for m in batch if m.id not in done], row["held"] <= most
 
     async def _extract_and_apply(
-        self, scope: Scope, pending: list[Message], extractor: Extractor, k: int, out: _Outcome
+        self,
+        scope: Scope,
+        pending: list[Message],
+        extractor: Extractor,
+        k: int,
+        small_scope: bool,
+        out: _Outcome,
     ) -> None:
         ids = [m.id for m in pending]
         out.model_calls += 1
@@ -205,7 +216,8 @@ class Remembering(Repository):
             if facts.facts:
                 async with self._connection(tenant=scope.tenant, writes=False) as conn:
                     shown = await find_candidates(
-                        self._memories, self._settings, scope, facts.facts, vectors, k, conn
+                        self._memories, self._settings, scope, facts.facts, vectors, k, conn,
+                        small_scope=small_scope,
                     )
                 request = ExtractionRequest(
                     tuple(pending), shown.facts, shown.candidates,

@@ -9,11 +9,23 @@ LEDGER_COLUMNS = (
 )
 
 
-def remembered(schema: str, scope_sql: str, ids: str) -> str:
-    """Which of the message ids ``ids`` (text[]) the exact scope ``scope_sql`` remembered."""
+def remembered_and_held(schema: str, scope_sql: str, ids: str, most: int) -> str:
+    """Which of the message ids ``ids`` (text[]) the exact scope remembered, and its size.
+
+    ``remembered``: those ids in the ledger. ``held``: how many rows the
+    scope holds (live or not), counted up to ``most + 1``; the scope's
+    btree index answers it without reading a row. One round trip for both:
+    every batch asks the first before the extractor and needs the second
+    for its candidate search.
+    """
     return f"""
-SELECT message_id FROM {schema}.remembered_messages
-WHERE {scope_sql} AND message_id = ANY({ids}::text[])"""
+SELECT ARRAY(
+           SELECT message_id FROM {schema}.remembered_messages
+           WHERE {scope_sql} AND message_id = ANY({ids}::text[])
+       ) AS remembered,
+       (SELECT count(*) FROM (
+           SELECT 1 FROM {schema}.memories WHERE {scope_sql} LIMIT {int(most) + 1}
+       ) AS rows) AS held"""
 
 
 def record(schema: str) -> str:
@@ -40,17 +52,6 @@ WHERE {scope_sql} AND id = ANY({ids}::uuid[])
   AND (expires_at IS NULL OR expires_at > now())
 ORDER BY id
 FOR UPDATE"""
-
-
-def scope_rows_up_to(schema: str, scope_sql: str, most: int) -> str:
-    """How many rows the exact scope ``scope_sql`` holds, counted up to ``most + 1``.
-
-    Live or not: the scope's btree index answers it without reading a row.
-    """
-    return f"""
-SELECT count(*) FROM (
-    SELECT 1 FROM {schema}.memories WHERE {scope_sql} LIMIT {int(most) + 1}
-) AS held"""
 
 
 def related_memories(
@@ -88,8 +89,8 @@ def related_memories(
     columns = q.qualified(q.MEMORY_COLUMNS_NO_EMBEDDING, "m").replace(
         "m.NULL AS embedding", "NULL AS embedding"
     )
-    rows, kept = f"{schema}.memories", where
-    where_vectors = f"{where} AND embedding IS NOT NULL"
+    vector_rows = text_rows = f"{schema}.memories"
+    vector_where, text_where = f"{where} AND embedding IS NOT NULL", where
     shared = ""
     if shared_scan:
         any_fact = " || ".join(
@@ -97,16 +98,19 @@ def related_memories(
         )
         # The facts' text queries are parsed once (an InitPlan), not per row;
         # subvector() copies each vector whole, so one kept out of its row
-        # (TOAST) is fetched once, not once per fact.
+        # (TOAST) is fetched once, not once per fact. The rows some fact's
+        # text matches are set apart, so each text arm reads only those.
         shared = f"""
 WITH scoped AS MATERIALIZED (
     SELECT tenant_id, id,
            CASE WHEN content_tsv @@ (SELECT {any_fact}) THEN content_tsv END AS content_tsv,
            subvector(embedding, 1, vector_dims(embedding)) AS embedding
-    FROM {rows} WHERE {where}
+    FROM {schema}.memories WHERE {where}
+), texts AS MATERIALIZED (
+    SELECT tenant_id, id, content_tsv FROM scoped WHERE content_tsv IS NOT NULL
 )"""
-        rows, kept = "scoped", "content_tsv IS NOT NULL"
-        where_vectors = "embedding IS NOT NULL"
+        vector_rows, vector_where = "scoped", "embedding IS NOT NULL"
+        text_rows, text_where = "texts", "true"
     return f"""{shared}
 SELECT f.fact, h.*
 FROM unnest($1::{vector_type}[], $2::text[], $3::text[], $4::bool[]) WITH ORDINALITY
@@ -124,7 +128,7 @@ CROSS JOIN LATERAL (
             SELECT tenant_id, id, row_number() OVER (ORDER BY distance) AS vector_rank
             FROM (
                 SELECT tenant_id, id, embedding {op} f.query AS distance
-                FROM {rows} WHERE {where_vectors}
+                FROM {vector_rows} WHERE {vector_where}
                 ORDER BY embedding {op} f.query
                 LIMIT $6
             ) AS nearest
@@ -136,8 +140,8 @@ CROSS JOIN LATERAL (
                 FROM {q.text_query(config, "f.required")} AS mq,
                      {q.text_query(config, "f.ranked")} AS rq,
                      LATERAL (
-                         SELECT tenant_id, id, content_tsv FROM {rows}
-                         WHERE {kept} AND content_tsv @@ mq
+                         SELECT tenant_id, id, content_tsv FROM {text_rows}
+                         WHERE {text_where} AND content_tsv @@ mq
                      ) AS matched
                 ORDER BY text_score DESC, id
                 LIMIT $6
