@@ -11,7 +11,7 @@ ADD each one with the key's metadata, SUPERSEDE the memory it replaces (when
 that memory is among the candidates memsvc showed, and this memsvc has valid
 time) and INVALIDATE the memories it ends. The same operations are also
 written directly, one call each (``Extractor`` with no batching), into
-another scope.
+another scope, session by session in turn with the pipeline.
 
 Reported: accuracy of both scopes on the history's questions (the pipeline
 must add no loss), rows and operations, what the pipeline could not do
@@ -231,59 +231,52 @@ async def rows_in(svc: MemoryService, scope: Scope) -> int:
     return int(count)
 
 
-async def write_directly(
-    svc: MemoryService, store: Store, ops: list[Operation], vectors: dict[str, np.ndarray],
-    scope: Scope,
-) -> float:
-    started = time.perf_counter()
-    await OneCallEach(svc, Capabilities.of(svc), store).apply(scope, ops, vectors)
-    return time.perf_counter() - started
-
-
-async def remember_all(
-    svc: MemoryService, talks: list[list[dict[str, Any]]], key: AnswerKey, scope: Scope
-) -> dict[str, Any]:
-    with serving(answerer=key) as chat:
-        extractor = TimedExtractor(OpenAIChatExtractor(chat.base_url, "answer-key"))
-        calls = 0
-        skipped: Counter[str] = Counter()
-        started = time.perf_counter()
-        for talk in talks:
-            result = await svc.remember(scope, talk, extractor=extractor)
-            calls += result.model_calls
-            skipped.update(r.reason.split(":")[0] for r in result.skipped)
-        spent = time.perf_counter() - started
-    return {"s": spent, "extractor_s": extractor.waited, "calls": calls, "skipped": skipped}
-
-
 async def one_run(
     svc: MemoryService, data: Dataset, vectors: dict[str, np.ndarray], run: int
 ) -> dict[str, Any]:
-    """Both ways into scopes of their own; which goes first alternates between runs."""
+    """Both ways into scopes of their own, interleaved session by session.
+
+    Each session's operations are written directly, and its messages
+    remembered, one right after the other (which goes first alternates), so
+    both ways meet the same machine and the same table as it grows: timing
+    one way wholly before the other let the machine's drift decide the ratio.
+    """
     caps = Capabilities.of(svc)
     store = Store("supersession", supersession=True) if caps.supersession else Store("plain")
-    ops = [op for s in data.streams[STREAM] for m in s.messages for op in m.ops]
+    sessions = data.streams[STREAM]
     direct, piped = Scope(TENANT, f"direct-{run}"), Scope(TENANT, f"pipeline-{run}")
     key = AnswerKey(data, STREAM)
     talks = conversations(data)
-    if run % 2 == 0:
-        direct_s = await write_directly(svc, store, ops, vectors, direct)
-        remembered = await remember_all(svc, talks, key, piped)
-    else:
-        remembered = await remember_all(svc, talks, key, piped)
-        direct_s = await write_directly(svc, store, ops, vectors, direct)
-    messages = sum(len(t) for t in talks)
+    writer = OneCallEach(svc, caps, store)
+    direct_s = remember_s = 0.0
+    calls = 0
+    skipped: Counter[str] = Counter()
+    with serving(answerer=key) as chat:
+        extractor = TimedExtractor(OpenAIChatExtractor(chat.base_url, "answer-key"))
+        for n, (session, talk) in enumerate(zip(sessions, talks, strict=True)):
+            ops = [op for m in session.messages for op in m.ops]
+            for way in ("direct", "remember") if (n + run) % 2 == 0 else ("remember", "direct"):
+                started = time.perf_counter()
+                if way == "direct":
+                    await writer.apply(direct, ops, vectors)
+                    direct_s += time.perf_counter() - started
+                else:
+                    result = await svc.remember(piped, talk, extractor=extractor)
+                    remember_s += time.perf_counter() - started
+                    calls += result.model_calls
+                    skipped.update(r.reason.split(":")[0] for r in result.skipped)
+    operations = sum(len(m.ops) for session in sessions for m in session.messages)
     return {
         "store": store.name,
-        "operations": len(ops),
+        "operations": operations,
         "sessions": len(talks),
-        "messages": messages,
+        "messages": sum(len(t) for t in talks),
         "direct_s": direct_s,
-        "pipeline_s": remembered["s"],
-        "extractor_s": remembered["extractor_s"],
-        "pipeline_without_model_s": remembered["s"] - remembered["extractor_s"],
-        "model_calls": remembered["calls"],
-        "skipped": remembered["skipped"],
+        "pipeline_s": remember_s,
+        "extractor_s": extractor.waited,
+        "pipeline_without_model_s": remember_s - extractor.waited,
+        "model_calls": calls,
+        "skipped": skipped,
         "applied": dict(key.operations),
         "not_shown": key.not_shown,
         "same_batch": key.same_batch,
