@@ -284,7 +284,12 @@ class Repository:
         return in_tenant
 
     def _run_search(
-        self, conn: asyncpg.Connection, sql: str, values: list[object]
+        self,
+        conn: asyncpg.Connection,
+        sql: str,
+        values: list[object],
+        *,
+        custom_plan: bool = False,
     ) -> Awaitable[list[Any]]:
         """Run a vector search statement with memsvc's HNSW settings in force.
 
@@ -292,11 +297,30 @@ class Repository:
         and the fetch is returned as it is, without a coroutine around it.
         Behind pgbouncer those are not ours, so they are set for one
         transaction only.
+
+        ``custom_plan``: plan the statement for these values, every time. A
+        statement from the connection's cache gets a generic plan after its
+        fifth run, one PostgreSQL estimates without the values; for filters
+        whose selectivity decides the plan (a metadata filter matching a
+        quarter of a scope, estimated at 1%), that plan can be several times
+        slower. A statement prepared for this run only is planned with its
+        values (one more round trip). Behind pgbouncer no statement is
+        cached, so each is planned for its values anyway.
         """
         if not self._settings.pgbouncer:
+            if custom_plan:
+                return self._run_planned_for_values(conn, sql, values)
             fetched: Awaitable[list[Any]] = conn.fetch(sql, *values)
             return fetched
         return self._run_search_in_transaction(conn, sql, values)
+
+    @staticmethod
+    async def _run_planned_for_values(
+        conn: asyncpg.Connection, sql: str, values: list[object]
+    ) -> list[Any]:
+        statement = await conn.prepare(sql)
+        rows: list[Any] = await statement.fetch(*values)
+        return rows
 
     async def _run_search_in_transaction(
         self, conn: asyncpg.Connection, sql: str, values: list[object]

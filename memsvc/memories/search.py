@@ -10,8 +10,8 @@ before the top ``k`` are cut.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -24,9 +24,13 @@ from memsvc.memories import ranking
 from memsvc.memories.search_plan import PlannedSearch
 from memsvc.memories.searchable_words import SearchableWords
 
-# Runs a search statement with memsvc's HNSW settings in force (the
-# repository's: set per transaction behind pgbouncer).
-RunStatement = Callable[[asyncpg.Connection, str, list[object]], Awaitable[list[Any]]]
+
+class RunStatement(Protocol):
+    """Runs a search statement with memsvc's HNSW settings in force (the repository's)."""
+
+    def __call__(
+        self, conn: asyncpg.Connection, sql: str, values: list[object], *, custom_plan: bool
+    ) -> Awaitable[list[Any]]: ...
 
 
 class SearchRunner:
@@ -45,11 +49,12 @@ class SearchRunner:
     ) -> tuple[list[Any], int | None]:
         """The plan's rows, and (text and hybrid modes) how many terms the query had."""
         statement = plan.statement
-        rows = await self._run(conn, statement.sql, plan.values)
+        custom = plan.custom_plan
+        rows = await self._run(conn, statement.sql, plan.values, custom_plan=custom)
         if statement.exact_sql is not None and _short(plan, rows):
             # The index ran out (max_scan_tuples) before filters let k rows
             # through, or the scope is small: scan exactly to be sure.
-            rows = await self._run(conn, statement.exact_sql, plan.values)
+            rows = await self._run(conn, statement.exact_sql, plan.values, custom_plan=custom)
         if plan.mode == "vector":
             return rows, None
         if plan.mode == "hybrid":

@@ -107,6 +107,9 @@ class PlannedSearch:
     scope: Scope
     hit_scope: Scope | None  # the scope of every hit, when include="exact"
     scope_index: str | None = None  # the scope's own index the statement can walk, if any
+    # Filters whose selectivity decides the plan: planned for these values
+    # (see memsvc.db.repository.Repository._run_search).
+    custom_plan: bool = False
 
 
 def scope_values(scope: Scope, include: str) -> list[object]:
@@ -396,6 +399,13 @@ class SearchPlanner:
             scope,
             scope if include == "exact" else None,
             scope_index,
+            custom_plan=(
+                where is not None
+                or min_importance is not None
+                or created_after is not None
+                or created_before is not None
+                or validity[0] == "at"
+            ),
         )
 
     @staticmethod
