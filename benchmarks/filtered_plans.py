@@ -33,31 +33,10 @@ from benchmarks.scratch import scratch_dir
 from memsvc import MemoryService, Scope, Settings
 from memsvc.db.codecs import vector_bytes
 from memsvc.db.embedded import EmbeddedPostgres
+from tests.test_scope_indexes import fill, vectors
 
-DIM = 384
 SCOPE = Scope("acme", "filtered")
 WHERE = {"b": 1}
-
-
-def vectors(seed: int, count: int) -> np.ndarray:
-    """Unit vectors near a 24-dimensional subspace, as embeddings of texts lie."""
-    basis = np.random.default_rng(0).standard_normal((24, DIM))
-    rng = np.random.default_rng(seed)
-    found = rng.standard_normal((count, 24)) @ basis + 0.3 * rng.standard_normal((count, DIM))
-    found = found.astype(np.float32)
-    return found / np.linalg.norm(found, axis=1, keepdims=True)
-
-
-async def fill(svc: MemoryService, scope: Scope, count: int, seed: int) -> None:
-    rows = vectors(seed, count)
-    for start in range(0, count, 1000):
-        await svc.memories.add_many(
-            scope,
-            [
-                {"content": f"note {i}", "embedding": rows[i], "metadata": {"b": i % 4}}
-                for i in range(start, min(count, start + 1000))
-            ],
-        )
 
 
 def raw_sql(schema: str, filtered: bool) -> str:
