@@ -381,3 +381,55 @@ def test_a_predicate_is_read_back_into_the_scope_it_names() -> None:
         assert q.read_predicate(q.deparsed_predicate(scope)) == scope
     assert q.read_predicate("((tenant_id = 'acme'::text) AND (agent_id = 'x'::text))") is None
     assert q.read_predicate("(tenant_id = 'acme'::text)") is None
+
+
+async def test_a_walk_of_a_scopes_own_index_sets_its_ef_search_for_its_statement_only(
+    memsvc_database_url: str,
+) -> None:
+    from memsvc.db.codecs import vector_bytes
+    from memsvc.memories.scope_indexes import own_graph_ef
+
+    # One pooled connection: the statement it caches is the one searches ran.
+    settings = settings_for_tests(
+        memsvc_database_url, scope_index_from=100, pool_min_size=1, pool_max_size=1
+    )
+    scope, query = Scope("acme", "walked"), vectors(3, 1)[0]
+    configured = str(settings.hnsw_ef_search)
+    wanted = own_graph_ef(10, settings.hnsw_ef_search)
+    assert wanted is not None and str(wanted) != configured
+    async with MemoryService.open(settings) as svc:
+        await fill(svc, scope, 600, seed=5)
+        await analyze(svc)
+        assert (await svc.maintenance.index_scopes()).built == [scope]
+        await until_indexed(svc, scope)
+        plan = await svc.memories.explain_search(scope, query, k=10)
+        walk = f"A walk of the scope's own index keeps {wanted} candidates"
+        assert plan.splitlines()[-2] == walk
+        # More rows than the configured walk keeps: the connection's setting.
+        assert "A walk of" not in await svc.memories.explain_search(scope, query, k=60)
+        assert len(await svc.memories.search(scope, query, k=10)) == 10
+        setting = f"set_config('hnsw.ef_search', '{wanted}', true)"
+        async with svc.pool.acquire() as conn:
+            # The setting ended with the search's statement.
+            assert await conn.fetchval("SHOW hnsw.ef_search") == configured
+            ran = await conn.fetchval(
+                "SELECT statement FROM pg_prepared_statements "
+                "WHERE strpos(statement, $1) > 0 AND statement NOT LIKE 'EXPLAIN%'",
+                setting,
+            )
+            assert ran is not None
+            # It is made before the walk starts: without iterative scans a
+            # walk returns at most ef_search rows.
+            tiny = ran.replace(setting, "set_config('hnsw.ef_search', '3', true)")
+            async with conn.transaction():
+                await conn.execute("SET LOCAL hnsw.iterative_scan = off")
+                await conn.execute("SET LOCAL enable_sort = off")  # walk, do not sort
+                rows = await conn.fetch(tiny, vector_bytes(query), 10, "acme", "walked")
+            assert len(rows) == 3
+            # A caller's transaction is left as it was: no setting of the walk's.
+            async with conn.transaction():
+                found = await svc.memories.search(scope, query, k=10, conn=conn)
+                assert len(found) == 10
+                assert await conn.fetchval("SHOW hnsw.ef_search") == configured
+            plan = await svc.memories.explain_search(scope, query, k=10, conn=conn)
+            assert "A walk of" not in plan

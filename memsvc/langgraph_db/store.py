@@ -37,6 +37,7 @@ from memsvc.db.tables import OPCLASSES, store_vector_index_expression
 from memsvc.langgraph_db import store_index_queries as iq
 from memsvc.langgraph_db import store_queries as q
 from memsvc.langgraph_db.store_indexes import NamespaceIndexes
+from memsvc.memories.scope_indexes import OWN_GRAPH_EF_MIN, own_graph_ef
 
 # How many vectors a query search reads per wanted item at first (an item has
 # one vector per indexed field); it reads further when fields crowd the scan.
@@ -73,16 +74,10 @@ QUANTIZED_DISTANCES = frozenset({"cosine", "ip"})
 NAMESPACE_INDEX_FROM = 2_000
 NAMESPACE_INDEX_SHARE = 0.25
 NAMESPACE_INDEXES_MAX = 32
-# The walk of a namespace's own index keeps OWN_INDEX_EF_FACTOR candidates per
-# vector it must find (at least OWN_INDEX_EF_MIN), not the connection's
-# hnsw.ef_search (sized for the table's graph, where a filter or other
-# namespaces' vectors reject candidates): that graph holds only the
-# namespace's vectors, so ~every candidate counts: fewer than the minimum
-# cost recall, more cost time for no recall.
-OWN_INDEX_EF_FACTOR = 2
-OWN_INDEX_EF_MIN = 40
+# The walk of a namespace's own index keeps as many candidates as a walk of a
+# memories scope's own graph (memsvc.memories.scope_indexes.own_graph_ef).
 # A walk of the table's graph for a namespace holding a share s of it keeps
-# TABLE_EF_FACTOR * scan / s candidates (at least OWN_INDEX_EF_MIN, at most
+# TABLE_EF_FACTOR * scan / s candidates (at least OWN_GRAPH_EF_MIN, at most
 # hnsw_ef_search): about as many of the namespace's own vectors as a walk of
 # its own index keeps, rather than a fixed number sized for the smallest
 # shares (iterative scans read further when those are too few).
@@ -650,13 +645,13 @@ class LangGraphStoreRepository(Repository):
         if size is None:
             return None
         if size.usable:
-            wanted = scan * OWN_INDEX_EF_FACTOR
-        elif size.vectors and size.weighed:
+            return own_graph_ef(scan, configured)
+        if size.vectors and size.weighed:
             share = size.vectors / max(size.table, size.vectors)
             wanted = math.ceil(TABLE_EF_FACTOR * scan / share)
         else:
             return None
-        ef_search = min(configured, max(OWN_INDEX_EF_MIN, wanted))
+        ef_search = min(configured, max(OWN_GRAPH_EF_MIN, wanted))
         return ef_search if ef_search < configured else None
 
     async def _refresh_found(

@@ -557,6 +557,8 @@ def search(
     required_param: str | None = None,
     ranked_param: str | None = None,
     identifier_boost: bool = False,
+    walk_ef: int | None = None,
+    vector_type: str = "vector",
 ) -> str:
     """The search statement of a mode (``vector``, ``text`` or ``hybrid``), in one statement.
 
@@ -579,11 +581,19 @@ def search(
     ``IDENTIFIER_BONUS``. Hybrid statements return at least one row:
     ``query_terms`` (0 when the text parses to nothing) with NULL memory
     columns when nothing matched.
+
+    ``walk_ef``: the HNSW walk keeps that many candidates instead of the
+    connection's ``hnsw.ef_search`` (see :func:`walk_target`).
     """
+    walk = None
+    if mode != "text" and walk_ef is not None and not exact:
+        assert query_param is not None
+        walk = walk_target(query_param, walk_ef, vector_type)
     if mode == "vector":
         assert query_param is not None
         return _vector_search(
-            schema, distance, scope_sql, filter_sql, query_param, k_param, exact, with_embeddings
+            schema, distance, scope_sql, filter_sql, query_param, k_param, exact, with_embeddings,
+            walk,
         )
     assert text_param is not None
     where = f"{scope_sql} AND {filter_sql} AND {LIVE}"
@@ -604,6 +614,21 @@ def search(
         exact=exact,
         with_embeddings=with_embeddings,
         identifier_boost=identifier_boost,
+        walk=walk,
+    )
+
+
+def walk_target(query_param: str, ef_search: int, vector_type: str) -> str:
+    """The query vector, yielded by a subquery that first sets ``hnsw.ef_search``.
+
+    The executor runs the subquery before the index scan starts (the scan
+    needs the vector first), so the walk keeps ``ef_search`` candidates. The
+    setting lasts until the transaction ends: only for a statement in a
+    transaction memsvc owns (in a caller's it would outlive the search).
+    """
+    return (
+        f"(SELECT {query_param}::{vector_type} FROM (SELECT set_config('hnsw.ef_search', "
+        f"'{int(ef_search)}', true)) AS ef)"
     )
 
 
@@ -639,6 +664,7 @@ def _hybrid_search(
     exact: bool,
     with_embeddings: bool,
     identifier_boost: bool,
+    walk: str | None = None,
 ) -> str:
     tsquery = text_query(config, text_param)
     required = text_query(config, required_param)
@@ -649,7 +675,8 @@ def _hybrid_search(
     WHERE {where} AND content_tsv @@ mq
     ORDER BY text_score DESC, id"""
     op = DISTANCE_OPERATORS[distance]
-    order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {query_param}"
+    target = walk or query_param
+    order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {target}"
     similarity = SIMILARITY[distance].format(d=f"m.embedding {op} {query_param}")
     hit_columns = qualified(MEMORY_COLUMNS, "m")
     bonus = (
@@ -703,9 +730,11 @@ def _vector_search(
     k_param: str,
     exact: bool,
     with_embeddings: bool = True,
+    walk: str | None = None,
 ) -> str:
     op = DISTANCE_OPERATORS[distance]
-    order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {query_param}"
+    target = walk or query_param
+    order = f"(embedding {op} {query_param}) + 0" if exact else f"embedding {op} {target}"
     similarity = SIMILARITY[distance].format(d="distance")
     columns = MEMORY_COLUMNS if with_embeddings else MEMORY_COLUMNS_NO_EMBEDDING
     # Iterative index scans return rows in relaxed order: sort the k found.

@@ -45,7 +45,7 @@ from memsvc.memories import queries as q
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.filters import compile_where
 from memsvc.memories.scope_index_queries import scope_index_name, scope_literals
-from memsvc.memories.scope_indexes import ScopeIndexes
+from memsvc.memories.scope_indexes import ScopeIndexes, own_graph_ef
 from memsvc.memories.text_terms import hybrid_terms, text_words
 from memsvc.memories.validity import Validity, check_validity, validity_sql
 
@@ -107,6 +107,7 @@ class PlannedSearch:
     scope: Scope
     hit_scope: Scope | None  # the scope of every hit, when include="exact"
     scope_index: str | None = None  # the scope's own index the statement can walk, if any
+    walk_ef: int | None = None  # hnsw.ef_search its walk sets for itself, if any
     # Filters whose selectivity decides the plan: planned for these values
     # (see memsvc.db.repository.Repository._run_search).
     custom_plan: bool = False
@@ -217,6 +218,7 @@ class SearchStatements:
         self._schema = settings.db_schema
         self._distance = settings.distance
         self._config = settings.text_search_config
+        self._vector_type = settings.vector_type
         # (The cache holds this object through its method: a cycle the
         # garbage collector frees with the repository.)
         self.get = functools.lru_cache(maxsize=maxsize)(self.build)
@@ -225,12 +227,15 @@ class SearchStatements:
         # (shape, scope), at most Settings.scope_indexes_max scopes.
         self.scoped = functools.lru_cache(maxsize=maxsize)(self.build)
 
-    def build(self, shape: Shape, literals: str | None = None) -> SearchStatement:
+    def build(
+        self, shape: Shape, literals: str | None = None, walk_ef: int | None = None
+    ) -> SearchStatement:
         """The statement of ``shape``, numbering placeholders in the order ``plan`` binds values.
 
         ``literals``: the scope's levels written in (see
         :func:`memsvc.memories.scope_index_queries.scope_literals`), so the
         planner can walk the scope's own index; the values bound are the same.
+        ``walk_ef``: the hnsw.ef_search its walk sets for its own transaction.
         """
         (
             mode, include, levels, filter_sql, floor, after, before, plan, embeddings, split,
@@ -277,6 +282,8 @@ class SearchStatements:
             "k_param": k_param,
             "candidates_param": candidates_param,
             "with_embeddings": embeddings,
+            "walk_ef": walk_ef,
+            "vector_type": self._vector_type,
         }
         sql = q.search(self._schema, exact=plan == "exact", **options)
         fallback = None
@@ -300,6 +307,7 @@ class SearchPlanner:
         self._vector_type = settings.vector_type
         self._reranks = reranks  # the service has a reranker (text queries fetch more)
         self._scope_indexes = scope_indexes
+        self._ef_search = settings.hnsw_ef_search
         self.statements = SearchStatements(settings)
 
     async def plan(
@@ -320,10 +328,14 @@ class SearchPlanner:
         with_embeddings: bool,
         valid: object = "now",
         valid_at: object = None,
+        *,
+        own_transaction: bool = True,
     ) -> PlannedSearch:
         """Check the arguments, bind the values, find the statement; embed the query last.
 
         Every argument is checked before the embedder is called.
+        ``own_transaction``: the statement runs in a transaction memsvc owns
+        (not a caller's), so it may set its walk's ``hnsw.ef_search``.
         """
         scope, include, k, diversity = check_arguments(
             scope, include, k, rank, plan, diversity, with_embeddings
@@ -364,7 +376,7 @@ class SearchPlanner:
             validity[0],
         )
         statement = self.statements.get(shape)
-        scope_index = None
+        scope_index = walk_ef = None
         if (
             self._scope_indexes is not None
             and include == "exact"
@@ -372,7 +384,9 @@ class SearchPlanner:
             and plan != "exact"
             and self._scope_indexes.indexed(scope)
         ):
-            statement = self.statements.scoped(shape, scope_literals(scope))
+            if own_transaction:
+                walk_ef = own_graph_ef(candidates or fetch, self._ef_search)
+            statement = self.statements.scoped(shape, scope_literals(scope), walk_ef)
             scope_index = scope_index_name(scope)
         if mode_name != "text":
             # Encoded here rather than by the codec: the checked array is a
@@ -399,6 +413,7 @@ class SearchPlanner:
             scope,
             scope if include == "exact" else None,
             scope_index,
+            walk_ef,
             custom_plan=(
                 where is not None
                 or min_importance is not None

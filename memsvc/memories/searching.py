@@ -126,7 +126,7 @@ class MemorySearches(MemoryReads):
         if self._space.migrating:
             planned, (rows, terms) = await self._search_held(arguments, conn)
         else:
-            planned = await self._planner.plan(*arguments)
+            planned = await self._planner.plan(*arguments, own_transaction=conn is None)
             rows, terms = await self._read(
                 conn, functools.partial(self._runner.rows, planned), tenant=planned.scope.tenant
             )
@@ -152,7 +152,7 @@ class MemorySearches(MemoryReads):
             async with self._transaction(conn, tenant=scope.tenant, writes=False) as active:
                 await self._space.hold(active)
                 self._space.check()
-                planned = await self._planner.plan(*arguments)
+                planned = await self._planner.plan(*arguments, own_transaction=conn is None)
                 return planned, await self._runner.rows(planned, active)
 
         return await self._retrying(held, owns_transaction=conn is None, idempotent=True)
@@ -175,14 +175,16 @@ class MemorySearches(MemoryReads):
         """``EXPLAIN ANALYZE`` of the search statement: which indexes ran, and how long.
 
         When the scope has an index of its own (see
-        docs/how-to/scope-indexes.md), a last line names it.
+        docs/how-to/scope-indexes.md), a last line names it, after one
+        saying how many candidates a walk of it keeps (when fewer than
+        ``Settings.hnsw_ef_search``).
 
         ``mode``, ``query_embedding``, ``plan``, ``valid`` and ``valid_at`` as
         in :meth:`search`.
         """
         planned = await self._planner.plan(
             scope, query, k, include, where, None, None, None, "similarity", mode,
-            query_embedding, None, plan, True, valid, valid_at,
+            query_embedding, None, plan, True, valid, valid_at, own_transaction=conn is None,
         )  # fmt: skip
         tenant = planned.scope.tenant
         reading = self._connection(conn, tenant=tenant, writes=False)
@@ -193,6 +195,8 @@ class MemorySearches(MemoryReads):
             else:
                 rows = []
         lines = [row[0] for row in rows]
+        if planned.walk_ef is not None:
+            lines.append(f"A walk of the scope's own index keeps {planned.walk_ef} candidates")
         if planned.scope_index is not None:
             # Whether it ran is the plan's to say (an index scan using it).
             lines.append(f"Scope index of this scope: {planned.scope_index}")

@@ -24,6 +24,7 @@ from memsvc.integrations.langgraph import MemsvcStore
 from memsvc.langgraph_db import store as langgraph_store
 from memsvc.langgraph_db import store_queries as q
 from memsvc.langgraph_db.store import LangGraphStoreRepository
+from memsvc.memories.scope_indexes import own_graph_ef
 from tests.integrations.test_langgraph_store_search import embed_function, exact
 
 BIG = 700
@@ -263,13 +264,7 @@ async def test_an_indexed_namespace_walk_sets_its_own_ef_search_for_its_statemen
     await store.await_index_builds()
     configured = str(service.settings.hnsw_ef_search)
     wanted = str(
-        min(
-            service.settings.hnsw_ef_search,
-            max(
-                langgraph_store.OWN_INDEX_EF_MIN,
-                int(10 * langgraph_store.SCAN_FACTOR) * langgraph_store.OWN_INDEX_EF_FACTOR,
-            ),
-        )
+        own_graph_ef(int(10 * langgraph_store.SCAN_FACTOR), service.settings.hnsw_ef_search)
     )
     assert wanted != configured
     statements.clear()
