@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from memsvc import MemoryService, Scope
+from memsvc.core.scope import Include
 from memsvc.memories import scope_index_queries as q
 from memsvc.testing.postgres import TestPostgres, settings_for_tests
 
@@ -73,10 +74,12 @@ async def catalog(svc: MemoryService) -> dict[str, str]:
     return {row["index_name"]: row["state"] for row in rows}
 
 
-async def until_indexed(svc: MemoryService, scope: Scope, indexed: bool = True) -> None:
+async def until_indexed(
+    svc: MemoryService, scope: Scope, indexed: bool = True, include: Include = "exact"
+) -> None:
     """Until this service's searches know ``scope``'s index (read in the background)."""
     for _ in range(100):
-        if svc.memories.scope_indexes.indexed(scope) == indexed:
+        if svc.memories.scope_indexes.indexed(scope, include) == indexed:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"searches never learned that {scope} is indexed: {indexed}")
@@ -378,9 +381,13 @@ def test_a_predicate_is_read_back_into_the_scope_it_names() -> None:
         Scope("o'brien", "p\\q", None, "s"),
         Scope("t", "p", "a", "s"),
     ):
-        assert q.read_predicate(q.deparsed_predicate(scope)) == scope
+        assert q.read_predicate(q.deparsed_predicate(scope)) == (scope, "exact")
+    for scope in (Scope("acme"), Scope("o'brien", "p\\q"), Scope("t", None, "a")):
+        subtree = q.deparsed_predicate(scope, "descendants")
+        assert q.read_predicate(subtree) == (scope, "descendants")
+    assert q.deparsed_predicate(Scope("acme"), "descendants") == "(tenant_id = 'acme'::text)"
     assert q.read_predicate("((tenant_id = 'acme'::text) AND (agent_id = 'x'::text))") is None
-    assert q.read_predicate("(tenant_id = 'acme'::text)") is None
+    assert q.read_predicate("(tenant_id = 'acme'::text) AND true") is None
 
 
 async def test_a_walk_of_a_scopes_own_index_sets_its_ef_search_for_its_statement_only(
@@ -433,3 +440,52 @@ async def test_a_walk_of_a_scopes_own_index_sets_its_ef_search_for_its_statement
                 assert await conn.fetchval("SHOW hnsw.ef_search") == configured
             plan = await svc.memories.explain_search(scope, query, k=10, conn=conn)
             assert "A walk of" not in plan
+
+
+async def test_a_big_subtree_gets_its_own_index_and_its_descendants_searches_walk_it(
+    svc: MemoryService,
+) -> None:
+    tenant, filler = Scope("corp"), Scope("filler")
+    # 5,000 vectors under the tenant, none in one scope past the threshold;
+    # the filler tenant holds more than half the table: left to its graph.
+    for project, seed in (("p0", 11), ("p1", 12)):
+        await fill(svc, Scope("corp", project), BIG // 2, seed=seed)
+    for project, seed in (("f0", 13), ("f1", 14), ("f2", 15)):
+        await fill(svc, Scope("filler", project), 2_000, seed=seed)
+    await analyze(svc)
+    report = await svc.maintenance.index_scopes()
+    name = q.scope_index_name(tenant, "descendants")
+    assert report.subtrees_built == [tenant] and report.built == []
+    assert await present(svc) == {name: True}
+    assert await catalog(svc) == {name: "ready"}
+    await until_indexed(svc, tenant, include="descendants")
+    query = vectors(3, 1)[0]
+    plan = await svc.memories.explain_search(tenant, query, k=10, include="descendants")
+    assert f"Index Scan using {name}" in plan
+    assert plan.endswith(f"Scope index of this scope: {name}")
+    # Exact searches of the tenant, and the filler's, keep their statements.
+    assert q.SCOPE_INDEX_PREFIX not in await svc.memories.explain_search(tenant, query, k=10)
+    other = await svc.memories.explain_search(filler, query, k=10, include="descendants")
+    assert q.SCOPE_INDEX_PREFIX not in other
+    queries = vectors(4, 20)
+    for where in (None, {"b": 1}):
+        recalls = []
+        for query in queries:
+            got = await svc.memories.search(
+                tenant, query, k=10, include="descendants", where=where
+            )
+            truth = await svc.memories.search(
+                tenant, query, k=10, include="descendants", where=where, plan="exact"
+            )
+            assert len(got) == 10 == len(truth)  # no short page, filtered or not
+            assert all(hit.memory.scope.tenant == "corp" for hit in got)
+            recalls.append(len({h.memory.id for h in got} & {h.memory.id for h in truth}) / 10)
+        assert np.mean(recalls) >= 0.95
+    # Half the subtree deleted: still worth its index (half the threshold).
+    await svc.memories.delete_scope(Scope("corp", "p0"))
+    assert await present(svc) == {name: True}
+    # Erasure of the tenant drops it; the receipt's check finds none left.
+    receipt = await svc.erase(tenant)
+    assert receipt.removed["scope_indexes"] == 1
+    assert receipt.verified and "scope_indexes" not in receipt.remaining
+    assert await present(svc) == {} and await catalog(svc) == {}

@@ -317,10 +317,13 @@ def add_policies_table(metadata: MetaData) -> None:
 
 SCOPE_INDEXES_COMMENT = (
     "Scope indexes of memories: one partial HNSW index of memories per row, holding the "
-    "vectors of exactly one scope (see memsvc.memories.scope_indexes)."
+    "vectors of one scope, or of its subtree (see memsvc.memories.scope_indexes)."
 )
 SCOPE_INDEX_NAME_COMMENT = "The partial HNSW index of memories, in this schema."
 SCOPE_INDEX_STATE_COMMENT = "'building' (claimed by a build, or one that stopped) or 'ready'."
+SCOPE_INDEX_INCLUDE_COMMENT = (
+    "'exact': the index holds exactly this scope's vectors; 'descendants': its subtree's."
+)
 
 
 def add_scope_indexes_table(metadata: MetaData) -> None:
@@ -331,8 +334,16 @@ def add_scope_indexes_table(metadata: MetaData) -> None:
         *scope_columns(),
         Column("index_name", Text, nullable=False, comment=SCOPE_INDEX_NAME_COMMENT),
         Column("state", Text, nullable=False, comment=SCOPE_INDEX_STATE_COMMENT),
+        Column(
+            "include",
+            Text,
+            nullable=False,
+            server_default=text("'exact'"),
+            comment=SCOPE_INDEX_INCLUDE_COMMENT,
+        ),
         PrimaryKeyConstraint("tenant_id", "index_name"),
         CheckConstraint("state IN ('building', 'ready')", name="state"),
+        CheckConstraint("include IN ('exact', 'descendants')", name="include"),
         comment=SCOPE_INDEXES_COMMENT,
     )
 

@@ -6,6 +6,11 @@ scope condition searches add (:func:`scope_literals`), whose scope values
 are literals by nature: the planner proves an index's predicate only from
 constants. ``$1`` is the tenant where there is one, ``$2``-``$4`` the
 project, agent and session (NULL for a level not set).
+
+An index serves one scope's ``include``: ``"exact"`` (the scope's own rows:
+its predicate names every level, equal or NULL) or ``"descendants"`` (a
+subtree: the scope and everything under it, its predicate naming the levels
+set).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from memsvc.core.scope import Scope
+from memsvc.core.scope import Include, Scope
 from memsvc.db.index_ddl import create_partial_hnsw
 from memsvc.db.sql import COLUMNS, quote_literal, string_literals
 
@@ -22,19 +27,20 @@ SCOPE_INDEX_PREFIX = "ix_memories_scope_"
 CATALOG = "memory_scope_indexes"
 
 
-def scope_index_name(scope: Scope) -> str:
-    """The name of the scope's own index: a digest, so any ids fit."""
-    key = json.dumps(["exact", *scope.levels])
+def scope_index_name(scope: Scope, include: Include = "exact") -> str:
+    """The name of the scope's own index (of its subtree for descendants): a digest."""
+    key = json.dumps([include, *scope.levels])
     return SCOPE_INDEX_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def scope_literals(scope: Scope) -> str:
-    """The scope's set levels as literal equalities, added to a search of exactly it.
+    """The scope's set levels as literal equalities, added to a search of it.
 
-    With the statement's ``IS NULL`` conditions on the levels not set, they
-    prove the predicate of the scope's index (:func:`create_index`) in any
-    plan, generic ones too; PostgreSQL merges each with the same level's
-    bound equality, so the row estimate stays that of one condition.
+    They prove the predicate of the scope's subtree index, and with the
+    statement's ``IS NULL`` conditions on the levels not set, that of its
+    exact one (:func:`create_index`), in any plan, generic ones too;
+    PostgreSQL merges each with the same level's bound equality, so the row
+    estimate stays that of one condition.
     """
     return " AND ".join(
         f"{column} = {quote_literal(value)}"
@@ -43,24 +49,39 @@ def scope_literals(scope: Scope) -> str:
     )
 
 
-def predicate(scope: Scope, table: str = "") -> str:
-    """The predicate of the scope's index: every level, equal or NULL."""
+def _named_levels(scope: Scope, include: Include) -> list[tuple[str, str | None]]:
+    """The levels an index predicate names: all (exact), or down to the deepest set one.
+
+    As :func:`memsvc.db.sql.scope_condition` reads the scope.
+    """
+    named = list(zip(COLUMNS, scope.levels, strict=True))
+    return named if include == "exact" else named[: scope.depth + 1]
+
+
+def predicate(scope: Scope, table: str = "", include: Include = "exact") -> str:
+    """The predicate of the scope's index: each level it names, equal or NULL."""
     prefix = f"{table}." if table else ""
     return " AND ".join(
         f"{prefix}{column} IS NULL"
         if value is None
         else f"{prefix}{column} = {quote_literal(value)}"
-        for column, value in zip(COLUMNS, scope.levels, strict=True)
+        for column, value in _named_levels(scope, include)
     )
 
 
 def create_index(
-    schema: str, scope: Scope, expression: str, opclass: str, m: int, ef_construction: int
+    schema: str,
+    scope: Scope,
+    expression: str,
+    opclass: str,
+    m: int,
+    ef_construction: int,
+    include: Include = "exact",
 ) -> str:
-    """A partial HNSW index of one exact scope's vectors, built without blocking writers."""
+    """A partial HNSW index of a scope's (or subtree's) vectors, built without blocking writers."""
     return create_partial_hnsw(
-        scope_index_name(scope), f"{schema}.memories", expression, opclass, m, ef_construction,
-        predicate(scope),
+        scope_index_name(scope, include), f"{schema}.memories", expression, opclass, m,
+        ef_construction, predicate(scope, include=include),
     )
 
 
@@ -104,8 +125,39 @@ ORDER BY count(*) DESC, tenant_id, project_id, agent_id, session_id
 LIMIT $2"""
 
 
+def big_subtrees(schema: str) -> str:
+    """Tenant and project subtrees worth an index of their own, largest first (at most ``$2``).
+
+    Those holding at least ``$1`` live vectors, some of them below the
+    subtree's top level (else its exact scope's index serves it), and at
+    most a share ``$3`` of the table's (a walk of the table's graph finds
+    such a subtree's vectors on most of its steps).
+    """
+    return f"""
+SELECT tenant_id, project_id, NULL::text AS agent_id, NULL::text AS session_id, vectors
+FROM (
+    SELECT *, sum(vectors) FILTER (WHERE whole_tenant) OVER () AS table_vectors
+    FROM (
+        SELECT tenant_id,
+               CASE WHEN grouping(project_id) = 0 THEN project_id END AS project_id,
+               grouping(project_id) = 1 AS whole_tenant,
+               count(*) AS vectors,
+               count(*) FILTER (WHERE project_id IS NOT NULL) AS with_project,
+               count(*) FILTER (WHERE agent_id IS NOT NULL) AS with_agent
+        FROM {schema}.memories
+        WHERE embedding IS NOT NULL AND forgotten_at IS NULL
+        GROUP BY GROUPING SETS ((tenant_id), (tenant_id, project_id))
+    ) AS groups
+) AS subtrees
+WHERE vectors >= $1 AND vectors <= $3 * table_vectors
+  AND CASE WHEN whole_tenant THEN with_project > 0
+           ELSE project_id IS NOT NULL AND with_agent > 0 END
+ORDER BY vectors DESC, tenant_id, project_id NULLS FIRST
+LIMIT $2"""
+
+
 def vectors_in(schema: str, scope_sql: str, limit: int) -> str:
-    """Vectors the exact scope ``scope_sql`` holds, counted up to ``limit``."""
+    """Vectors the scope ``scope_sql`` holds, counted up to ``limit``."""
     return f"""
 SELECT count(*) FROM (
     SELECT 1 FROM {schema}.memories
@@ -116,6 +168,8 @@ SELECT count(*) FROM (
 
 def claim(schema: str) -> str:
     """Record scope ``$1``-``$4``'s index ``$5`` as ``building``, unless ``$6`` others exist.
+
+    ``$7``: which rows the index holds, ``'exact'`` or ``'descendants'``.
 
     Returns ``outcome``: ``'full'`` (that many scope indexes exist already),
     ``'ready'`` (its valid index exists: recorded ready) or ``'build'``;
@@ -134,8 +188,9 @@ WITH own AS (
     END AS outcome
 ), recorded AS (
     INSERT INTO {schema}.{CATALOG} AS n
-        (tenant_id, project_id, agent_id, session_id, index_name, state)
-    SELECT $1, $2, $3, $4, $5, CASE WHEN d.outcome = 'ready' THEN 'ready' ELSE 'building' END
+        (tenant_id, project_id, agent_id, session_id, index_name, state, include)
+    SELECT $1, $2, $3, $4, $5, CASE WHEN d.outcome = 'ready' THEN 'ready' ELSE 'building' END,
+           $7
     FROM decision AS d WHERE d.outcome IN ('build', 'ready')
     ON CONFLICT (tenant_id, index_name) DO UPDATE SET state = EXCLUDED.state
     RETURNING 1
@@ -148,7 +203,7 @@ FROM decision AS d"""
 def mark_ready(schema: str, scope_sql: str, name_param: str) -> str:
     """After a build: mark index ``name_param`` ready if its row and a vector of its scope stand.
 
-    ``scope_sql`` is the exact scope's condition, the tenant bound first (``$1``).
+    ``scope_sql`` is the scope's condition, the tenant bound first (``$1``).
 
     Erasure removes the tenant's rows first; a scope emptied meanwhile
     holds no vector. Returns whether it did.
@@ -173,23 +228,23 @@ def forget(schema: str) -> str:
 def every_row(schema: str) -> str:
     """Every catalog row (gc; the searches' directory of ready scopes)."""
     return f"""
-SELECT tenant_id, project_id, agent_id, session_id, index_name, state
+SELECT tenant_id, project_id, agent_id, session_id, index_name, state, include
 FROM {schema}.{CATALOG}"""
 
 
 def of_tenant(schema: str) -> str:
     """Tenant ``$1``'s catalog rows (the searches' directory under row-level security)."""
     return f"""
-SELECT tenant_id, project_id, agent_id, session_id, index_name, state
+SELECT tenant_id, project_id, agent_id, session_id, index_name, state, include
 FROM {schema}.{CATALOG} WHERE tenant_id = $1"""
 
 
 def record(schema: str) -> str:
-    """Record scope ``$1``-``$4``'s index ``$5`` as ready (one the catalog lacked)."""
+    """Record scope ``$1``-``$4``'s index ``$5`` (include ``$6``) ready (the catalog lacked it)."""
     return f"""
 INSERT INTO {schema}.{CATALOG} AS n
-    (tenant_id, project_id, agent_id, session_id, index_name, state)
-VALUES ($1, $2, $3, $4, $5, 'ready')
+    (tenant_id, project_id, agent_id, session_id, index_name, state, include)
+VALUES ($1, $2, $3, $4, $5, 'ready', $6)
 ON CONFLICT (tenant_id, index_name) DO UPDATE SET state = 'ready'"""
 
 
@@ -198,17 +253,19 @@ def _deparsed(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def deparsed_predicate(scope: Scope) -> str:
+def deparsed_predicate(scope: Scope, include: Include = "exact") -> str:
     """The predicate :func:`create_index` writes, as ``pg_get_expr`` gives it back."""
     clauses = [
         f"({column} IS NULL)" if value is None else f"({column} = {_deparsed(value)}::text)"
-        for column, value in zip(COLUMNS, scope.levels, strict=True)
+        for column, value in _named_levels(scope, include)
     ]
+    if len(clauses) == 1:
+        return clauses[0]
     return "(" + " AND ".join(clauses) + ")"
 
 
-def read_predicate(predicate: str, conforming: bool = True) -> Scope | None:
-    """The scope a scope index's predicate names, read as values (None: not memsvc's).
+def read_predicate(predicate: str, conforming: bool = True) -> tuple[Scope, Include] | None:
+    """The scope and include a scope index's predicate names, read as values (None: not memsvc's).
 
     The literals are read in order (the tenant, then the levels set); the
     whole predicate must then equal the one :func:`create_index` writes for
@@ -225,8 +282,9 @@ def read_predicate(predicate: str, conforming: bool = True) -> Scope | None:
         for slot, value in zip(present, below, strict=True):
             levels[slot] = value
         scope = Scope.trusted(tenant, *levels)
-        if predicate == deparsed_predicate(scope):
-            return scope
+        for include in ("exact", "descendants"):
+            if predicate == deparsed_predicate(scope, include):
+                return scope, include
     return None
 
 

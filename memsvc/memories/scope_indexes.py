@@ -13,6 +13,14 @@ exactly that scope add the scope's levels as literals to their statement
 the planner proves the predicate and walks the scope's own small graph;
 every other search keeps its statement.
 
+A tenant or project *subtree* (the scope and everything under it) holding
+that many vectors, some below its top level, and at most ``SUBTREE_SHARE``
+of the table's, gets one too: its predicate names the subtree's levels,
+and ``descendants`` searches of it add the same literals. (A subtree
+holding most of the table gains little: a walk of the table's graph finds
+its vectors on most steps.) Scope and subtree indexes share the cap, the
+catalog (whose ``include`` says which an index is) and the life below.
+
 Each index has a row in ``memory_scope_indexes`` (levels, index name,
 state). Searches read the catalog at most every ``DIRECTORY_SECONDS``
 (under row-level security, per tenant); an index built or dropped
@@ -70,6 +78,8 @@ DDL_WAIT_SECONDS = 600.0
 # Searches re-read which scopes have a ready index after this many seconds.
 DIRECTORY_SECONDS = 10.0
 TENANTS_KEPT = 4096
+# A subtree holding more of the table's vectors than this gets no index.
+SUBTREE_SHARE = 0.5
 
 Levels = tuple[str, str | None, str | None, str | None]
 
@@ -94,6 +104,7 @@ class ScopeIndexReport:
     """What one :meth:`ScopeIndexes.maintain` did."""
 
     built: builtins.list[Scope] = field(default_factory=list)
+    subtrees_built: builtins.list[Scope] = field(default_factory=list)  # descendants indexes
     dropped: int = 0  # emptied, shrunken or invalid (an invalid one may be built again)
     rebuilt: int = 0  # invalid ones built again
     full: int = 0  # big scopes left without an index: Settings.scope_indexes_max reached
@@ -107,6 +118,7 @@ class ScopeIndex:
     name: str
     valid: bool
     scope: Scope | None  # the scope its predicate names; None: not one of memsvc's
+    include: Include = "exact"  # "descendants": the scope's subtree
 
 
 class ScopeIndexes(Repository):
@@ -114,15 +126,16 @@ class ScopeIndexes(Repository):
 
     def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         super().__init__(pool, settings)
-        # Ready scopes by tenant (None: every tenant's, read at once), with
+        # Ready scopes (with what their index holds: "exact" or
+        # "descendants") by tenant (None: every tenant's, read at once), with
         # when they were read, and the reads under way.
-        self._directory: dict[str | None, tuple[float, frozenset[Levels]]] = {}
+        self._directory: dict[str | None, tuple[float, frozenset[tuple[str, Levels]]]] = {}
         self._reading: dict[str | None, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------------------ searches
 
-    def indexed(self, scope: Scope) -> bool:
-        """Whether ``scope`` has a ready index, as the catalog said a few seconds ago.
+    def indexed(self, scope: Scope, include: Include = "exact") -> bool:
+        """Whether ``scope`` (its subtree: ``descendants``) has a ready index, as of seconds ago.
 
         Never waits: a directory older than ``DIRECTORY_SECONDS`` (or none
         yet) is read again in the background, and meanwhile answers as it
@@ -140,7 +153,7 @@ class ScopeIndexes(Repository):
             task = asyncio.get_running_loop().create_task(self._read_in_background(key))
             self._reading[key] = task
             task.add_done_callback(lambda _: self._reading.pop(key, None))
-        return known is not None and scope.levels in known[1]
+        return known is not None and (include, scope.levels) in known[1]
 
     async def read_directory(self, tenant: str | None = None) -> None:
         """Read which scopes have a ready index now (``tenant``'s under row-level security)."""
@@ -151,7 +164,7 @@ class ScopeIndexes(Repository):
         args = () if key is None else (key,)
         rows = await self._read(None, lambda conn: conn.fetch(sql, *args), tenant=key)
         ready = frozenset(
-            (r["tenant_id"], r["project_id"], r["agent_id"], r["session_id"])
+            (r["include"], (r["tenant_id"], r["project_id"], r["agent_id"], r["session_id"]))
             for r in rows
             if r["state"] == "ready"
         )
@@ -199,16 +212,18 @@ class ScopeIndexes(Repository):
             invalid = await self._collect(ddl, report)
             if settings.scope_indexes_max == 0:
                 return report
-            big = await ddl.fetch(
-                q.big_scopes(self._schema), settings.scope_index_from, settings.scope_indexes_max
-            )
-            present = {index.scope for index in await self._scope_indexes(ddl) if index.valid}
-            for row in big:
+            big = await self._big(ddl)
+            present = {
+                (index.scope, index.include)
+                for index in await self._scope_indexes(ddl)
+                if index.valid
+            }
+            for row, include in big:
                 scope = _scope_of(row)
-                if scope in present:
+                if (scope, include) in present:
                     continue
                 try:
-                    outcome = await self._build(ddl, scope)
+                    outcome = await self._build(ddl, scope, include)
                 except asyncpg.PostgresError as exc:
                     # E.g. a role that does not own the table: gc goes on,
                     # searches keep their plans; the owner's gc builds them.
@@ -218,37 +233,50 @@ class ScopeIndexes(Repository):
                 if outcome == "full":
                     report.full += 1
                 elif outcome == "built":
-                    report.built.append(scope)
-                    report.rebuilt += scope in invalid
+                    (report.built if include == "exact" else report.subtrees_built).append(scope)
+                    report.rebuilt += (scope, include) in invalid
         # This process's searches see the change at once (others within seconds).
         await self.read_directory()
         return report
 
-    async def _build(self, ddl: asyncpg.Connection, scope: Scope) -> str:
-        """Build ``scope``'s index on the locked session ``ddl``; the outcome.
+    async def _big(self, ddl: asyncpg.Connection) -> builtins.list[tuple[asyncpg.Record, Include]]:
+        """Scopes and subtrees worth an index, largest first, at most the cap of them."""
+        settings = self._settings
+        least, most = settings.scope_index_from, settings.scope_indexes_max
+        found: builtins.list[tuple[asyncpg.Record, Include]] = [
+            (row, "exact") for row in await ddl.fetch(q.big_scopes(self._schema), least, most)
+        ]
+        subtrees = await ddl.fetch(q.big_subtrees(self._schema), least, most, SUBTREE_SHARE)
+        found += [(row, "descendants") for row in subtrees]
+        found.sort(key=lambda pair: -int(pair[0]["vectors"]))
+        return found[:most]
+
+    async def _build(self, ddl: asyncpg.Connection, scope: Scope, include: Include) -> str:
+        """Build ``scope``'s index (its subtree's) on the locked session ``ddl``; the outcome.
 
         ``"built"``, ``"ready"`` (it was there), ``"full"`` (the cap is
         reached) or ``"dropped"`` (emptied or erased while it was built).
         """
-        name = q.scope_index_name(scope)
+        name = q.scope_index_name(scope, include)
         async with ddl.transaction():
             await self._set_tenant(ddl, scope.tenant)
             row = await ddl.fetchrow(
-                q.claim(self._schema), *scope.levels, name, self._settings.scope_indexes_max
+                q.claim(self._schema), *scope.levels, name, self._settings.scope_indexes_max,
+                include,
             )
         if row["outcome"] != "build":
             return str(row["outcome"])
         try:
             if row["leftover"]:
                 await ddl.execute(drop_partial_index(self._schema, name))
-            await ddl.execute(self._create_sql(scope))
+            await ddl.execute(self._create_sql(scope, include))
         except asyncpg.PostgresError:
             # No invalid index, no claim left behind (a cancelled build
             # leaves both to the next run of gc).
             await self._drop(ddl, scope.tenant, name)
             raise
         params = Params()
-        scope_sql = scope_condition(scope, "exact", params)
+        scope_sql = scope_condition(scope, include, params)
         name_param = params.add(name)
         async with ddl.transaction():
             await self._set_tenant(ddl, scope.tenant)
@@ -260,7 +288,7 @@ class ScopeIndexes(Repository):
             return "dropped"
         return "built"
 
-    def _create_sql(self, scope: Scope) -> str:
+    def _create_sql(self, scope: Scope, include: Include) -> str:
         settings = self._settings
         return q.create_index(
             self._schema,
@@ -269,36 +297,43 @@ class ScopeIndexes(Repository):
             OPCLASSES[(settings.vector_type, settings.distance)],
             settings.hnsw_m,
             settings.hnsw_ef_construction,
+            include,
         )
 
-    async def _collect(self, ddl: asyncpg.Connection, report: ScopeIndexReport) -> set[Scope]:
+    async def _collect(
+        self, ddl: asyncpg.Connection, report: ScopeIndexReport
+    ) -> set[tuple[Scope, Include]]:
         """Drop invalid and shrunken indexes, record unlisted ones; the scopes of invalid ones."""
         listed = {
             (row["tenant_id"], row["index_name"]): row
             for row in await ddl.fetch(q.every_row(self._schema))
         }
-        invalid: set[Scope] = set()
+        invalid: set[tuple[Scope, Include]] = set()
         for index in await self._scope_indexes(ddl):
             if index.scope is None:
                 continue
             scope = index.scope
             row = listed.pop((scope.tenant, index.name), None)
-            if not index.valid or not await self._holds_enough(ddl, scope):
+            if not index.valid or not await self._holds_enough(ddl, scope, index.include):
                 await self._drop(ddl, scope.tenant, index.name)
                 report.dropped += 1
                 if not index.valid:
-                    invalid.add(scope)
+                    invalid.add((scope, index.include))
             elif row is None or row["state"] != "ready":
-                await ddl.execute(q.record(self._schema), *scope.levels, index.name)
+                await ddl.execute(
+                    q.record(self._schema), *scope.levels, index.name, index.include
+                )
         for tenant, name in listed:  # rows whose index is gone
             await ddl.execute(q.forget(self._schema), tenant, name)
         return invalid
 
-    async def _holds_enough(self, conn: asyncpg.Connection, scope: Scope) -> bool:
-        """Whether ``scope`` still holds half the threshold of vectors (worth its index)."""
+    async def _holds_enough(
+        self, conn: asyncpg.Connection, scope: Scope, include: Include
+    ) -> bool:
+        """Whether ``scope`` (its subtree) still holds half the threshold of vectors."""
         least = max(1, self._settings.scope_index_from // 2)
         params = Params()
-        scope_sql = scope_condition(scope, "exact", params)
+        scope_sql = scope_condition(scope, include, params)
         held = await conn.fetchval(q.vectors_in(self._schema, scope_sql, least), *params.values)
         return bool(held >= least)
 
@@ -317,7 +352,7 @@ class ScopeIndexes(Repository):
                 indexed = _scope_of(row)
                 async with ddl.transaction():
                     await self._set_tenant(ddl, indexed.tenant)
-                    enough = await self._holds_enough(ddl, indexed)
+                    enough = await self._holds_enough(ddl, indexed, row["include"])
                 if not enough:
                     await self._drop(ddl, indexed.tenant, row["index_name"])
                     dropped += 1
@@ -379,13 +414,14 @@ class ScopeIndexes(Repository):
             await ddl.execute(q.forget(self._schema), tenant, name)
 
     async def _scope_indexes(self, conn: asyncpg.Connection) -> builtins.list[ScopeIndex]:
-        rows = await conn.fetch(q.scope_indexes(self._schema))
-        return [
-            ScopeIndex(
-                row["name"], row["valid"], q.read_predicate(row["predicate"], row["conforming"])
-            )
-            for row in rows
-        ]
+        indexes = []
+        for row in await conn.fetch(q.scope_indexes(self._schema)):
+            read = q.read_predicate(row["predicate"], row["conforming"])
+            if read is None:
+                indexes.append(ScopeIndex(row["name"], row["valid"], None))
+            else:
+                indexes.append(ScopeIndex(row["name"], row["valid"], *read))
+        return indexes
 
 
 def _scope_of(row: asyncpg.Record) -> Scope:

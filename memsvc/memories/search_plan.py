@@ -379,15 +379,16 @@ class SearchPlanner:
         scope_index = walk_ef = None
         if (
             self._scope_indexes is not None
-            and include == "exact"
+            and include != "ancestors"
             and mode_name != "text"
             and plan != "exact"
-            and self._scope_indexes.indexed(scope)
+            and self._scope_indexes.indexed(scope, include)
         ):
-            if own_transaction:
+            # A subtree's graph (up to half the table's) keeps the configured walk.
+            if own_transaction and include == "exact":
                 walk_ef = own_graph_ef(candidates or fetch, self._ef_search)
             statement = self.statements.scoped(shape, scope_literals(scope), walk_ef)
-            scope_index = scope_index_name(scope)
+            scope_index = scope_index_name(scope, include)
         if mode_name != "text":
             # Encoded here rather than by the codec: the checked array is a
             # copy already (the caller may change its own meanwhile), and the

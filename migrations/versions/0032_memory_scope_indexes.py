@@ -26,11 +26,7 @@ from alembic import op
 
 from memsvc.db.migrate import settings_for_migration
 from memsvc.db.tables import SCOPE_COMMENTS
-from memsvc.db.tables_features import (
-    SCOPE_INDEX_NAME_COMMENT,
-    SCOPE_INDEX_STATE_COMMENT,
-    SCOPE_INDEXES_COMMENT,
-)
+from memsvc.db.tables_features import SCOPE_INDEX_NAME_COMMENT, SCOPE_INDEX_STATE_COMMENT
 
 revision: str = "0032"
 down_revision: str | None = "0031"
@@ -39,6 +35,11 @@ depends_on: str | Sequence[str] | None = None
 
 TABLE = "memory_scope_indexes"
 INDEX_PREFIX = "ix_memories_scope_"
+# The table's comment as this revision wrote it (0035 widened it to subtrees).
+SCOPE_INDEXES_COMMENT = (
+    "Scope indexes of memories: one partial HNSW index of memories per row, holding the "
+    "vectors of exactly one scope (see memsvc.memories.scope_indexes)."
+)
 
 
 def upgrade() -> None:
