@@ -176,7 +176,7 @@ class GarbageCollector:
         # invalid ones of big scopes built again).
         progress.start("gc: building and dropping scope indexes of memories")
         scope_indexes = await self._memories.scope_indexes.maintain()
-        report.scope_indexes_built = len(scope_indexes.built)
+        report.scope_indexes_built = len(scope_indexes.built) + len(scope_indexes.subtrees_built)
         report.scope_indexes_dropped = scope_indexes.dropped
         report.checkpoints_pruned = await self._prune_checkpoints(progress)
         await self._persist_commit_times(batch_size, report, progress)
