@@ -33,6 +33,22 @@ def test_layout_holds_the_measured_scopes_and_heavy_tailed_tenants() -> None:
     assert max(sizes.values()) > 20 * statistics.median(sizes.values())
 
 
+def test_the_real_tenant_holds_each_real_row_once_in_its_data_set_scope() -> None:
+    layout = scale.Layout()
+    layout.grow(10_000)
+    scope_ids = np.array([3, 3, 5, 3, 7])
+    keys = layout.add_real(scope_ids)
+    assert keys == [("real", f"s{s}", None, None) for s in scope_ids]
+    assert layout.rows_in(Scope("real"), "descendants") == (5, 1)
+    assert layout.rows_in(Scope("real", "s3"), "exact")[0] == 3
+    assert layout.real_project == "s3"
+    assert len(layout.tenants) == 10_000  # row numbers (gets) are the growth's alone
+    labels = [s.label for s in scale.measured_scopes(layout)]
+    assert labels[-2:] == [
+        "real tenant, descendants (5 real rows)", "real tenant's largest project (3 real rows)"
+    ]
+
+
 def test_growth_lines_are_import_lines_on_the_fast_path() -> None:
     rng = np.random.default_rng(1)
     vector = rng.normal(size=scale.DIM)
