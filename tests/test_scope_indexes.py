@@ -489,3 +489,21 @@ async def test_a_big_subtree_gets_its_own_index_and_its_descendants_searches_wal
     assert receipt.removed["scope_indexes"] == 1
     assert receipt.verified and "scope_indexes" not in receipt.remaining
     assert await present(svc) == {} and await catalog(svc) == {}
+
+
+async def test_a_build_outlasting_the_command_timeout_is_not_cut_short(
+    svc: MemoryService,
+) -> None:
+    await fill(svc, FILLED, BIG, seed=1)
+    impatient = svc.settings.model_copy(update={"command_timeout_s": 1.0})
+    async with MemoryService.open(impatient) as builder:
+        # CREATE INDEX CONCURRENTLY waits for this open write: the build
+        # lasts past the builder's client-side command timeout.
+        async with svc.pool.acquire() as conn, conn.transaction():
+            await svc.memories.add(SMALL, "an open write", conn=conn)
+            build = asyncio.create_task(builder.maintenance.index_scopes())
+            await asyncio.sleep(2.5)
+            assert not build.done()
+        report = await build
+    assert report.built == [FILLED]
+    assert await present(svc) == {q.scope_index_name(FILLED): True}

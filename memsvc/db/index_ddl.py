@@ -23,15 +23,18 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
-from memsvc.core.settings import Settings
+from memsvc.core.settings import MAX_TIMEOUT_S, Settings
 from memsvc.db.errors import translate_errors
 
 POLL_FIRST_SECONDS = 0.05
 POLL_MAX_SECONDS = 1.0
 TRY_LOCK = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))"
 UNLOCK = "SELECT pg_advisory_unlock(hashtextextended($1, 0))"
-# A build or a drop waits for older transactions: minutes, never cut short.
+# A build or a drop waits for older transactions: minutes, never cut short,
+# by the server's timeouts or by the pool's client-side command timeout (a
+# build over a few hundred thousand vectors takes minutes).
 NO_TIMEOUTS = "SET statement_timeout = 0; SET lock_timeout = 0"
+DDL_TIMEOUT_S = MAX_TIMEOUT_S
 
 
 def lock_key(schema: str) -> str:
@@ -70,6 +73,11 @@ async def index_ddl_session(
                 pause = min(pause * 2, POLL_MAX_SECONDS)
             yield conn
             await conn.execute(UNLOCK, key)
+
+
+async def run_ddl(ddl: asyncpg.Connection, sql: str) -> None:
+    """Run a build or drop on the DDL session, for as long as it takes."""
+    await ddl.execute(sql, timeout=DDL_TIMEOUT_S)
 
 
 def create_partial_hnsw(

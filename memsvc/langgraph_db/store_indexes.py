@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from memsvc.db.index_ddl import drop_partial_index, index_ddl_session
+from memsvc.db.index_ddl import drop_partial_index, index_ddl_session, run_ddl
 from memsvc.db.repository import Repository
 from memsvc.langgraph_db import store_index_queries as q
 
@@ -87,8 +87,8 @@ class NamespaceIndexes(Repository):
                 return str(row["outcome"])
             try:
                 if row["leftover"]:
-                    await ddl.execute(drop_partial_index(self._schema, name))
-                await ddl.execute(create_sql)
+                    await run_ddl(ddl, drop_partial_index(self._schema, name))
+                await run_ddl(ddl, create_sql)
             except asyncpg.PostgresError:
                 # No invalid index, no claim left behind (a cancelled build
                 # leaves both to the next build or to gc).
@@ -143,7 +143,7 @@ class NamespaceIndexes(Repository):
                 if index.owner is not None and index.owner[0] == tenant
             }
             for name in sorted(names):
-                await ddl.execute(drop_partial_index(self._schema, name))
+                await run_ddl(ddl, drop_partial_index(self._schema, name))
         return len(names)
 
     async def of_tenant(self, tenant: str) -> builtins.list[str]:
@@ -206,7 +206,7 @@ class NamespaceIndexes(Repository):
     # ------------------------------------------------------------------ helpers
 
     async def _drop(self, ddl: asyncpg.Connection, tenant: str, prefix: str, name: str) -> None:
-        await ddl.execute(drop_partial_index(self._schema, name))
+        await run_ddl(ddl, drop_partial_index(self._schema, name))
         async with ddl.transaction():
             await self._set_tenant(ddl, tenant)
             await ddl.execute(q.forget(self._schema), tenant, prefix)

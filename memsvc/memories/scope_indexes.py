@@ -64,11 +64,13 @@ import asyncpg
 from memsvc.core.errors import MemsvcError
 from memsvc.core.scope import Include, Scope
 from memsvc.core.settings import Settings
-from memsvc.db.index_ddl import drop_partial_index, index_ddl_session
+from memsvc.db.index_ddl import drop_partial_index, index_ddl_session, run_ddl
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params, scope_condition
 from memsvc.db.table_columns import OPCLASSES
 from memsvc.memories import scope_index_queries as q
+from memsvc.transfer.bulk import build_memory_mb
+from memsvc.transfer.bulk_queries import build_settings
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +225,7 @@ class ScopeIndexes(Repository):
                 if (scope, include) in present:
                     continue
                 try:
-                    outcome = await self._build(ddl, scope, include)
+                    outcome = await self._build(ddl, scope, include, int(row["vectors"]))
                 except asyncpg.PostgresError as exc:
                     # E.g. a role that does not own the table: gc goes on,
                     # searches keep their plans; the owner's gc builds them.
@@ -251,8 +253,13 @@ class ScopeIndexes(Repository):
         found.sort(key=lambda pair: -int(pair[0]["vectors"]))
         return found[:most]
 
-    async def _build(self, ddl: asyncpg.Connection, scope: Scope, include: Include) -> str:
+    async def _build(
+        self, ddl: asyncpg.Connection, scope: Scope, include: Include, vectors: int
+    ) -> str:
         """Build ``scope``'s index (its subtree's) on the locked session ``ddl``; the outcome.
+
+        With memory for the graph of its ``vectors`` (a graph outgrowing
+        ``maintenance_work_mem`` is built on disk, several times slower).
 
         ``"built"``, ``"ready"`` (it was there), ``"full"`` (the cap is
         reached) or ``"dropped"`` (emptied or erased while it was built).
@@ -268,8 +275,9 @@ class ScopeIndexes(Repository):
             return str(row["outcome"])
         try:
             if row["leftover"]:
-                await ddl.execute(drop_partial_index(self._schema, name))
-            await ddl.execute(self._create_sql(scope, include))
+                await run_ddl(ddl, drop_partial_index(self._schema, name))
+            await ddl.execute(build_settings(build_memory_mb(vectors, self._settings)))
+            await run_ddl(ddl, self._create_sql(scope, include))
         except asyncpg.PostgresError:
             # No invalid index, no claim left behind (a cancelled build
             # leaves both to the next run of gc).
@@ -408,7 +416,7 @@ class ScopeIndexes(Repository):
         return [row for row in rows if _within(_scope_of(row), scope, include)]
 
     async def _drop(self, ddl: asyncpg.Connection, tenant: str, name: str) -> None:
-        await ddl.execute(drop_partial_index(self._schema, name))
+        await run_ddl(ddl, drop_partial_index(self._schema, name))
         async with ddl.transaction():
             await self._set_tenant(ddl, tenant)
             await ddl.execute(q.forget(self._schema), tenant, name)
