@@ -453,11 +453,17 @@ async def test_a_big_subtree_gets_its_own_index_and_its_descendants_searches_wal
     for project, seed in (("f0", 13), ("f1", 14), ("f2", 15)):
         await fill(svc, Scope("filler", project), 2_000, seed=seed)
     await analyze(svc)
+    # Subtrees get at most a quarter of the cap: none of this service's 2.
     report = await svc.maintenance.index_scopes()
+    assert report.subtrees_built == [] and report.full == 1
+    wider = svc.settings.model_copy(update={"scope_indexes_max": 4})
+    async with MemoryService.open(wider) as builder:
+        report = await builder.maintenance.index_scopes()
     name = q.scope_index_name(tenant, "descendants")
     assert report.subtrees_built == [tenant] and report.built == []
     assert await present(svc) == {name: True}
     assert await catalog(svc) == {name: "ready"}
+    await svc.memories.scope_indexes.read_directory()  # built by the other service
     await until_indexed(svc, tenant, include="descendants")
     query = vectors(3, 1)[0]
     plan = await svc.memories.explain_search(tenant, query, k=10, include="descendants")

@@ -15,7 +15,8 @@ every other search keeps its statement.
 
 A tenant or project *subtree* (the scope and everything under it) holding
 that many vectors, some below its top level, and at most ``SUBTREE_SHARE``
-of the table's, gets one too: its predicate names the subtree's levels,
+of the table's, gets one too (at most :func:`subtree_cap` of them, built
+after the exact scopes' indexes): its predicate names the subtree's levels,
 and ``descendants`` searches of it add the same literals. (A subtree
 holding most of the table gains little: a walk of the table's graph finds
 its vectors on most steps.) Scope and subtree indexes share the cap, the
@@ -82,6 +83,15 @@ DIRECTORY_SECONDS = 10.0
 TENANTS_KEPT = 4096
 # A subtree holding more of the table's vectors than this gets no index.
 SUBTREE_SHARE = 0.5
+
+
+def subtree_cap(scope_indexes_max: int) -> int:
+    """Subtree indexes at most: a quarter of the cap, so exact scopes keep the rest.
+
+    An agent's or a session's searches (exact scopes) are the most frequent;
+    a subtree's index also costs writes into every scope under it.
+    """
+    return scope_indexes_max // 4
 
 Levels = tuple[str, str | None, str | None, str | None]
 
@@ -220,9 +230,15 @@ class ScopeIndexes(Repository):
                 for index in await self._scope_indexes(ddl)
                 if index.valid
             }
+            subtree_room = subtree_cap(settings.scope_indexes_max) - sum(
+                include == "descendants" for _, include in present
+            )
             for row, include in big:
                 scope = _scope_of(row)
                 if (scope, include) in present:
+                    continue
+                if include == "descendants" and subtree_room <= 0:
+                    report.full += 1
                     continue
                 try:
                     outcome = await self._build(ddl, scope, include, int(row["vectors"]))
@@ -234,24 +250,26 @@ class ScopeIndexes(Repository):
                     break
                 if outcome == "full":
                     report.full += 1
+                elif outcome == "built" and include == "exact":
+                    report.built.append(scope)
                 elif outcome == "built":
-                    (report.built if include == "exact" else report.subtrees_built).append(scope)
-                    report.rebuilt += (scope, include) in invalid
+                    report.subtrees_built.append(scope)
+                    subtree_room -= 1
+                report.rebuilt += outcome == "built" and (scope, include) in invalid
         # This process's searches see the change at once (others within seconds).
         await self.read_directory()
         return report
 
     async def _big(self, ddl: asyncpg.Connection) -> builtins.list[tuple[asyncpg.Record, Include]]:
-        """Scopes and subtrees worth an index, largest first, at most the cap of them."""
+        """Scopes worth an index, largest first, then subtrees (at most their share of the cap)."""
         settings = self._settings
         least, most = settings.scope_index_from, settings.scope_indexes_max
         found: builtins.list[tuple[asyncpg.Record, Include]] = [
             (row, "exact") for row in await ddl.fetch(q.big_scopes(self._schema), least, most)
         ]
+        # All of them, up to the cap: those past the subtrees' share are reported as left out.
         subtrees = await ddl.fetch(q.big_subtrees(self._schema), least, most, SUBTREE_SHARE)
-        found += [(row, "descendants") for row in subtrees]
-        found.sort(key=lambda pair: -int(pair[0]["vectors"]))
-        return found[:most]
+        return found + [(row, "descendants") for row in subtrees]
 
     async def _build(
         self, ddl: asyncpg.Connection, scope: Scope, include: Include, vectors: int
