@@ -394,7 +394,7 @@ async def test_a_walk_of_a_scopes_own_index_sets_its_ef_search_for_its_statement
     memsvc_database_url: str,
 ) -> None:
     from memsvc.db.codecs import vector_bytes
-    from memsvc.memories.scope_indexes import own_graph_ef
+    from memsvc.db.hnsw_walks import own_graph_ef
 
     # One pooled connection: the statement it caches is the one searches ran.
     settings = settings_for_tests(

@@ -37,6 +37,28 @@ NO_TIMEOUTS = "SET statement_timeout = 0; SET lock_timeout = 0"
 DDL_TIMEOUT_S = MAX_TIMEOUT_S
 
 
+MIN_BUILD_MEMORY_MB = 64
+MAX_BUILD_MEMORY_MB = 1024
+
+
+def build_memory_mb(rows: int, settings: Settings) -> int:
+    """``maintenance_work_mem`` (MB) for building the HNSW graph of ``rows`` in memory.
+
+    Per element: the vector, the neighbour lists of layer 0 (2m) and the
+    upper layers, and bookkeeping; with a third of headroom. (A graph
+    outgrowing ``maintenance_work_mem`` is built on disk, several times slower.)
+    """
+    vector_bytes = settings.embedding_dim * (2 if settings.vector_type == "halfvec" else 4)
+    per_row = vector_bytes + settings.hnsw_m * 2 * 10 + 160
+    wanted = int(rows * per_row * 4 / 3 / 2**20) + 1
+    return max(MIN_BUILD_MEMORY_MB, min(MAX_BUILD_MEMORY_MB, wanted))
+
+
+def build_memory(maintenance_work_mem_mb: int) -> str:
+    """The session setting giving a build that much memory."""
+    return f"SET maintenance_work_mem = '{int(maintenance_work_mem_mb)}MB'"
+
+
 def lock_key(schema: str) -> str:
     """The text whose hash keys the schema's partial index DDL lock.
 

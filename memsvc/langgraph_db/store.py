@@ -31,13 +31,13 @@ import asyncpg
 from memsvc.core.errors import ConcurrencyError, MemsvcError
 from memsvc.core.settings import Settings
 from memsvc.db.codecs import vector_bytes
+from memsvc.db.hnsw_walks import OWN_GRAPH_EF_MIN, own_graph_ef
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params
 from memsvc.db.tables import OPCLASSES, store_vector_index_expression
 from memsvc.langgraph_db import store_index_queries as iq
 from memsvc.langgraph_db import store_queries as q
 from memsvc.langgraph_db.store_indexes import NamespaceIndexes
-from memsvc.memories.scope_indexes import OWN_GRAPH_EF_MIN, own_graph_ef
 
 # How many vectors a query search reads per wanted item at first (an item has
 # one vector per indexed field); it reads further when fields crowd the scan.
@@ -75,7 +75,7 @@ NAMESPACE_INDEX_FROM = 2_000
 NAMESPACE_INDEX_SHARE = 0.25
 NAMESPACE_INDEXES_MAX = 32
 # The walk of a namespace's own index keeps as many candidates as a walk of a
-# memories scope's own graph (memsvc.memories.scope_indexes.own_graph_ef).
+# memories scope's own graph (memsvc.db.hnsw_walks.own_graph_ef).
 # A walk of the table's graph for a namespace holding a share s of it keeps
 # TABLE_EF_FACTOR * scan / s candidates (at least OWN_GRAPH_EF_MIN, at most
 # hnsw_ef_search): about as many of the namespace's own vectors as a walk of

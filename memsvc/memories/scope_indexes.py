@@ -65,13 +65,17 @@ import asyncpg
 from memsvc.core.errors import MemsvcError
 from memsvc.core.scope import Include, Scope
 from memsvc.core.settings import Settings
-from memsvc.db.index_ddl import drop_partial_index, index_ddl_session, run_ddl
+from memsvc.db.index_ddl import (
+    build_memory,
+    build_memory_mb,
+    drop_partial_index,
+    index_ddl_session,
+    run_ddl,
+)
 from memsvc.db.repository import Repository
 from memsvc.db.sql import Params, scope_condition
 from memsvc.db.table_columns import OPCLASSES
 from memsvc.memories import scope_index_queries as q
-from memsvc.transfer.bulk import build_memory_mb
-from memsvc.transfer.bulk_queries import build_settings
 
 log = logging.getLogger(__name__)
 
@@ -94,21 +98,6 @@ def subtree_cap(scope_indexes_max: int) -> int:
     return scope_indexes_max // 4
 
 Levels = tuple[str, str | None, str | None, str | None]
-
-# A walk of a scope's own graph keeps OWN_GRAPH_EF_FACTOR candidates per row
-# it must find (at least OWN_GRAPH_EF_MIN), not the connection's
-# hnsw.ef_search, which is sized for the table's graph, where other scopes'
-# vectors and filters reject candidates: in its own graph nearly every
-# candidate counts. Fewer than the minimum cost recall; more cost time for no
-# recall (docs/benchmarks.md).
-OWN_GRAPH_EF_FACTOR = 2
-OWN_GRAPH_EF_MIN = 40
-
-
-def own_graph_ef(rows: int, configured: int) -> int | None:
-    """The hnsw.ef_search of a walk of a scope's own graph for ``rows``; None: ``configured``."""
-    wanted = max(OWN_GRAPH_EF_MIN, OWN_GRAPH_EF_FACTOR * rows)
-    return wanted if wanted < configured else None
 
 
 @dataclass
@@ -294,7 +283,7 @@ class ScopeIndexes(Repository):
         try:
             if row["leftover"]:
                 await run_ddl(ddl, drop_partial_index(self._schema, name))
-            await ddl.execute(build_settings(build_memory_mb(vectors, self._settings)))
+            await ddl.execute(build_memory(build_memory_mb(vectors, self._settings)))
             await run_ddl(ddl, self._create_sql(scope, include))
         except asyncpg.PostgresError:
             # No invalid index, no claim left behind (a cancelled build

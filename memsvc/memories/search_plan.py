@@ -40,12 +40,13 @@ from memsvc.core.settings import Settings
 from memsvc.core.time_limits import validate_time
 from memsvc.core.validation import check_text, validate_importance, validate_limit, validate_scope
 from memsvc.db.codecs import vector_bytes
+from memsvc.db.hnsw_walks import own_graph_ef
 from memsvc.db.sql import Params, scope_condition
 from memsvc.memories import queries as q
 from memsvc.memories.embedding_space import EmbeddingSpace
 from memsvc.memories.filters import compile_where
 from memsvc.memories.scope_index_queries import scope_index_name, scope_literals
-from memsvc.memories.scope_indexes import ScopeIndexes, own_graph_ef
+from memsvc.memories.scope_indexes import ScopeIndexes
 from memsvc.memories.text_terms import hybrid_terms, text_words
 from memsvc.memories.validity import Validity, check_validity, validity_sql
 

@@ -49,6 +49,7 @@ from sqlalchemy.schema import CreateIndex
 from memsvc.core.errors import MemsvcError, SchemaError, StorageError
 from memsvc.core.settings import Settings
 from memsvc.db.errors import translate_errors
+from memsvc.db.index_ddl import build_memory_mb
 from memsvc.db.pool import connect
 from memsvc.db.tables import build_metadata
 from memsvc.progress import NO_PROGRESS, ProgressReporter
@@ -61,8 +62,6 @@ ASSEMBLY_VECTOR_INDEX = "ix_assemblies_centroid_hnsw"
 
 # Rebuild only for loads at least this large, into tables at most as large as the load.
 BULK_MIN_ROWS = 10_000
-MIN_BUILD_MEMORY_MB = 64
-MAX_BUILD_MEMORY_MB = 1024
 
 _CREATE_INDEX = re.compile(r"^\s*CREATE\s+(UNIQUE\s+)?INDEX\s+", re.IGNORECASE)
 
@@ -140,18 +139,6 @@ async def count_new_memories(
     if memory_ids:
         new += await check()
     return new
-
-
-def build_memory_mb(rows: int, settings: Settings) -> int:
-    """``maintenance_work_mem`` (MB) for building the HNSW graph of ``rows`` in memory.
-
-    Per element: the vector, the neighbour lists of layer 0 (2m) and the
-    upper layers, and bookkeeping; with a third of headroom.
-    """
-    vector_bytes = settings.embedding_dim * (2 if settings.vector_type == "halfvec" else 4)
-    per_row = vector_bytes + settings.hnsw_m * 2 * 10 + 160
-    wanted = int(rows * per_row * 4 / 3 / 2**20) + 1
-    return max(MIN_BUILD_MEMORY_MB, min(MAX_BUILD_MEMORY_MB, wanted))
 
 
 def build_workers(server: Mapping[str, Any], cpus: int | None) -> int | None:

@@ -20,11 +20,11 @@ pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
 from langgraph.store.base import PutOp
 
 from memsvc import MemoryService, Scope
+from memsvc.db.hnsw_walks import own_graph_ef
 from memsvc.integrations.langgraph import MemsvcStore
 from memsvc.langgraph_db import store as langgraph_store
 from memsvc.langgraph_db import store_queries as q
 from memsvc.langgraph_db.store import LangGraphStoreRepository
-from memsvc.memories.scope_indexes import own_graph_ef
 from tests.integrations.test_langgraph_store_search import embed_function, exact
 
 BIG = 700

@@ -1,0 +1,21 @@
+"""How many candidates an HNSW walk of a partial index keeps.
+
+memsvc's partial HNSW indexes (a memories scope's or subtree's, a LangGraph
+store namespace's) hold one scope's vectors. A walk of such a graph keeps
+``OWN_GRAPH_EF_FACTOR`` candidates per row it must find (at least
+``OWN_GRAPH_EF_MIN``), not the connection's ``hnsw.ef_search``, which is
+sized for the table's graph, where other scopes' vectors and filters reject
+candidates: in a scope's own graph nearly every candidate counts. Fewer than
+the minimum cost recall; more cost time for no recall (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+OWN_GRAPH_EF_FACTOR = 2
+OWN_GRAPH_EF_MIN = 40
+
+
+def own_graph_ef(rows: int, configured: int) -> int | None:
+    """The hnsw.ef_search of a walk of a scope's own graph for ``rows``; None: ``configured``."""
+    wanted = max(OWN_GRAPH_EF_MIN, OWN_GRAPH_EF_FACTOR * rows)
+    return wanted if wanted < configured else None
