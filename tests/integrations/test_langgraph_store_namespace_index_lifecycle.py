@@ -428,6 +428,21 @@ async def test_right_after_an_import_searches_walk_and_the_statistics_are_gather
     await analyze(service)
     monkeypatch.setattr(langgraph_store, "WRITES_PER_COUNT", 10**9)  # the writes count nothing
     monkeypatch.setattr(langgraph_store, "ANALYZE_SECONDS", 0.0)  # (the fill's counts ran one)
+    schema = service.settings.db_schema
+    # Nor does autovacuum's analyze, which the new rows could start meanwhile.
+    vectors = f"{schema}.langgraph_store_vectors"
+    async with service.pool.acquire() as conn:
+        await conn.execute(f"ALTER TABLE {vectors} SET (autovacuum_enabled = false)")
+    try:
+        await search_right_after_an_import(service, store, monkeypatch)
+    finally:
+        async with service.pool.acquire() as conn:
+            await conn.execute(f"ALTER TABLE {vectors} RESET (autovacuum_enabled)")
+
+
+async def search_right_after_an_import(
+    service: MemoryService, store: MemsvcStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await fill(store, ("big",), [off_topic(i) for i in range(2 * SIZE)])
     schema = service.settings.db_schema
     estimate_sql = (
