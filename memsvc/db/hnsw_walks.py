@@ -15,6 +15,20 @@ OWN_GRAPH_EF_FACTOR = 2
 OWN_GRAPH_EF_MIN = 40
 
 
+def walk_target(query: str, ef_search: int, vector_type: str) -> str:
+    """The query vector, yielded by a subquery that first sets ``hnsw.ef_search``.
+
+    The executor runs the subquery before the index scan starts (the scan
+    needs the vector first), so the walk keeps ``ef_search`` candidates. The
+    setting lasts until the transaction ends: only for a statement in a
+    transaction memsvc owns (in a caller's it would outlive the search).
+    """
+    return (
+        f"(SELECT {query}::{vector_type} FROM (SELECT set_config('hnsw.ef_search', "
+        f"'{int(ef_search)}', true)) AS ef)"
+    )
+
+
 def own_graph_ef(rows: int, configured: int) -> int | None:
     """The hnsw.ef_search of a walk of a scope's own graph for ``rows``; None: ``configured``."""
     wanted = max(OWN_GRAPH_EF_MIN, OWN_GRAPH_EF_FACTOR * rows)

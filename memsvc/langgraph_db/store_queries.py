@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memsvc.db.hnsw_walks import walk_target
 from memsvc.db.sql import Params, quote_literal
 from memsvc.langgraph_db.store_index_queries import (
     NAMESPACE_INDEX_PREFIX,
@@ -187,10 +188,7 @@ def search_items(
     target = query
     if ef_search is not None:
         cast = "vector" if half_dims is not None else "halfvec"
-        target = (
-            f"(SELECT {query}::{cast} FROM (SELECT set_config('hnsw.ef_search', "
-            f"'{int(ef_search)}', true)) AS ef)"
-        )
+        target = walk_target(query, ef_search, cast)
     walk = f"v.embedding {operator} {target}"
     if half_dims is not None:
         half = f"halfvec({int(half_dims)})"

@@ -8,6 +8,7 @@ its event commit together in one round trip.
 
 from __future__ import annotations
 
+from memsvc.db.hnsw_walks import walk_target
 from memsvc.db.sql import INSERT_ARM_RETURNING, tenant_or_any
 
 # Every column of memories, in table order: SELECT lists, RETURNING, COPY.
@@ -583,7 +584,7 @@ def search(
     columns when nothing matched.
 
     ``walk_ef``: the HNSW walk keeps that many candidates instead of the
-    connection's ``hnsw.ef_search`` (see :func:`walk_target`).
+    connection's ``hnsw.ef_search`` (see :func:`memsvc.db.hnsw_walks.walk_target`).
     """
     walk = None
     if mode != "text" and walk_ef is not None and not exact:
@@ -615,20 +616,6 @@ def search(
         with_embeddings=with_embeddings,
         identifier_boost=identifier_boost,
         walk=walk,
-    )
-
-
-def walk_target(query_param: str, ef_search: int, vector_type: str) -> str:
-    """The query vector, yielded by a subquery that first sets ``hnsw.ef_search``.
-
-    The executor runs the subquery before the index scan starts (the scan
-    needs the vector first), so the walk keeps ``ef_search`` candidates. The
-    setting lasts until the transaction ends: only for a statement in a
-    transaction memsvc owns (in a caller's it would outlive the search).
-    """
-    return (
-        f"(SELECT {query_param}::{vector_type} FROM (SELECT set_config('hnsw.ef_search', "
-        f"'{int(ef_search)}', true)) AS ef)"
     )
 
 

@@ -6,6 +6,8 @@ so these statements run one by one on a connection in autocommit.
 
 from __future__ import annotations
 
+from memsvc.db.index_ddl import NO_TIMEOUTS, build_memory
+
 # Session-level advisory lock held while a bulk load has the vector index
 # dropped: two bulk loads never rebuild at once, and doctor --repair leaves
 # a missing index alone while a load holds the lock.
@@ -78,10 +80,7 @@ def build_settings(maintenance_work_mem_mb: int) -> str:
     No statement or lock timeout: once the index is dropped, giving up the
     rebuild half-way would leave searches on exact scans.
     """
-    return (
-        f"SET maintenance_work_mem = '{int(maintenance_work_mem_mb)}MB'; "
-        "SET statement_timeout = 0; SET lock_timeout = 0"
-    )
+    return f"{build_memory(maintenance_work_mem_mb)}; {NO_TIMEOUTS}"
 
 
 # Whether the server is on this machine (a Unix-socket connection has no
