@@ -115,7 +115,9 @@ async def test_a_wait_longer_than_max_backoff_fails_at_once(server: FakeEmbeddin
     started = time.monotonic()
     with pytest.raises(EmbeddingError, match="retry after 120s") as caught:
         await embedder(server, max_backoff_s=1.0)(["x"])
-    assert time.monotonic() - started < 1.0
+    # Not the 120 s asked for (a bound far from the request's own time, which
+    # a loaded CI machine stretched past a second); one request: no retry.
+    assert time.monotonic() - started < 30.0
     assert caught.value.status == 429 and caught.value.retryable
     assert len(server.requests) == 1
 
