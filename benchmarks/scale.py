@@ -799,11 +799,15 @@ async def run_child(kind: str, dsn: str, path: Path) -> dict[str, float]:
 
 
 async def vector_index(admin: asyncpg.Connection, table: str) -> tuple[str, str]:
-    """The HNSW index of ``table``: its name and definition."""
+    """The HNSW index of all of ``table``'s rows: its name and definition.
+
+    Not a scope's partial index (memsvc's table has those too, once gc or
+    ``index_scopes`` built them).
+    """
     row = await admin.fetchrow(
         "SELECT c.oid::regclass::text AS name, pg_get_indexdef(c.oid) AS definition "
         "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam "
-        "WHERE i.indrelid = $1::regclass AND a.amname = 'hnsw'",
+        "WHERE i.indrelid = $1::regclass AND a.amname = 'hnsw' AND i.indpred IS NULL",
         table,
     )
     if row is None:
@@ -831,10 +835,15 @@ async def build_indexes(
 
 
 async def grow(
-    admin: asyncpg.Connection, dsn: str, settings: Settings, layout: Layout,
+    admin: asyncpg.Connection, dsn: str, svc: MemoryService, layout: Layout,
     source: VectorSource, workdir: Path, size: int, stage: int, source_data: Path,
 ) -> list[Result]:
-    """Bring both stores to ``size`` rows (plus a scope to delete); import figures."""
+    """Bring both stores to ``size`` rows (plus a scope to delete); import figures.
+
+    As a bulk import that drops the vector index does, the scope indexes go
+    too, and are built again after it (:func:`index_scopes`).
+    """
+    settings = svc.settings
     path = workdir / f"growth{stage}.jsonl"
     started = time.perf_counter()
     real_scopes = None
@@ -848,6 +857,7 @@ async def grow(
     for side, table in (("memsvc", f"{settings.db_schema}.memories"), ("raw", RAW_TABLE)):
         name, definitions[side] = await vector_index(admin, table)
         await admin.execute(f"DROP INDEX {name}")
+    await svc.memories.scope_indexes.drop_all()
     sides = ["import", "raw-import"] if stage % 2 == 0 else ["raw-import", "import"]
     # The bulk-load lock, as a load that dropped the index holds it: the
     # import must not rebuild the missing index itself (it is built below,
@@ -1030,7 +1040,7 @@ async def run(args: argparse.Namespace) -> None:
             loads[size] = [loadavg()]
             print(f"\n== {size:,} rows (load average {loads[size][0]}) ==", flush=True)
             started = time.perf_counter()
-            grown = await grow(admin, dsn, settings, layout, source, workdir, size, stage,
+            grown = await grow(admin, dsn, svc, layout, source, workdir, size, stage,
                                args.data)
             grown += await index_scopes(svc, size)
             print(f"  grown in {time.perf_counter() - started:.0f} s", flush=True)

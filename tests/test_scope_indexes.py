@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import asyncpg
 import numpy as np
@@ -20,6 +21,7 @@ import pytest
 
 from memsvc import MemoryService, Scope
 from memsvc.core.scope import Include
+from memsvc.db.index_ddl import BULK_LOCK_KEY
 from memsvc.memories import scope_index_queries as q
 from memsvc.testing.postgres import TestPostgres, settings_for_tests
 
@@ -513,3 +515,59 @@ async def test_a_build_outlasting_the_command_timeout_is_not_cut_short(
         report = await build
     assert report.built == [FILLED]
     assert await present(svc) == {q.scope_index_name(FILLED): True}
+
+
+async def index_oids(svc: MemoryService) -> dict[str, int]:
+    async with svc.pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT c.relname, c.oid FROM pg_class AS c WHERE c.relname = any($1::text[])",
+            list(await present(svc)),
+        )
+    return {row["relname"]: row["oid"] for row in rows}
+
+
+async def test_a_bulk_import_drops_the_scope_indexes_for_the_load_and_builds_them_after(
+    svc: MemoryService, tmp_path: Path
+) -> None:
+    loaded = Scope("acme", "loaded")
+    await fill(svc, FILLED, BIG, seed=1)
+    await fill(svc, loaded, BIG, seed=5)
+    export = tmp_path / "loaded.jsonl"
+    await svc.maintenance.export(export, scope=loaded)
+    await svc.memories.delete_scope(loaded)
+    report = await svc.maintenance.index_scopes()
+    assert report.built == [FILLED]
+    before = await index_oids(svc)
+    # Every loaded row would go into the indexed scopes' graphs one by one:
+    # the load drops them with the table's, and builds them again after it.
+    loading = await svc.maintenance.import_file(export, index_mode="rebuild")
+    assert loading.memories.inserted == BIG and loading.index_rebuilt
+    assert loading.scope_indexes_dropped == 1 and loading.scope_indexes_built == 2
+    names = {q.scope_index_name(FILLED), q.scope_index_name(loaded)}
+    assert await present(svc) == dict.fromkeys(names, True)
+    assert await catalog(svc) == dict.fromkeys(names, "ready")
+    # A new index of the filled scope: the one before was dropped.
+    assert (await index_oids(svc))[q.scope_index_name(FILLED)] != before[
+        q.scope_index_name(FILLED)
+    ]
+    await analyze(svc)
+    await until_indexed(svc, loaded)
+    plan = await svc.memories.explain_search(loaded, vectors(3, 1)[0], k=10)
+    assert f"Index Scan using {q.scope_index_name(loaded)}" in plan
+    assert await same_as_exact(svc, loaded, vectors(4, 10)) >= 0.95
+
+
+async def test_gc_builds_no_scope_index_while_a_bulk_load_has_them_dropped(
+    svc: MemoryService, memsvc_database_url: str
+) -> None:
+    await fill(svc, FILLED, BIG, seed=1)
+    loader = await asyncpg.connect(memsvc_database_url)
+    try:
+        assert await loader.fetchval("SELECT pg_try_advisory_lock($1)", BULK_LOCK_KEY)
+        report = await svc.maintenance.index_scopes()
+        assert report.skipped == "bulk load" and report.built == []
+        assert await present(svc) == {}
+    finally:
+        await loader.close()  # the load ends: its session lock goes
+    report = await svc.maintenance.index_scopes()
+    assert report.built == [FILLED] and report.skipped is None

@@ -37,6 +37,15 @@ NO_TIMEOUTS = "SET statement_timeout = 0; SET lock_timeout = 0"
 DDL_TIMEOUT_S = MAX_TIMEOUT_S
 
 
+# Session advisory lock a bulk load holds while the memories' vector indexes
+# are dropped (memsvc.transfer.bulk): one rebuild at a time, and gc builds no
+# scope index meanwhile (every loaded row would go into its graph one by one).
+BULK_LOCK_KEY = 0x6D656D737663_0B  # "memsvc" + 0x0b
+# Whether another session holds the bulk-load lock ($1): taken and let go at once.
+BULK_LOAD_RUNNING = (
+    "SELECT CASE WHEN pg_try_advisory_lock($1) THEN NOT pg_advisory_unlock($1) ELSE true END"
+)
+
 MIN_BUILD_MEMORY_MB = 64
 MAX_BUILD_MEMORY_MB = 1024
 

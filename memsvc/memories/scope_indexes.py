@@ -66,6 +66,8 @@ from memsvc.core.errors import MemsvcError
 from memsvc.core.scope import Include, Scope
 from memsvc.core.settings import Settings
 from memsvc.db.index_ddl import (
+    BULK_LOAD_RUNNING,
+    BULK_LOCK_KEY,
     build_memory,
     build_memory_mb,
     drop_partial_index,
@@ -210,6 +212,11 @@ class ScopeIndexes(Repository):
             if not await ddl.fetchval(q.buildable(self._schema)):
                 report.skipped = "unsupported"
                 return report
+            if await ddl.fetchval(BULK_LOAD_RUNNING, BULK_LOCK_KEY):
+                # The load dropped them and builds them after it: built now,
+                # each would take the load's rows one by one.
+                report.skipped = "bulk load"
+                return report
             invalid = await self._collect(ddl, report)
             if settings.scope_indexes_max == 0:
                 return report
@@ -353,6 +360,30 @@ class ScopeIndexes(Repository):
         return bool(held >= least)
 
     # ------------------------------------------------------------------ drops
+
+    async def drop_all(self) -> int:
+        """Drop every scope and subtree index, before a bulk load; how many.
+
+        A load that drops the table's graph drops these too (each loaded row
+        would go into its scope's graphs one by one); :meth:`maintain` builds
+        them again after it. Drops none (0) where they are not maintained
+        (row-level security, pgbouncer), or while other index DDL holds the
+        lock past ``DDL_WAIT_SECONDS``.
+        """
+        if self._settings.row_level_security or self._settings.pgbouncer:
+            return 0
+        async with index_ddl_session(self._pool, self._settings, wait=DDL_WAIT_SECONDS) as ddl:
+            if ddl is None:
+                return 0
+            present = [
+                (index.scope.tenant, index.name)
+                for index in await self._scope_indexes(ddl)
+                if index.scope is not None
+            ]
+            for tenant, name in present:
+                await self._drop(ddl, tenant, name)
+        self.forget_directory()
+        return len(present)
 
     async def drop_shrunken(self, scope: Scope, include: Include) -> int:
         """After ``delete_scope``: drop indexes of scopes within it now holding too few vectors."""

@@ -499,6 +499,7 @@ class Maintenance:
                     index_mode=index_mode,
                     allow_truncated=allow_truncated,
                     progress=progress,
+                    scope_indexes=self._memories.scope_indexes,
                 )
             if mode == "semantic":
                 for scope in sorted(report.memory_scopes, key=lambda s: s.depth):
@@ -534,6 +535,7 @@ class Maintenance:
                     index_mode=index_mode,
                     strip_nul=strip_nul,
                     progress=progress,
+                    scope_indexes=self._memories.scope_indexes,
                 )
         finally:
             self._wrote()

@@ -22,7 +22,12 @@ table is several times faster. :class:`VectorIndexRebuild` does that safely:
 - a session advisory lock keeps two bulk loads from rebuilding at once (the
   second one loads with the index in place) and tells ``memsvc doctor
   --repair`` to leave a missing index to the load. If the process dies
-  mid-load, ``memsvc doctor --repair`` builds the index again.
+  mid-load, ``memsvc doctor --repair`` builds the index again;
+- the scope and subtree indexes (:mod:`memsvc.memories.scope_indexes`) are
+  dropped with it, when the caller hands them over: they would take every
+  loaded row of their scopes one by one. gc builds none while the lock is
+  held; they are built again after the table's (as gc would, biggest
+  first), and if the process dies mid-load, by the next gc.
 
 Callers only use it when the load will insert many rows and the table is
 empty or small next to them (see :func:`should_rebuild`; rows already stored
@@ -52,8 +57,10 @@ from memsvc.db.errors import translate_errors
 from memsvc.db.index_ddl import build_memory_mb
 from memsvc.db.pool import connect
 from memsvc.db.tables import build_metadata
+from memsvc.memories.scope_indexes import ScopeIndexes, ScopeIndexReport
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.transfer import bulk_queries as q
+from memsvc.transfer.loader import LoadReport
 
 log = logging.getLogger(__name__)
 
@@ -313,15 +320,20 @@ class VectorIndexRebuild:
         *,
         name: str = MEMORY_VECTOR_INDEX,
         progress: ProgressReporter = NO_PROGRESS,
+        scope_indexes: ScopeIndexes | None = None,
     ) -> None:
         self._dsn = dsn
         self._progress = progress
         self._settings = settings
         self._name = name
+        self._scope_indexes = scope_indexes
         self._conn: asyncpg.Connection | None = None
         self._definition = ""
         self.active = False
         self.build_seconds = 0.0
+        # Scope indexes dropped for the load, and what building them after did.
+        self.scope_indexes_dropped = 0
+        self.scope_indexes_report: ScopeIndexReport | None = None
 
     async def __aenter__(self) -> VectorIndexRebuild:
         schema = self._settings.db_schema
@@ -345,6 +357,12 @@ class VectorIndexRebuild:
         except MemsvcError as exc:
             log.warning("could not drop %s for a bulk load (%s); keeping it", self._name, exc)
             await self._release()
+            return self
+        if self._scope_indexes is not None:
+            try:
+                self.scope_indexes_dropped = await self._scope_indexes.drop_all()
+            except MemsvcError as exc:
+                log.warning("scope indexes kept for a bulk load: %s", exc)
         return self
 
     async def __aexit__(
@@ -373,6 +391,20 @@ class VectorIndexRebuild:
                 self.build_seconds = time.perf_counter() - started
         finally:
             await self._release()
+        if self.scope_indexes_dropped and self._scope_indexes is not None:
+            # After the lock is let go (maintain builds nothing while a load holds it).
+            try:
+                self.scope_indexes_report = await self._scope_indexes.maintain()
+            except MemsvcError as exc:
+                log.warning("scope indexes not built after a bulk load (gc builds them): %s", exc)
+
+    def record(self, report: LoadReport) -> None:
+        """Write what the rebuild did into the load's report."""
+        report.index_build_seconds = self.build_seconds
+        report.scope_indexes_dropped = self.scope_indexes_dropped
+        built = self.scope_indexes_report
+        if built is not None:
+            report.scope_indexes_built = len(built.built) + len(built.subtrees_built)
 
     async def _release(self) -> None:
         conn, self._conn = self._conn, None

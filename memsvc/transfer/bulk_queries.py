@@ -6,12 +6,11 @@ so these statements run one by one on a connection in autocommit.
 
 from __future__ import annotations
 
+# The session advisory lock a bulk load holds while the vector index is
+# dropped: two bulk loads never rebuild at once, doctor --repair leaves a
+# missing index alone, and gc builds no scope index meanwhile.
+from memsvc.db.index_ddl import BULK_LOCK_KEY as BULK_LOCK_KEY
 from memsvc.db.index_ddl import NO_TIMEOUTS, build_memory
-
-# Session-level advisory lock held while a bulk load has the vector index
-# dropped: two bulk loads never rebuild at once, and doctor --repair leaves
-# a missing index alone while a load holds the lock.
-BULK_LOCK_KEY = 0x6D656D737663_0B  # "memsvc" + 0x0b
 
 
 def count_up_to(schema: str, table: str) -> str:

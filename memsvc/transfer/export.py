@@ -40,6 +40,7 @@ from memsvc.core.scope import Scope
 from memsvc.core.settings import Settings
 from memsvc.db.errors import translate_errors
 from memsvc.db.sql import Params, scope_condition
+from memsvc.memories.scope_indexes import ScopeIndexes
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.transfer import export_queries as q
 from memsvc.transfer import records
@@ -215,6 +216,7 @@ async def import_jsonl(
     index_mode: IndexMode = "auto",
     allow_truncated: bool = False,
     progress: ProgressReporter = NO_PROGRESS,
+    scope_indexes: ScopeIndexes | None = None,
 ) -> LoadReport:
     """Load a JSONL export; see the module docstring.
 
@@ -232,6 +234,8 @@ async def import_jsonl(
         allow_truncated: Load a file whose trailer is missing or does not
             match (its complete lines; a last line cut mid-way is rejected).
         progress: Told the bytes read, and the index check and rebuild steps.
+        scope_indexes: Dropped with the vector index for the load, and
+            built again after it (see :mod:`memsvc.transfer.bulk`).
 
     Raises:
         ValidationError: ``path``: no matching trailer (and not
@@ -263,7 +267,7 @@ async def import_jsonl(
         index = None
         if rebuild:
             index = await stack.enter_async_context(
-                VectorIndexRebuild(dsn, settings, progress=progress)
+                VectorIndexRebuild(dsn, settings, progress=progress, scope_indexes=scope_indexes)
             )
         progress.start(f"importing {path.name}", total=path.stat().st_size, unit="bytes")
         async with Loader(dsn, settings, assemblies, report=report) as loader:
@@ -276,7 +280,7 @@ async def import_jsonl(
         report.index_rebuilt = index is not None and index.active
     progress.done()
     if index is not None:
-        report.index_build_seconds = index.build_seconds
+        index.record(report)
     return report
 
 

@@ -67,6 +67,7 @@ from memsvc.core.validation import (
 )
 from memsvc.db.errors import translate_errors
 from memsvc.memories.repository import content_hash
+from memsvc.memories.scope_indexes import ScopeIndexes
 from memsvc.progress import NO_PROGRESS, ProgressReporter
 from memsvc.transfer.bulk import (
     VectorIndexRebuild,
@@ -648,12 +649,15 @@ async def import_legacy(
     index_mode: IndexMode = "auto",
     strip_nul: bool = False,
     progress: ProgressReporter = NO_PROGRESS,
+    scope_indexes: ScopeIndexes | None = None,
 ) -> LegacyReport:
     """Import a legacy store (see the module docstring); with ``dry_run`` write nothing.
 
     ``conn``, ``dsn`` and ``assemblies`` may be None for a dry run.
     ``progress`` is told each record read (and the index rebuild step).
     ``strip_nul`` removes NUL characters from text instead of rejecting it.
+    ``scope_indexes`` are dropped with the vector index for the load, and
+    built again after it (see :mod:`memsvc.transfer.bulk`).
     """
     report = LegacyReport(dry_run=dry_run)
     records = read_legacy(path, tenant, settings, report, strip_nul=strip_nul)
@@ -684,7 +688,7 @@ async def import_legacy(
         index = None
         if rebuild:
             index = await stack.enter_async_context(
-                VectorIndexRebuild(dsn, settings, progress=progress)
+                VectorIndexRebuild(dsn, settings, progress=progress, scope_indexes=scope_indexes)
             )
         progress.start(f"importing {path.name}", total=total, unit="records")
         async with Loader(dsn, settings, assemblies, report=report.load) as loader:
@@ -694,7 +698,7 @@ async def import_legacy(
         report.load.index_rebuilt = index is not None and index.active
     progress.done()
     if index is not None:
-        report.load.index_build_seconds = index.build_seconds
+        index.record(report.load)
     return report
 
 

@@ -95,6 +95,10 @@ class LoadReport:
     # Why the vector index was (or was not) dropped, when ``auto`` had to look.
     index_decision: str = ""
     index_build_seconds: float = 0.0
+    # Scope and subtree indexes dropped with it for the load, and how many
+    # of them (and of other big scopes') were built after it.
+    scope_indexes_dropped: int = 0
+    scope_indexes_built: int = 0
     # Indexes found invalid (an interrupted build) and rebuilt before the load.
     index_repairs: list[str] = field(default_factory=list)
     # The exact scopes memories were read for, and (Settings.dedupe="semantic")
@@ -236,6 +240,7 @@ class Loader:
         # ids already stored (the table held rows when the load began).
         self._direct = False
         self._check_stored = True
+        self._analyze_after_batch = False
         # The memory batch being written while the next one is parsed: the
         # server inserts (and parses vectors) as Python reads on, which uses
         # both cores of a small machine.
@@ -258,6 +263,9 @@ class Loader:
                 )
                 direct = await conn.fetchrow(q.direct_copy_possible(self._schema))
                 self._direct, self._check_stored = direct["possible"], not direct["empty"]
+                self._analyze_after_batch = await conn.fetchval(
+                    q.unknown_to_the_planner(self._schema), MEMORY_BATCH
+                )
                 server_now: datetime = await conn.fetchval(q.NOW)
                 self._clock_offset = server_now - datetime.now(UTC)
         except BaseException:
@@ -440,6 +448,15 @@ class Loader:
     async def _insert_memories(self, batch: list[tuple[MemoryRecord, str]]) -> None:
         if not batch:
             return
+        await self._write_memories(batch)
+        if self._analyze_after_batch:
+            # Into tables the planner knows nothing of, once a batch is in:
+            # each later event's trigger reads its memory's history by index.
+            self._analyze_after_batch = False
+            with translate_errors():
+                await self.conn.execute(q.analyze(self._schema))
+
+    async def _write_memories(self, batch: list[tuple[MemoryRecord, str]]) -> None:
         if self._direct and await self._copy_memories(batch):
             return
         rows = [

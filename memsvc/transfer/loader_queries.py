@@ -47,6 +47,22 @@ SELECT NOT row_security_active('{schema}.memories')
        NOT EXISTS (SELECT 1 FROM {schema}.memories) AS empty"""
 
 
+def unknown_to_the_planner(schema: str) -> str:
+    """Whether the planner's statistics of memory_events count fewer than ``$1`` rows.
+
+    Never analyzed (-1) or analyzed nearly empty, every generic plan on it
+    costs alike, and the one the history trigger caches for the load's
+    session reads the tenant's whole history for each event it writes
+    (``memory_id`` filtered, not searched).
+    """
+    return f"SELECT reltuples < $1 FROM pg_class WHERE oid = '{schema}.memory_events'::regclass"
+
+
+def analyze(schema: str) -> str:
+    """Statistics for the tables a load writes (the plans cached on them are made again)."""
+    return f"ANALYZE {schema}.memories, {schema}.memory_events"
+
+
 def any_stored(schema: str) -> str:
     """Whether any of the memories ``$1`` (tenants) / ``$2`` (ids) is stored already."""
     return f"""

@@ -119,6 +119,34 @@ async def test_export_then_import_into_a_fresh_database_reproduces_every_row(
     assert await _count(other_database, "memory_events") == events_before
 
 
+ANALYZED = """
+SELECT relname, last_analyze IS NOT NULL AS analyzed FROM pg_stat_user_tables
+WHERE schemaname = 'memsvc' AND relname IN ('memories', 'memory_events')"""
+
+
+async def test_an_import_into_tables_never_analyzed_analyzes_them_after_its_first_batch(
+    service: MemoryService, cli: Cli, other_database: str, tmp_path: Path
+) -> None:
+    # Without statistics the history trigger's cached plan reads the
+    # tenant's whole history for each event the load writes.
+    await _populate(service)
+    dump = tmp_path / "dump.jsonl"
+    assert (await cli("export", str(dump))).exit_code == 0
+    conn = await asyncpg.connect(other_database)
+    try:
+        before = {r["relname"]: r["analyzed"] for r in await conn.fetch(ANALYZED)}
+        assert before == {"memories": False, "memory_events": False}
+        imported = await cli("import", str(dump), dsn=other_database)
+        assert imported.exit_code == 0, imported.output
+        after = {r["relname"]: r["analyzed"] for r in await conn.fetch(ANALYZED)}
+        assert after == {"memories": True, "memory_events": True}
+        assert await conn.fetchval(
+            "SELECT reltuples FROM pg_class WHERE oid = 'memsvc.memory_events'::regclass"
+        ) > 0
+    finally:
+        await conn.close()
+
+
 async def test_export_of_one_scope_takes_it_and_what_is_under_it(
     service: MemoryService, cli: Cli, tmp_path: Path
 ) -> None:
