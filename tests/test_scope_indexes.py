@@ -455,10 +455,12 @@ async def test_a_big_subtree_gets_its_own_index_and_its_descendants_searches_wal
     for project, seed in (("f0", 13), ("f1", 14), ("f2", 15)):
         await fill(svc, Scope("filler", project), 2_000, seed=seed)
     await analyze(svc)
-    # Subtrees get at most a quarter of the cap: none of this service's 2.
-    report = await svc.maintenance.index_scopes()
+    # Subtrees get at most half the cap: none with a cap of 1.
+    narrow = svc.settings.model_copy(update={"scope_indexes_max": 1})
+    async with MemoryService.open(narrow) as builder:
+        report = await builder.maintenance.index_scopes()
     assert report.subtrees_built == [] and report.full == 1
-    wider = svc.settings.model_copy(update={"scope_indexes_max": 4})
+    wider = svc.settings.model_copy(update={"scope_indexes_max": 2})
     async with MemoryService.open(wider) as builder:
         report = await builder.maintenance.index_scopes()
     name = q.scope_index_name(tenant, "descendants")

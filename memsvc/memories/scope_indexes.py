@@ -92,12 +92,15 @@ SUBTREE_SHARE = 0.5
 
 
 def subtree_cap(scope_indexes_max: int) -> int:
-    """Subtree indexes at most: a quarter of the cap, so exact scopes keep the rest.
+    """Subtree indexes at most: half the cap, so exact scopes always keep the other half.
 
     An agent's or a session's searches (exact scopes) are the most frequent;
-    a subtree's index also costs writes into every scope under it.
+    a subtree's index also costs writes into every scope under it. A
+    subtree holding a small share of the table gains the most from its own
+    graph (a walk of the table's finds its vectors on few of its steps), so
+    the share must reach past the few largest subtrees.
     """
-    return scope_indexes_max // 4
+    return scope_indexes_max // 2
 
 Levels = tuple[str, str | None, str | None, str | None]
 
