@@ -283,6 +283,7 @@ class Result:
     ratio: float | None = None
     target: str = ""
     ok: bool | None = None
+    read_round: int = 1  # which round of the read figures (--read-rounds)
 
     def __post_init__(self) -> None:
         if self.raw:
@@ -403,6 +404,17 @@ class StoreBench:
         await self.add_many(size, stage, memsvc_first)
         await self.delete_scope(size, stage, memsvc_first)
         await self.gc(size, stage, memsvc_first)
+        return self.results
+
+    async def measure_reads(self, size: int, read_round: int) -> list[Result]:
+        """The read figures again (get, searches), memsvc first in every other round."""
+        self.results = []
+        memsvc_first = read_round % 2 == 1
+        await self.gets_p50(size, memsvc_first)
+        for scope in measured_scopes(self.layout):
+            await self.searches(size, scope, memsvc_first)
+        for result in self.results:
+            result.read_round = read_round
         return self.results
 
     async def paired(
@@ -926,6 +938,7 @@ def plot(results: list[Result], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    results = [r for r in results if r.read_round == 1]
     sizes = sorted({r.size for r in results})
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
 
@@ -978,7 +991,27 @@ def plot(results: list[Result], path: Path) -> None:
     print(f"plot written to {path}")
 
 
+def medians(results: list[Result]) -> None:
+    """Per read figure measured in several rounds: memsvc's median, raw's, and their ratio."""
+    rounds: dict[tuple[int, str], list[Result]] = {}
+    for r in results:
+        if r.kind in ("latency", "recall", "count"):
+            rounds.setdefault((r.size, r.name), []).append(r)
+    repeated = {key: found for key, found in rounds.items() if len(found) > 1}
+    if not repeated:
+        return
+    print(f"\nmedians of {max(len(found) for found in repeated.values())} read rounds")
+    print(header())
+    for (size, name), found in repeated.items():
+        raw = [r.raw for r in found if r.raw is not None]
+        print(Result(size, f"{name} (median)", found[0].unit,
+                     float(np.median([r.memsvc for r in found])),
+                     float(np.median(raw)) if raw else None, found[0].kind).line())
+
+
 def summary(results: list[Result]) -> None:
+    medians(results)
+    results = [r for r in results if r.read_round == 1]
     missed = [r for r in results if r.ok is False]
     print(f"\n{len([r for r in results if r.ok])} figures on target, {len(missed)} missed")
     for r in missed:
@@ -1051,6 +1084,9 @@ async def run(args: argparse.Namespace) -> None:
             # Figures are saved after each part: a long run stopped late keeps them.
             save(results)
             results += await bench.measure(size, stage)
+            for read_round in range(2, args.read_rounds + 1):
+                print(f"  read round {read_round} of {args.read_rounds}", flush=True)
+                results += await bench.measure_reads(size, read_round)
             save(results)
             exported = await export(dsn, workdir, size, stage)
             for result in exported:
@@ -1095,6 +1131,9 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200, help="searches per scope and size")
     parser.add_argument("--ops", type=int, default=200, help="single adds per size")
     parser.add_argument("--batch", type=int, default=1_000, help="add_many items per size")
+    parser.add_argument("--read-rounds", type=int, default=1,
+                        help="measure get and the searches this many times per size (medians "
+                        "printed at the end)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
     parser.add_argument("--plot", type=Path, help="draw the curve to this PNG (matplotlib)")
     parser.add_argument("--plot-from", type=Path,

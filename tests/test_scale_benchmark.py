@@ -86,3 +86,18 @@ def test_results_are_held_to_the_issue_targets() -> None:
     assert ok("count", 0, None) and not ok("count", 1, None)
     assert ok("rss", 299, 100) and not ok("rss", 300, 100)
     assert ok("info", 10, 5) is None
+
+
+def test_read_rounds_are_summed_up_by_their_medians(capsys: object) -> None:
+    rounds = [
+        scale.Result(10, "search p50, x", "ms", memsvc, raw, "latency", read_round=n)
+        for n, (memsvc, raw) in enumerate(((2.0, 10.0), (9.0, 11.0), (3.0, 30.0)), 1)
+    ]
+    writes = scale.Result(10, "add (single)", "ops/s", 80, 100, "throughput")
+    scale.summary([*rounds, writes])
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    median = next(line for line in out.splitlines() if "(median)" in line)
+    # memsvc's median, raw's, and their ratio.
+    assert median.split()[-6:] == ["3", "11", "0.27x", "<=", "1.25x", "ok"]
+    # Targets are counted once per figure: the first round's.
+    assert "2 figures on target, 0 missed" in out
