@@ -394,9 +394,7 @@ class StoreBench:
         """Every figure but export/import at this size (each pair in alternating order)."""
         self.results = []
         memsvc_first = stage % 2 == 0
-        await self.gets_p50(size, memsvc_first)
-        for scope in measured_scopes(self.layout):
-            await self.searches(size, scope, memsvc_first)
+        await self.reads(size, memsvc_first)
         # The searches above walk raw's table graph but memsvc's scope
         # graphs: memsvc's table graph, which every write updates, went cold
         # meanwhile (and the machine may have dropped its pages). Both read in
@@ -418,13 +416,16 @@ class StoreBench:
     async def measure_reads(self, size: int, read_round: int) -> list[Result]:
         """The read figures again (get, searches), memsvc first in every other round."""
         self.results = []
-        memsvc_first = read_round % 2 == 1
-        await self.gets_p50(size, memsvc_first)
-        for scope in measured_scopes(self.layout):
-            await self.searches(size, scope, memsvc_first)
+        await self.reads(size, memsvc_first=read_round % 2 == 1)
         for result in self.results:
             result.read_round = read_round
         return self.results
+
+    async def reads(self, size: int, memsvc_first: bool) -> None:
+        """get, and the searches of every measured scope."""
+        await self.gets_p50(size, memsvc_first)
+        for scope in measured_scopes(self.layout):
+            await self.searches(size, scope, memsvc_first)
 
     async def paired(
         self, memsvc_first: bool, mine: Callable[[], Awaitable[Any]],
