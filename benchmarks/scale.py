@@ -848,12 +848,8 @@ async def warm_table_graphs(admin: asyncpg.Connection, tables: list[str]) -> str
         return "not done (data_directory not readable)"
     read = 0
     for table in tables:
-        relative = await admin.fetchval(
-            "SELECT pg_relation_filepath(c.oid) FROM pg_index i "
-            "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam "
-            "WHERE i.indrelid = $1::regclass AND a.amname = 'hnsw' AND i.indpred IS NULL",
-            table,
-        )
+        name, _ = await vector_index(admin, table)
+        relative = await admin.fetchval("SELECT pg_relation_filepath($1::regclass)", name)
         first = data_directory / relative
         if not first.exists():
             return "not done (the server's files are elsewhere)"
