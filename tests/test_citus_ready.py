@@ -100,10 +100,8 @@ def _cross_tenant() -> dict[str, str]:
         scope_index_queries.every_row(s): "searches (every few seconds per process) and "
         "gc: which scopes of every tenant have their own index (a catalog of at most "
         "scope_indexes_max rows)",
-        scope_index_queries.big_scopes(s): "gc: exact scopes of every tenant past "
-        "scope_index_from, to give them their own index",
-        scope_index_queries.big_subtrees(s): "gc: tenant and project subtrees past "
-        "scope_index_from, to give them their own index",
+        scope_index_queries.worth_an_index(s): "gc: exact scopes and tenant and project "
+        "subtrees of every tenant past scope_index_from, to give them their own index",
         doctor_queries.assembly_mismatches(s): "doctor: assembly counters of every tenant",
         doctor_queries.orphaned_history(s): "doctor: history rows without a memory",
         doctor_queries.memories_without_history(s): "doctor: memories without history",

@@ -444,6 +444,46 @@ async def test_a_walk_of_a_scopes_own_index_sets_its_ef_search_for_its_statement
             assert "A walk of" not in plan
 
 
+async def test_one_scan_finds_the_exact_scopes_then_the_subtrees_worth_an_index(
+    svc: MemoryService,
+) -> None:
+    held = {
+        Scope("acme", "p1", "a1"): 5,
+        Scope("acme", "p1"): 1,
+        Scope("acme", "p2"): 4,  # nothing below the project: its exact index serves it
+        Scope("solo"): 3,  # nothing below the tenant
+    }
+    for seed, (scope, count) in enumerate(held.items()):
+        await fill(svc, scope, count, seed=seed)
+    sql = q.worth_an_index(svc.settings.db_schema)
+
+    async def worth(least: int, most: int, share: float) -> list[tuple[str, Scope, int]]:
+        async with svc.pool.acquire() as conn:
+            rows = await conn.fetch(sql, least, most, share)
+        return [
+            (
+                row["include"],
+                Scope(row["tenant_id"], row["project_id"], row["agent_id"], row["session_id"]),
+                row["vectors"],
+            )
+            for row in rows
+        ]
+
+    assert await worth(3, 10, 1.0) == [
+        ("exact", Scope("acme", "p1", "a1"), 5),
+        ("exact", Scope("acme", "p2"), 4),
+        ("exact", Scope("solo"), 3),
+        ("descendants", Scope("acme"), 10),
+        ("descendants", Scope("acme", "p1"), 6),
+    ]
+    # At most half of the table's 13 vectors; at most two of each kind.
+    assert await worth(3, 2, 0.5) == [
+        ("exact", Scope("acme", "p1", "a1"), 5),
+        ("exact", Scope("acme", "p2"), 4),
+        ("descendants", Scope("acme", "p1"), 6),
+    ]
+
+
 async def test_a_big_subtree_gets_its_own_index_and_its_descendants_searches_walk_it(
     svc: MemoryService,
 ) -> None:

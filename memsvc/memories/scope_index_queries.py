@@ -113,47 +113,57 @@ SELECT c.relkind = 'r' AND NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname 
 FROM pg_class AS c WHERE c.oid = '{schema}.memories'::regclass"""
 
 
-def big_scopes(schema: str) -> str:
-    """Exact scopes holding at least ``$1`` live vectors, largest first (at most ``$2``)."""
-    return f"""
-SELECT tenant_id, project_id, agent_id, session_id, count(*) AS vectors
-FROM {schema}.memories
-WHERE embedding IS NOT NULL AND forgotten_at IS NULL
-GROUP BY tenant_id, project_id, agent_id, session_id
-HAVING count(*) >= $1
-ORDER BY count(*) DESC, tenant_id, project_id, agent_id, session_id
-LIMIT $2"""
+# grouping(project_id, agent_id, session_id) of each grouping set: a bit per
+# level counted over (1) rather than grouped by.
+_EXACT, _PROJECT, _TENANT = 0b000, 0b011, 0b111
 
 
-def big_subtrees(schema: str) -> str:
-    """Tenant and project subtrees worth an index of their own, largest first (at most ``$2``).
+def worth_an_index(schema: str) -> str:
+    """Exact scopes and subtrees worth an index of their own, from one scan of the table.
 
-    Those holding at least ``$1`` live vectors, some of them below the
+    Exact scopes (``include`` ``'exact'``) holding at least ``$1`` live
+    vectors, largest first, at most ``$2``; then tenant and project subtrees
+    (``'descendants'``) holding at least ``$1``, some of them below the
     subtree's top level (else its exact scope's index serves it), and at
     most a share ``$3`` of the table's (a walk of the table's graph finds
-    such a subtree's vectors on most of its steps).
+    such a subtree's vectors on most of its steps), largest first, at most
+    ``$2``. The three groupings nest, so one pass over the rows counts all.
     """
     return f"""
-SELECT tenant_id, project_id, NULL::text AS agent_id, NULL::text AS session_id, vectors
-FROM (
-    SELECT *, sum(vectors) FILTER (WHERE whole_tenant) OVER () AS table_vectors
+WITH groups AS (
+    SELECT tenant_id, project_id, agent_id, session_id,
+           grouping(project_id, agent_id, session_id) AS grouped,
+           count(*) AS vectors,
+           count(*) FILTER (WHERE project_id IS NOT NULL) AS with_project,
+           count(*) FILTER (WHERE agent_id IS NOT NULL) AS with_agent
+    FROM {schema}.memories
+    WHERE embedding IS NOT NULL AND forgotten_at IS NULL
+    GROUP BY GROUPING SETS (
+        (tenant_id, project_id, agent_id, session_id), (tenant_id, project_id), (tenant_id)
+    )
+), exact AS (
+    SELECT 'exact' AS include, tenant_id, project_id, agent_id, session_id, vectors
+    FROM groups
+    WHERE grouped = {_EXACT} AND vectors >= $1
+    ORDER BY vectors DESC, tenant_id, project_id, agent_id, session_id
+    LIMIT $2
+), subtrees AS (
+    SELECT 'descendants' AS include, tenant_id,
+           CASE WHEN grouped = {_PROJECT} THEN project_id END AS project_id,
+           NULL::text AS agent_id, NULL::text AS session_id, vectors
     FROM (
-        SELECT tenant_id,
-               CASE WHEN grouping(project_id) = 0 THEN project_id END AS project_id,
-               grouping(project_id) = 1 AS whole_tenant,
-               count(*) AS vectors,
-               count(*) FILTER (WHERE project_id IS NOT NULL) AS with_project,
-               count(*) FILTER (WHERE agent_id IS NOT NULL) AS with_agent
-        FROM {schema}.memories
-        WHERE embedding IS NOT NULL AND forgotten_at IS NULL
-        GROUP BY GROUPING SETS ((tenant_id), (tenant_id, project_id))
-    ) AS groups
-) AS subtrees
-WHERE vectors >= $1 AND vectors <= $3 * table_vectors
-  AND CASE WHEN whole_tenant THEN with_project > 0
-           ELSE project_id IS NOT NULL AND with_agent > 0 END
-ORDER BY vectors DESC, tenant_id, project_id NULLS FIRST
-LIMIT $2"""
+        SELECT *, sum(vectors) FILTER (WHERE grouped = {_TENANT}) OVER () AS table_vectors
+        FROM groups WHERE grouped <> {_EXACT}
+    ) AS tops
+    WHERE vectors >= $1 AND vectors <= $3 * table_vectors
+      AND CASE WHEN grouped = {_TENANT} THEN with_project > 0
+               ELSE project_id IS NOT NULL AND with_agent > 0 END
+    ORDER BY vectors DESC, tenant_id, project_id NULLS FIRST
+    LIMIT $2
+)
+SELECT * FROM (SELECT * FROM exact UNION ALL SELECT * FROM subtrees) AS found
+ORDER BY include = 'descendants', vectors DESC, tenant_id, project_id NULLS FIRST,
+         agent_id, session_id"""
 
 
 def vectors_in(schema: str, scope_sql: str, limit: int) -> str:

@@ -262,13 +262,12 @@ class ScopeIndexes(Repository):
     async def _big(self, ddl: asyncpg.Connection) -> builtins.list[tuple[asyncpg.Record, Include]]:
         """Scopes worth an index, largest first, then subtrees (at most their share of the cap)."""
         settings = self._settings
-        least, most = settings.scope_index_from, settings.scope_indexes_max
-        found: builtins.list[tuple[asyncpg.Record, Include]] = [
-            (row, "exact") for row in await ddl.fetch(q.big_scopes(self._schema), least, most)
-        ]
-        # All of them, up to the cap: those past the subtrees' share are reported as left out.
-        subtrees = await ddl.fetch(q.big_subtrees(self._schema), least, most, SUBTREE_SHARE)
-        return found + [(row, "descendants") for row in subtrees]
+        # Subtrees up to the cap: those past their share are reported as left out.
+        rows = await ddl.fetch(
+            q.worth_an_index(self._schema),
+            settings.scope_index_from, settings.scope_indexes_max, SUBTREE_SHARE,
+        )
+        return [(row, "exact" if row["include"] == "exact" else "descendants") for row in rows]
 
     async def _build(
         self, ddl: asyncpg.Connection, scope: Scope, include: Include, vectors: int
