@@ -1057,6 +1057,46 @@ def summary(results: list[Result]) -> None:
 # ---------------------------------------------------------------------- main
 
 
+def shared_buffers_mb(given: str) -> int | None:
+    """``--shared-buffers``: megabytes, or None to keep the server's setting.
+
+    ``auto`` is a quarter of the machine's memory, PostgreSQL's documented
+    starting point for a dedicated server.
+    """
+    if given == "server":
+        return None
+    if given == "auto":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4 // 2**20
+    return int(given)
+
+
+async def start_embedded(embedded: EmbeddedPostgres, buffers_mb: int | None) -> str:
+    """Start the embedded server, with ``buffers_mb`` of shared buffers if given; its DSN.
+
+    The embedded server starts with initdb's 128 MB, sized for a laptop;
+    a server holding a million rows is given its share of the machine, as
+    a production one would be. Both sides share the server: the setting
+    favours neither.
+    """
+    dsn = await asyncio.to_thread(embedded.start)
+    if buffers_mb is None:
+        return dsn
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f"ALTER SYSTEM SET shared_buffers = '{int(buffers_mb)}MB'")
+    finally:
+        await conn.close()
+    # shared_buffers is read at server start.
+    await asyncio.to_thread(embedded.close)
+    dsn = await asyncio.to_thread(embedded.start)
+    conn = await asyncpg.connect(dsn)
+    try:
+        print(f"shared_buffers: {await conn.fetchval('SHOW shared_buffers')}", flush=True)
+    finally:
+        await conn.close()
+    return dsn
+
+
 async def run(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     if sizes != sorted(set(sizes)) or sizes[0] < 1_000:
@@ -1066,7 +1106,7 @@ async def run(args: argparse.Namespace) -> None:
     dsn = args.database_url
     if dsn is None:
         embedded = EmbeddedPostgres(workdir / "data")
-        dsn = await asyncio.to_thread(embedded.start)
+        dsn = await start_embedded(embedded, shared_buffers_mb(args.shared_buffers))
     # No statement timeout: at 1,000,000 rows on a loaded 2-core machine an
     # add_many of 1,000 vectors into the HNSW index can approach the default.
     settings = Settings(database_url=dsn, auto_migrate=True, pool_max_size=4,
@@ -1170,6 +1210,9 @@ def main() -> None:
     parser.add_argument("--read-rounds", type=int, default=1,
                         help="measure get and the searches this many times per size (medians "
                         "printed at the end)")
+    parser.add_argument("--shared-buffers", default="auto",
+                        help="the embedded server's shared_buffers in MB; auto: a quarter of "
+                        "the machine's memory; server: initdb's default")
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
     parser.add_argument("--plot", type=Path, help="draw the curve to this PNG (matplotlib)")
     parser.add_argument("--plot-from", type=Path,
