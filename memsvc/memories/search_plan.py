@@ -385,7 +385,8 @@ class SearchPlanner:
             and plan != "exact"
             and self._scope_indexes.indexed(scope, include)
         ):
-            if own_transaction:
+            # A subtree's graph (up to half the table's) keeps the configured walk.
+            if own_transaction and include == "exact":
                 walk_ef = own_graph_ef(candidates or fetch, self._ef_search)
             statement = self.statements.scoped(shape, scope_literals(scope), walk_ef)
             scope_index = scope_index_name(scope, include)
