@@ -5,9 +5,11 @@
     # the plot (extra `bench`):
     python -m benchmarks.scale --out benchmarks/scale.json --plot docs/assets/scale.png
 
-One embedded PostgreSQL (or ``--database-url``) holds memsvc's store and an
-identical raw table (``CREATE TABLE ... (LIKE memories INCLUDING ALL)``: same
-columns, checks and indexes, HNSW included). Both grow through the sizes the
+One embedded PostgreSQL (or ``--database-url``), given a quarter of the
+machine's memory as ``shared_buffers`` (``--shared-buffers``), holds
+memsvc's store and an identical raw table (``CREATE TABLE ... (LIKE
+memories INCLUDING ALL)``: same columns, checks and indexes, HNSW
+included). Both grow through the sizes the
 same way: every row (same id, scope, content, metadata and vector) goes into
 memsvc with its bulk import (``import_file``, the vector index dropped
 first) and into the raw table with COPY, each in a child process of its own,
