@@ -21,6 +21,7 @@ import pytest
 
 from memsvc import MemoryService, Scope
 from memsvc.core.scope import Include
+from memsvc.db.hnsw_walks import OWN_GRAPH_SIZED_UP_TO
 from memsvc.db.index_ddl import BULK_LOCK_KEY
 from memsvc.memories import scope_index_queries as q
 from memsvc.testing.postgres import TestPostgres, settings_for_tests
@@ -74,6 +75,13 @@ async def catalog(svc: MemoryService) -> dict[str, str]:
     async with svc.pool.acquire() as conn:
         rows = await conn.fetch(q.every_row(svc.settings.db_schema))
     return {row["index_name"]: row["state"] for row in rows}
+
+
+async def counted(svc: MemoryService) -> dict[str, int | None]:
+    """The vectors the catalog last counted in each index."""
+    async with svc.pool.acquire() as conn:
+        rows = await conn.fetch(q.every_row(svc.settings.db_schema))
+    return {row["index_name"]: row["vectors"] for row in rows}
 
 
 async def until_indexed(
@@ -513,6 +521,24 @@ async def test_a_big_subtree_gets_its_own_index_and_its_descendants_searches_wal
     plan = await svc.memories.explain_search(tenant, query, k=10, include="descendants")
     assert f"Index Scan using {name}" in plan
     assert plan.endswith(f"Scope index of this scope: {name}")
+    # Counted at its build: a small graph, walked as a scope's own.
+    assert await counted(svc) == {name: BIG}
+    assert plan.splitlines()[-2] == "A walk of the scope's own index keeps 40 candidates"
+    # Counted past the size where a sized walk keeps its recall: the
+    # configured walk; gc counts it again.
+    async with svc.pool.acquire() as conn:
+        await conn.execute(
+            f"UPDATE {svc.settings.db_schema}.memory_scope_indexes SET vectors = $1",
+            OWN_GRAPH_SIZED_UP_TO + 1,
+        )
+    await svc.memories.scope_indexes.read_directory()
+    plan = await svc.memories.explain_search(tenant, query, k=10, include="descendants")
+    assert f"Index Scan using {name}" in plan and "A walk of" not in plan
+    await svc.memories.add(Scope("corp", "p1"), "one more", embedding=vectors(9, 1)[0])
+    assert (await svc.maintenance.index_scopes()).subtrees_built == []
+    assert await counted(svc) == {name: BIG + 1}
+    plan = await svc.memories.explain_search(tenant, query, k=10, include="descendants")
+    assert plan.splitlines()[-2] == "A walk of the scope's own index keeps 40 candidates"
     # Exact searches of the tenant, and the filler's, keep their statements.
     assert q.SCOPE_INDEX_PREFIX not in await svc.memories.explain_search(tenant, query, k=10)
     other = await svc.memories.explain_search(filler, query, k=10, include="descendants")

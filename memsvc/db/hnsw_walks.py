@@ -7,12 +7,16 @@ store namespace's) hold one scope's vectors. A walk of such a graph keeps
 sized for the table's graph, where other scopes' vectors and filters reject
 candidates: in a scope's own graph nearly every candidate counts. Fewer than
 the minimum cost recall; more cost time for no recall (docs/benchmarks.md).
+The fewer candidates a walk keeps, the more recall it loses as its graph
+grows: a counted graph of more than ``OWN_GRAPH_SIZED_UP_TO`` vectors (a
+big tenant's subtree) keeps the configured walk.
 """
 
 from __future__ import annotations
 
 OWN_GRAPH_EF_FACTOR = 2
 OWN_GRAPH_EF_MIN = 40
+OWN_GRAPH_SIZED_UP_TO = 50_000
 
 
 def walk_target(query: str, ef_search: int, vector_type: str) -> str:
@@ -33,3 +37,10 @@ def own_graph_ef(rows: int, configured: int) -> int | None:
     """The hnsw.ef_search of a walk of a scope's own graph for ``rows``; None: ``configured``."""
     wanted = max(OWN_GRAPH_EF_MIN, OWN_GRAPH_EF_FACTOR * rows)
     return wanted if wanted < configured else None
+
+
+def counted_graph_ef(rows: int, configured: int, vectors: int | None) -> int | None:
+    """:func:`own_graph_ef` for a graph of ``vectors`` (None, not counted: ``configured``)."""
+    if vectors is None or vectors > OWN_GRAPH_SIZED_UP_TO:
+        return None
+    return own_graph_ef(rows, configured)

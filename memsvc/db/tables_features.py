@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
@@ -324,6 +325,9 @@ SCOPE_INDEX_STATE_COMMENT = "'building' (claimed by a build, or one that stopped
 SCOPE_INDEX_INCLUDE_COMMENT = (
     "'exact': the index holds exactly this scope's vectors; 'descendants': its subtree's."
 )
+SCOPE_INDEX_VECTORS_COMMENT = (
+    "Vectors the index held when it was built or gc last counted them; NULL: not counted."
+)
 
 
 def add_scope_indexes_table(metadata: MetaData) -> None:
@@ -341,6 +345,7 @@ def add_scope_indexes_table(metadata: MetaData) -> None:
             server_default=text("'exact'"),
             comment=SCOPE_INDEX_INCLUDE_COMMENT,
         ),
+        Column("vectors", BigInteger, comment=SCOPE_INDEX_VECTORS_COMMENT),
         PrimaryKeyConstraint("tenant_id", "index_name"),
         CheckConstraint("state IN ('building', 'ready')", name="state"),
         CheckConstraint("include IN ('exact', 'descendants')", name="include"),

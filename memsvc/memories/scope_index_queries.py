@@ -179,7 +179,8 @@ SELECT count(*) FROM (
 def claim(schema: str) -> str:
     """Record scope ``$1``-``$4``'s index ``$5`` as ``building``, unless ``$6`` others exist.
 
-    ``$7``: which rows the index holds, ``'exact'`` or ``'descendants'``.
+    ``$7``: which rows the index holds, ``'exact'`` or ``'descendants'``;
+    ``$8``: how many vectors they are.
 
     Returns ``outcome``: ``'full'`` (that many scope indexes exist already),
     ``'ready'`` (its valid index exists: recorded ready) or ``'build'``;
@@ -198,11 +199,12 @@ WITH own AS (
     END AS outcome
 ), recorded AS (
     INSERT INTO {schema}.{CATALOG} AS n
-        (tenant_id, project_id, agent_id, session_id, index_name, state, include)
+        (tenant_id, project_id, agent_id, session_id, index_name, state, include, vectors)
     SELECT $1, $2, $3, $4, $5, CASE WHEN d.outcome = 'ready' THEN 'ready' ELSE 'building' END,
-           $7
+           $7, $8
     FROM decision AS d WHERE d.outcome IN ('build', 'ready')
-    ON CONFLICT (tenant_id, index_name) DO UPDATE SET state = EXCLUDED.state
+    ON CONFLICT (tenant_id, index_name)
+        DO UPDATE SET state = EXCLUDED.state, vectors = EXCLUDED.vectors
     RETURNING 1
 )
 SELECT d.outcome, NOT coalesce((SELECT valid FROM own), true) AS leftover,
@@ -238,15 +240,24 @@ def forget(schema: str) -> str:
 def every_row(schema: str) -> str:
     """Every catalog row (gc; the searches' directory of ready scopes)."""
     return f"""
-SELECT tenant_id, project_id, agent_id, session_id, index_name, state, include
+SELECT tenant_id, project_id, agent_id, session_id, index_name, state, include, vectors
 FROM {schema}.{CATALOG}"""
 
 
 def of_tenant(schema: str) -> str:
     """Tenant ``$1``'s catalog rows (the searches' directory under row-level security)."""
     return f"""
-SELECT tenant_id, project_id, agent_id, session_id, index_name, state, include
+SELECT tenant_id, project_id, agent_id, session_id, index_name, state, include, vectors
 FROM {schema}.{CATALOG} WHERE tenant_id = $1"""
+
+
+def recount(schema: str) -> str:
+    """Record the vectors ``$3`` counted in tenants ``$1``' indexes ``$2`` (arrays, in step)."""
+    return f"""
+UPDATE {schema}.{CATALOG} AS n SET vectors = counted.vectors
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS counted(tenant_id, index_name, vectors)
+WHERE n.tenant_id = counted.tenant_id AND n.index_name = counted.index_name
+  AND n.vectors IS DISTINCT FROM counted.vectors"""
 
 
 def record(schema: str) -> str:

@@ -133,9 +133,10 @@ class ScopeIndexes(Repository):
     def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         super().__init__(pool, settings)
         # Ready scopes (with what their index holds: "exact" or
-        # "descendants") by tenant (None: every tenant's, read at once), with
-        # when they were read, and the reads under way.
-        self._directory: dict[str | None, tuple[float, frozenset[tuple[str, Levels]]]] = {}
+        # "descendants") and the vectors last counted in each, by tenant
+        # (None: every tenant's, read at once), with when they were read,
+        # and the reads under way.
+        self._directory: dict[str | None, tuple[float, dict[tuple[str, Levels], int | None]]] = {}
         self._reading: dict[str | None, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------------------ searches
@@ -161,6 +162,16 @@ class ScopeIndexes(Repository):
             task.add_done_callback(lambda _: self._reading.pop(key, None))
         return known is not None and (include, scope.levels) in known[1]
 
+    def vectors(self, scope: Scope, include: Include = "exact") -> int | None:
+        """Vectors ``scope``'s ready index held when last counted (None: not counted, or none).
+
+        As :meth:`indexed` knows it; counted when the index is built and by
+        each gc since.
+        """
+        key = scope.tenant if self._settings.row_level_security else None
+        known = self._directory.get(key)
+        return None if known is None else known[1].get((include, scope.levels))
+
     async def read_directory(self, tenant: str | None = None) -> None:
         """Read which scopes have a ready index now (``tenant``'s under row-level security)."""
         key = tenant if self._settings.row_level_security else None
@@ -169,11 +180,13 @@ class ScopeIndexes(Repository):
         sql = q.every_row(self._schema) if key is None else q.of_tenant(self._schema)
         args = () if key is None else (key,)
         rows = await self._read(None, lambda conn: conn.fetch(sql, *args), tenant=key)
-        ready = frozenset(
-            (r["include"], (r["tenant_id"], r["project_id"], r["agent_id"], r["session_id"]))
+        ready = {
+            (r["include"], (r["tenant_id"], r["project_id"], r["agent_id"], r["session_id"])): (
+                r["vectors"]
+            )
             for r in rows
             if r["state"] == "ready"
-        )
+        }
         self._directory[key] = (time.monotonic(), ready)
 
     async def _read_in_background(self, key: str | None) -> None:
@@ -224,6 +237,7 @@ class ScopeIndexes(Repository):
             if settings.scope_indexes_max == 0:
                 return report
             big = await self._big(ddl)
+            await self._recount(ddl, big)
             present = {
                 (index.scope, index.include)
                 for index in await self._scope_indexes(ddl)
@@ -269,6 +283,18 @@ class ScopeIndexes(Repository):
         )
         return [(row, "exact" if row["include"] == "exact" else "descendants") for row in rows]
 
+    async def _recount(
+        self, ddl: asyncpg.Connection, big: builtins.list[tuple[asyncpg.Record, Include]]
+    ) -> None:
+        """Record the vectors just counted in the scopes and subtrees whose index is listed."""
+        names = [q.scope_index_name(_scope_of(row), include) for row, include in big]
+        await ddl.execute(
+            q.recount(self._schema),
+            [row["tenant_id"] for row, _ in big],
+            names,
+            [row["vectors"] for row, _ in big],
+        )
+
     async def _build(
         self, ddl: asyncpg.Connection, scope: Scope, include: Include, vectors: int
     ) -> str:
@@ -285,7 +311,7 @@ class ScopeIndexes(Repository):
             await self._set_tenant(ddl, scope.tenant)
             row = await ddl.fetchrow(
                 q.claim(self._schema), *scope.levels, name, self._settings.scope_indexes_max,
-                include,
+                include, vectors,
             )
         if row["outcome"] != "build":
             return str(row["outcome"])

@@ -40,7 +40,7 @@ from memsvc.core.settings import Settings
 from memsvc.core.time_limits import validate_time
 from memsvc.core.validation import check_text, validate_importance, validate_limit, validate_scope
 from memsvc.db.codecs import vector_bytes
-from memsvc.db.hnsw_walks import own_graph_ef
+from memsvc.db.hnsw_walks import counted_graph_ef
 from memsvc.db.sql import Params, scope_condition
 from memsvc.memories import queries as q
 from memsvc.memories.embedding_space import EmbeddingSpace
@@ -385,9 +385,12 @@ class SearchPlanner:
             and plan != "exact"
             and self._scope_indexes.indexed(scope, include)
         ):
-            # A subtree's graph (up to half the table's) keeps the configured walk.
-            if own_transaction and include == "exact":
-                walk_ef = own_graph_ef(candidates or fetch, self._ef_search)
+            if own_transaction:
+                walk_ef = counted_graph_ef(
+                    candidates or fetch,
+                    self._ef_search,
+                    self._scope_indexes.vectors(scope, include),
+                )
             statement = self.statements.scoped(shape, scope_literals(scope), walk_ef)
             scope_index = scope_index_name(scope, include)
         if mode_name != "text":
