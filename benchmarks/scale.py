@@ -62,6 +62,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import resource
 import statistics
 import sys
@@ -998,7 +999,8 @@ def plot(results: list[Result], path: Path) -> None:
     for r in results:
         if r.ratio is None:
             continue
-        label = r.name.split(" (")[0].replace("tenant-wide descendants", "tenant-wide")
+        # Without the sizes in parentheses, which change from stage to stage.
+        label = re.sub(r" \([^)]*\d[^)]*\)", "", r.name)
         if r.kind == "throughput":
             throughput.setdefault(label, []).append((r.size, r.ratio))
         elif r.kind == "latency":
