@@ -152,7 +152,7 @@ class ScopeIndexes(Repository):
         """
         if self._settings.scope_indexes_max == 0:
             return False
-        key = scope.tenant if self._settings.row_level_security else None
+        key = self._directory_key(scope.tenant)
         known = self._directory.get(key)
         if (known is None or time.monotonic() - known[0] > DIRECTORY_SECONDS) and (
             key not in self._reading
@@ -168,13 +168,17 @@ class ScopeIndexes(Repository):
         As :meth:`indexed` knows it; counted when the index is built and by
         each gc since.
         """
-        key = scope.tenant if self._settings.row_level_security else None
+        key = self._directory_key(scope.tenant)
         known = self._directory.get(key)
         return None if known is None else known[1].get((include, scope.levels))
 
+    def _directory_key(self, tenant: str | None) -> str | None:
+        # Under row-level security a tenant sees only its own catalog rows.
+        return tenant if self._settings.row_level_security else None
+
     async def read_directory(self, tenant: str | None = None) -> None:
         """Read which scopes have a ready index now (``tenant``'s under row-level security)."""
-        key = tenant if self._settings.row_level_security else None
+        key = self._directory_key(tenant)
         if len(self._directory) >= TENANTS_KEPT:
             self._directory.clear()
         sql = q.every_row(self._schema) if key is None else q.of_tenant(self._schema)
